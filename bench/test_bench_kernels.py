@@ -1,0 +1,98 @@
+"""Kernel speed: update, forward, push, sample, and process start-up.
+
+Run with ``pytest bench -k kernels``. Every timed call has been compiled (or
+loaded from the cache) by a warm-up call first.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import numpy as np
+import pytest
+from conftest import BATCH, SETTINGS
+
+from ember_np import QNetwork
+
+
+@pytest.mark.parametrize("setting", ["S1", "S2"])
+def test_update(benchmark, setting, buffer, rng):
+    """One DQN gradient step (target fwd, online fwd, Huber, backward, clip, Adam)."""
+    net = QNetwork(SETTINGS[setting], seed=0)
+    target = net.copy()
+    batch = buffer.sample(BATCH, rng)
+    kwargs = dict(gamma=0.99, learning_rate=1e-4, max_grad_norm=10.0)
+    net.update(*batch, target, **kwargs)  # compile / load outside the timed region
+    benchmark.extra_info["layer_sizes"] = SETTINGS[setting]
+    benchmark(net.update, *batch, target, **kwargs)
+
+
+def test_forward_one(benchmark):
+    """Q-values of a single observation (S1)."""
+    net = QNetwork(SETTINGS["S1"], seed=0)
+    obs = np.array([0.01, -0.02, 0.03, 0.04], dtype=np.float32)
+    net.forward(obs)
+    benchmark(net.forward, obs)
+
+
+def test_push(benchmark, buffer):
+    """Store one CartPole transition (validated, then written by a kernel)."""
+    obs = np.array([0.01, -0.02, 0.03, 0.04], dtype=np.float32)
+    buffer.push(obs, 1, 1.0, obs, 0)
+    benchmark(buffer.push, obs, 1, 1.0, obs, 0)
+
+
+def test_sample(benchmark, buffer, rng):
+    """Draw and gather a batch of 64 into new arrays."""
+    buffer.sample(BATCH, rng)
+    benchmark(buffer.sample, BATCH, rng)
+
+
+_START = textwrap.dedent(
+    """
+    import time
+    t0 = time.perf_counter()
+    import numpy as np
+    from ember_np import QNetwork, CircularBuffer, Rng
+    net = QNetwork((4, 64, 64, 2), seed=0)
+    target = net.copy()
+    buf = CircularBuffer(1000, 4, 2)
+    obs = np.zeros(4, np.float32)
+    for i in range(64):
+        buf.push(obs, i % 2, 1.0, obs, 0)
+    net.update(*buf.sample(64, Rng(0)), target, gamma=0.99, learning_rate=1e-3)
+    print(time.perf_counter() - t0)
+    """
+)
+
+
+def _start_once(env: dict[str, str]) -> float:
+    out = subprocess.run(
+        [sys.executable, "-c", _START], capture_output=True, text=True, check=True, env=env
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def test_startup_warm_cache(benchmark):
+    """Fresh process: import + construct + push + first update, kernels cached on disk."""
+    env = dict(os.environ)
+    _start_once(env)  # make sure the cache is filled
+    inner = []
+    benchmark.pedantic(lambda: inner.append(_start_once(env)), rounds=5, iterations=1)
+    benchmark.extra_info["in_process_seconds_median"] = float(np.median(inner))
+
+
+def test_startup_cold_compile(benchmark):
+    """Fresh process with an empty numba cache: everything compiles."""
+    inner = []
+
+    def run() -> None:
+        with tempfile.TemporaryDirectory() as cache:
+            inner.append(_start_once(dict(os.environ, NUMBA_CACHE_DIR=cache)))
+
+    benchmark.pedantic(run, rounds=3, iterations=1)
+    benchmark.extra_info["in_process_seconds_median"] = float(np.median(inner))

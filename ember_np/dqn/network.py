@@ -1,0 +1,784 @@
+"""QNetwork: an MLP Q-function with hand-written backprop and Adam, compiled.
+
+The network maps an observation to one Q-value per action:
+``obs -> Linear -> ReLU -> ... -> Linear -> Q``. All parameters live in one
+flat float32 array; ``weights[l]`` (shape ``(in, out)``) and ``biases[l]``
+(shape ``(out,)``) are views into it, so writing into them changes the
+network, and the optimiser, gradient clipping and target-network sync are
+single loops over that array.
+
+One DQN step (:meth:`QNetwork.update`) runs entirely in compiled code:
+target forward, online forward, Huber loss, backward pass, global-norm
+clipping and Adam, with ``np.dot`` (SciPy's BLAS) for the matrix products.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ember_np._jit import kernel
+from ember_np.rng import Rng
+
+__all__ = ["QNetwork"]
+
+_F32 = np.dtype(np.float32)
+
+ADAM_BETA1 = 0.9
+ADAM_BETA2 = 0.999
+ADAM_EPS = 1e-8
+CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6)
+
+
+# ---------------------------------------------------------------------------
+# Kernels. Parameter layout, layer l (0-based) mapping sizes[l] -> sizes[l+1]:
+#   W_l: sizes[l] * sizes[l+1] values, row-major (in, out); then b_l: sizes[l+1].
+# ---------------------------------------------------------------------------
+
+
+@kernel
+def _num_params(sizes: np.ndarray) -> int:
+    n = 0
+    for l in range(sizes.shape[0] - 1):
+        n += sizes[l] * sizes[l + 1] + sizes[l + 1]
+    return n
+
+
+@kernel
+def _layer(params: np.ndarray, sizes: np.ndarray, offset: int, l: int):  # noqa: ANN202
+    """Views (W, b) of layer ``l`` whose weights start at ``offset``."""
+    n_in = sizes[l]
+    n_out = sizes[l + 1]
+    w = params[offset : offset + n_in * n_out].reshape((n_in, n_out))
+    b = params[offset + n_in * n_out : offset + n_in * n_out + n_out]
+    return w, b
+
+
+@kernel
+def _bias_act(h: np.ndarray, b: np.ndarray, relu: bool) -> None:
+    """h <- h + b (broadcast over rows), then ReLU if ``relu``."""
+    for r in range(h.shape[0]):
+        for c in range(h.shape[1]):
+            v = h[r, c] + b[c]
+            if relu and v < 0.0:
+                v = 0.0
+            h[r, c] = v
+
+
+@kernel
+def _forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np.ndarray) -> int:
+    """Batch forward pass; layer l's output goes to ``acts`` at a running offset.
+
+    acts : flat workspace of at least ``B * sum(sizes[1:])`` values. Layer l's
+    activation (post-ReLU for hidden layers) is the ``(B, sizes[l+1])`` block
+    starting at ``B * sum(sizes[1:l+1])``; the Q-values are the last block.
+    Returns the offset of the Q-value block.
+    """
+    batch = x.shape[0]
+    n_layers = sizes.shape[0] - 1
+    p_off = 0
+    a_off = 0
+    h = x
+    for l in range(n_layers):
+        w, b = _layer(params, sizes, p_off, l)
+        n_out = sizes[l + 1]
+        out = acts[a_off : a_off + batch * n_out].reshape((batch, n_out))
+        np.dot(h, w, out)
+        _bias_act(out, b, l < n_layers - 1)
+        p_off += sizes[l] * n_out + n_out
+        if l < n_layers - 1:
+            a_off += batch * n_out
+        h = out
+    return a_off
+
+
+@kernel
+def _forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray) -> None:
+    """Q-values of a single observation ``x`` (in,) into ``q_out`` (n_actions,)."""
+    width = 0
+    for l in range(1, sizes.shape[0]):
+        width = max(width, sizes[l])
+    h = np.empty(width, dtype=params.dtype)
+    nxt = np.empty(width, dtype=params.dtype)
+    n_layers = sizes.shape[0] - 1
+    p_off = 0
+    src = x
+    for l in range(n_layers):
+        w, b = _layer(params, sizes, p_off, l)
+        n_out = sizes[l + 1]
+        out = q_out if l == n_layers - 1 else nxt
+        for j in range(n_out):
+            out[j] = b[j]
+        for k in range(sizes[l]):
+            xk = src[k]
+            if xk != 0.0:
+                for j in range(n_out):
+                    out[j] += xk * w[k, j]
+        if l < n_layers - 1:
+            for j in range(n_out):
+                h[j] = out[j] if out[j] > 0.0 else 0.0
+            src = h
+        p_off += sizes[l] * n_out + n_out
+
+
+@kernel
+def _argmax(q: np.ndarray) -> int:
+    """Index of the first maximum (NaN never wins)."""
+    best = 0
+    for j in range(1, q.shape[0]):
+        if q[j] > q[best]:
+            best = j
+    return best
+
+
+@kernel
+def _greedy_action(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
+    q = np.empty(sizes[sizes.shape[0] - 1], dtype=params.dtype)
+    _forward_one(params, sizes, x, q)
+    return _argmax(q)
+
+
+@kernel
+def _greedy_actions(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    batch = x.shape[0]
+    total = 0
+    for l in range(1, sizes.shape[0]):
+        total += sizes[l]
+    acts = np.empty(batch * total, dtype=params.dtype)
+    q_off = _forward_into(params, sizes, x, acts)
+    n_act = sizes[sizes.shape[0] - 1]
+    q = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
+    for i in range(batch):
+        out[i] = _argmax(q[i])
+
+
+@kernel
+def _forward_batch(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray) -> None:
+    batch = x.shape[0]
+    total = 0
+    for l in range(1, sizes.shape[0]):
+        total += sizes[l]
+    acts = np.empty(batch * total, dtype=params.dtype)
+    q_off = _forward_into(params, sizes, x, acts)
+    n_act = sizes[sizes.shape[0] - 1]
+    q = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
+    q_out[:, :] = q
+
+
+@kernel
+def _loss_and_grads(
+    params: np.ndarray,
+    target: np.ndarray,
+    sizes: np.ndarray,
+    obs: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    next_obs: np.ndarray,
+    masks: np.ndarray,
+    gamma: float,
+    huber_delta: float,
+    double_dqn: bool,
+    grads: np.ndarray,
+) -> float:
+    """Mean Huber TD loss of a batch and its gradient w.r.t. every parameter.
+
+    y_i = r_i + gamma * mask_i * Q_target(s'_i, a*_i), with
+    a*_i = argmax_a Q_target(s'_i, a), or argmax_a Q_online(s'_i, a) for
+    double DQN; y is a constant (no gradient flows into the target).
+    loss = mean_i Huber(Q(s_i, a_i) - y_i), Huber(d) = d^2 / 2 for |d| <= delta,
+    else delta * (|d| - delta / 2). Writes d loss / d params into ``grads``
+    (same layout as ``params``) and returns the loss. Works in any float dtype
+    (float32 in production, float64 for finite-difference tests).
+    """
+    batch = obs.shape[0]
+    n_layers = sizes.shape[0] - 1
+    n_act = sizes[n_layers]
+    total = 0
+    width = 0
+    for l in range(1, n_layers + 1):
+        total += sizes[l]
+        width = max(width, sizes[l])
+    acts = np.empty(batch * total, dtype=params.dtype)
+
+    # --- TD target -------------------------------------------------------
+    best = np.empty(batch, dtype=np.int64)
+    if double_dqn:
+        q_off = _forward_into(params, sizes, next_obs, acts)
+        q_next = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
+        for i in range(batch):
+            best[i] = _argmax(q_next[i])
+    q_off = _forward_into(target, sizes, next_obs, acts)
+    q_next = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
+    if not double_dqn:
+        for i in range(batch):
+            best[i] = _argmax(q_next[i])
+    y = np.empty(batch, dtype=np.float64)
+    for i in range(batch):
+        y[i] = rewards[i] + gamma * masks[i] * q_next[i, best[i]]
+
+    # --- online forward, keeping every layer's activation ------------------
+    q_off = _forward_into(params, sizes, obs, acts)
+    q = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
+
+    # --- Huber loss and its gradient w.r.t. Q(s_i, a_i) --------------------
+    # dHuber/dd = d for |d| <= delta, delta * sign(d) otherwise; mean -> / batch.
+    g = np.empty(batch, dtype=params.dtype)
+    loss = 0.0
+    inv_b = 1.0 / batch
+    for i in range(batch):
+        d = q[i, actions[i]] - y[i]
+        if abs(d) <= huber_delta:
+            loss += 0.5 * d * d
+            g[i] = d * inv_b
+        else:
+            loss += huber_delta * (abs(d) - 0.5 * huber_delta)
+            g[i] = (huber_delta if d > 0 else -huber_delta) * inv_b
+    loss *= inv_b
+
+    # --- backward ----------------------------------------------------------
+    # Offsets of each layer's parameters and of its activation in ``acts``.
+    p_offs = np.empty(n_layers, dtype=np.int64)
+    a_offs = np.empty(n_layers, dtype=np.int64)
+    p = 0
+    a = 0
+    for l in range(n_layers):
+        p_offs[l] = p
+        a_offs[l] = a
+        p += sizes[l] * sizes[l + 1] + sizes[l + 1]
+        a += batch * sizes[l + 1]
+
+    delta_a = np.empty(batch * width, dtype=params.dtype)
+    delta_b = np.empty(batch * width, dtype=params.dtype)
+
+    # Output layer: dQ is zero except dQ[i, a_i] = g_i, so
+    # dW_L[:, a_i] += h_i * g_i, db_L[a_i] += g_i, dh_i = g_i * W_L[:, a_i].
+    last = n_layers - 1
+    w_last, _ = _layer(params, sizes, p_offs[last], last)
+    gw, gb = _layer(grads, sizes, p_offs[last], last)
+    gw[:, :] = 0.0
+    gb[:] = 0.0
+    n_in = sizes[last]
+    if last == 0:
+        h_in = obs
+    else:
+        h_in = acts[a_offs[last - 1] : a_offs[last - 1] + batch * n_in].reshape((batch, n_in))
+    for i in range(batch):
+        ai = actions[i]
+        gi = g[i]
+        gb[ai] += gi
+        for k in range(n_in):
+            gw[k, ai] += h_in[i, k] * gi
+    if last == 0:
+        return loss
+    delta = delta_a[: batch * n_in].reshape((batch, n_in))
+    for i in range(batch):
+        ai = actions[i]
+        gi = g[i]
+        for k in range(n_in):
+            # dh through ReLU: zero where the activation was clipped at 0.
+            delta[i, k] = gi * w_last[k, ai] if h_in[i, k] > 0.0 else 0.0
+
+    # Hidden layers, from the top down: delta is dLoss/d(pre-activation).
+    for l in range(last - 1, -1, -1):
+        n_in = sizes[l]
+        n_out = sizes[l + 1]
+        w, _ = _layer(params, sizes, p_offs[l], l)
+        gw, gb = _layer(grads, sizes, p_offs[l], l)
+        if l == 0:
+            h_in = obs
+        else:
+            h_in = acts[a_offs[l - 1] : a_offs[l - 1] + batch * n_in].reshape((batch, n_in))
+        np.dot(h_in.T, delta, gw)  # dW_l = h_{l}^T delta
+        gb[:] = 0.0
+        for i in range(batch):
+            for j in range(n_out):
+                gb[j] += delta[i, j]
+        if l > 0:
+            spare = delta_b if (last - 1 - l) % 2 == 0 else delta_a
+            nxt = spare[: batch * n_in].reshape((batch, n_in))
+            np.dot(delta, w.T, nxt)  # dh_{l} = delta W_l^T
+            for i in range(batch):
+                for k in range(n_in):
+                    if h_in[i, k] <= 0.0:
+                        nxt[i, k] = 0.0
+            delta = nxt
+    return loss
+
+
+@kernel
+def _clip_grad_norm(grads: np.ndarray, max_norm: float) -> float:
+    """Scale ``grads`` so its global L2 norm is at most ``max_norm`` (torch rule).
+
+    coef = max_norm / (norm + 1e-6), applied when coef < 1. ``max_norm <= 0``
+    disables clipping. Returns the norm before clipping.
+    """
+    acc = np.float32(0.0)
+    for i in range(grads.shape[0]):
+        acc += grads[i] * grads[i]
+    norm = math.sqrt(acc)
+    if max_norm > 0.0:
+        coef = max_norm / (norm + 1e-6)
+        if coef < 1.0:
+            c = grads.dtype.type(coef)
+            for i in range(grads.shape[0]):
+                grads[i] *= c
+    return norm
+
+
+@kernel
+def _adam_step(
+    params: np.ndarray,
+    grads: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    adam_t: np.ndarray,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+) -> None:
+    """One bias-corrected Adam step, as ``torch.optim.Adam`` (no weight decay).
+
+    t += 1; m <- m + (1 - b1)(g - m); v <- b2 v + (1 - b2) g^2;
+    p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+    """
+    adam_t[0] += 1
+    t = adam_t[0]
+    step_size = lr / (1.0 - beta1**t)
+    bc2_sqrt = math.sqrt(1.0 - beta2**t)
+    dt = params.dtype.type
+    s = dt(step_size)
+    inv_bc2 = dt(1.0 / bc2_sqrt)
+    one_m_b1 = dt(1.0 - beta1)
+    b2 = dt(beta2)
+    one_m_b2 = dt(1.0 - beta2)
+    e = dt(eps)
+    for i in range(params.shape[0]):
+        gi = grads[i]
+        mi = m[i] + one_m_b1 * (gi - m[i])
+        vi = b2 * v[i] + one_m_b2 * gi * gi
+        m[i] = mi
+        v[i] = vi
+        params[i] -= s * mi / (math.sqrt(vi) * inv_bc2 + e)
+
+
+@kernel
+def _update(
+    params: np.ndarray,
+    target: np.ndarray,
+    sizes: np.ndarray,
+    grads: np.ndarray,
+    adam_m: np.ndarray,
+    adam_v: np.ndarray,
+    adam_t: np.ndarray,
+    obs: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    next_obs: np.ndarray,
+    masks: np.ndarray,
+    gamma: float,
+    learning_rate: float,
+    huber_delta: float,
+    double_dqn: bool,
+    max_grad_norm: float,
+) -> float:
+    """Loss + gradients, clipping, Adam: one full DQN gradient step."""
+    loss = _loss_and_grads(
+        params, target, sizes, obs, actions, rewards, next_obs, masks,
+        gamma, huber_delta, double_dqn, grads,
+    )  # fmt: skip
+    _clip_grad_norm(grads, max_grad_norm)
+    _adam_step(
+        params, grads, adam_m, adam_v, adam_t, learning_rate, ADAM_BETA1, ADAM_BETA2, ADAM_EPS
+    )
+    return loss
+
+
+@kernel
+def _polyak(dst: np.ndarray, src: np.ndarray, tau: float) -> None:
+    """dst <- tau * src + (1 - tau) * dst."""
+    t = dst.dtype.type(tau)
+    keep = dst.dtype.type(1.0 - tau)
+    for i in range(dst.shape[0]):
+        dst[i] = t * src[i] + keep * dst[i]
+
+
+@kernel
+def _check_batch(
+    actions: np.ndarray,
+    n_actions: int,
+    obs: np.ndarray,
+    rewards: np.ndarray,
+    next_obs: np.ndarray,
+    masks: np.ndarray,
+) -> int:
+    """0 if the batch is valid; else 1 + index of the first offending field."""
+    for i in range(actions.shape[0]):
+        if actions[i] < 0 or actions[i] >= n_actions:
+            return 1
+    for i in range(obs.shape[0]):
+        for j in range(obs.shape[1]):
+            if not np.isfinite(obs[i, j]) or not np.isfinite(next_obs[i, j]):
+                return 2
+        if not np.isfinite(rewards[i]) or not np.isfinite(masks[i]):
+            return 3
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# Python API
+# ---------------------------------------------------------------------------
+
+
+def _as_f32(x: Any) -> np.ndarray:
+    """``x`` as a C-contiguous float32 array (no copy when it already is one)."""
+    if type(x) is np.ndarray and x.dtype is _F32 and x.flags.c_contiguous:
+        return x
+    try:
+        return np.ascontiguousarray(x, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"expected an array of numbers convertible to float32, got {x!r}") from exc
+
+
+def _check_positive_float(name: str, value: Any) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a positive number, got {value!r}") from None
+    if not (v > 0.0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return v
+
+
+def _layer_sizes(layer_sizes: Sequence[int]) -> tuple[int, ...]:
+    try:
+        sizes = tuple(operator.index(s) for s in layer_sizes)
+    except TypeError:
+        raise ValueError(
+            f"layer_sizes must be a sequence of positive integers such as (4, 64, 64, 2), "
+            f"got {layer_sizes!r}"
+        ) from None
+    if len(sizes) < 2 or any(s <= 0 for s in sizes):
+        raise ValueError(
+            "layer_sizes must list at least an input and an output size, all positive "
+            f"(e.g. (4, 64, 64, 2) for 4 inputs, two hidden layers of 64, 2 actions), got {sizes}"
+        )
+    return sizes
+
+
+class QNetwork:
+    """An MLP Q-network ``obs -> hidden... -> Q-values`` with its Adam state.
+
+    Parameters
+    ----------
+    layer_sizes : sequence of int
+        ``(obs_size, hidden..., n_actions)``, e.g. ``(4, 64, 64, 2)``.
+    seed : int or Rng
+        Initialisation seed (or stream). Each layer's W and b are drawn
+        uniformly from ``±1/sqrt(fan_in)``, like ``torch.nn.Linear``.
+
+    Attributes
+    ----------
+    layer_sizes : tuple of int
+    weights : list of ndarray of float32, shape (in, out)
+        Live views into the parameter vector: writing into them changes the network.
+    biases : list of ndarray of float32, shape (out,)
+    """
+
+    def __init__(self, layer_sizes: Sequence[int], seed: int | Rng = 0) -> None:
+        self._init_storage(_layer_sizes(layer_sizes))
+        rng = seed if isinstance(seed, Rng) else Rng(seed)
+        for w, b in zip(self.weights, self.biases):
+            bound = 1.0 / math.sqrt(w.shape[0])
+            w[...] = (rng.random(w.size) * 2.0 - 1.0).reshape(w.shape) * bound
+            b[...] = (rng.random(b.size) * 2.0 - 1.0) * bound
+
+    def _init_storage(self, sizes: tuple[int, ...]) -> None:
+        self._sizes_tuple = sizes
+        self._sizes = np.array(sizes, dtype=np.int64)
+        n = sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1))
+        self._params = np.zeros(n, dtype=np.float32)
+        self._grads = np.zeros(n, dtype=np.float32)
+        self._adam_m = np.zeros(n, dtype=np.float32)
+        self._adam_v = np.zeros(n, dtype=np.float32)
+        self._adam_t = np.zeros(1, dtype=np.int64)
+        self.weights: list[np.ndarray] = []
+        self.biases: list[np.ndarray] = []
+        off = 0
+        for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+            self.weights.append(self._params[off : off + n_in * n_out].reshape(n_in, n_out))
+            off += n_in * n_out
+            self.biases.append(self._params[off : off + n_out])
+            off += n_out
+
+    # -- shape ---------------------------------------------------------------
+    @property
+    def layer_sizes(self) -> tuple[int, ...]:
+        """``(obs_size, hidden..., n_actions)``."""
+        return self._sizes_tuple
+
+    @property
+    def obs_size(self) -> int:
+        return self._sizes_tuple[0]
+
+    @property
+    def n_actions(self) -> int:
+        return self._sizes_tuple[-1]
+
+    @property
+    def num_params(self) -> int:
+        """Total number of weights and biases."""
+        return int(self._params.size)
+
+    @property
+    def adam_step(self) -> int:
+        """Number of Adam steps taken so far (the bias-correction ``t``)."""
+        return int(self._adam_t[0])
+
+    # -- inference -----------------------------------------------------------
+    def _obs(self, obs: Any, name: str = "obs") -> np.ndarray:
+        x = _as_f32(obs)
+        n_in = self._sizes_tuple[0]
+        if x.ndim == 1 and x.shape[0] == n_in:
+            return x
+        if x.ndim == 2 and x.shape[1] == n_in:
+            return x
+        raise ValueError(f"expected {name} of shape ({n_in},) or (batch, {n_in}), got {x.shape}")
+
+    def forward(self, obs: Any) -> np.ndarray:
+        """Q-values.
+
+        Parameters
+        ----------
+        obs : array_like of float32, shape (obs_size,) or (batch, obs_size)
+
+        Returns
+        -------
+        ndarray of float32, shape (n_actions,) or (batch, n_actions)
+        """
+        x = self._obs(obs)
+        if x.ndim == 1:
+            q = np.empty(self.n_actions, dtype=np.float32)
+            _forward_one(self._params, self._sizes, x, q)
+            return q
+        q = np.empty((x.shape[0], self.n_actions), dtype=np.float32)
+        if x.shape[0] > 0:
+            _forward_batch(self._params, self._sizes, x, q)
+        return q
+
+    __call__ = forward
+
+    def greedy_action(self, obs: Any) -> int:
+        """``argmax_a Q(obs, a)`` for one observation (first index on ties)."""
+        x = self._obs(obs)
+        if x.ndim != 1:
+            raise ValueError(f"expected one observation of shape ({self.obs_size},), got {x.shape}")
+        return int(_greedy_action(self._params, self._sizes, x))
+
+    def greedy_actions(self, obs: Any) -> np.ndarray:
+        """Greedy action of every row of ``obs`` (batch, obs_size) -> int64 (batch,)."""
+        x = self._obs(obs)
+        if x.ndim != 2:
+            raise ValueError(
+                f"expected a batch of observations of shape (batch, {self.obs_size}), got {x.shape}"
+            )
+        out = np.empty(x.shape[0], dtype=np.int64)
+        if x.shape[0] > 0:
+            _greedy_actions(self._params, self._sizes, x, out)
+        return out
+
+    # -- target network ------------------------------------------------------
+    def copy(self) -> QNetwork:
+        """An independent deep copy (parameters and Adam state)."""
+        other = QNetwork.__new__(QNetwork)
+        other._init_storage(self._sizes_tuple)
+        other._params[:] = self._params
+        other._adam_m[:] = self._adam_m
+        other._adam_v[:] = self._adam_v
+        other._adam_t[:] = self._adam_t
+        return other
+
+    def _check_same_shape(self, other: QNetwork) -> None:
+        if not isinstance(other, QNetwork):
+            raise ValueError(f"expected a QNetwork, got {type(other).__name__}")
+        if other._sizes_tuple != self._sizes_tuple:
+            raise ValueError(
+                f"network shapes differ: this one has layer_sizes {self._sizes_tuple}, "
+                f"the other {other._sizes_tuple}"
+            )
+
+    def copy_from(self, other: QNetwork) -> None:
+        """Hard sync: copy ``other``'s parameters into this network."""
+        self._check_same_shape(other)
+        self._params[:] = other._params
+
+    def soft_update_from(self, other: QNetwork, tau: float) -> None:
+        """Polyak averaging: ``theta <- tau * theta_other + (1 - tau) * theta``."""
+        self._check_same_shape(other)
+        t = float(tau)
+        if not 0.0 < t <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {tau!r}")
+        _polyak(self._params, other._params, t)
+
+    # -- training ------------------------------------------------------------
+    def update(
+        self,
+        obs: Any,
+        actions: Any,
+        rewards: Any,
+        next_obs: Any,
+        masks: Any,
+        target: QNetwork,
+        *,
+        gamma: float,
+        learning_rate: float,
+        huber_delta: float = 1.0,
+        double_dqn: bool = False,
+        max_grad_norm: float | None = None,
+    ) -> float:
+        """One DQN gradient step on a batch; returns the loss before the step.
+
+        Parameters
+        ----------
+        obs, next_obs : array_like of float32, shape (batch, obs_size)
+        actions : array_like of int, shape (batch,), each in [0, n_actions)
+        rewards : array_like of float32, shape (batch,)
+        masks : array_like of float32, shape (batch,)
+            Bootstrap masks: 0 where the episode terminated, else 1.
+        target : QNetwork
+            The target network (same layer sizes); read only.
+        gamma : float in [0, 1]
+        learning_rate : float > 0
+        huber_delta : float > 0
+            Huber loss threshold (``torch.nn.HuberLoss(delta=...)``).
+        double_dqn : bool
+            Pick a* with the online network, evaluate it with the target.
+        max_grad_norm : float > 0 or None
+            Clip the global gradient norm as ``torch.nn.utils.clip_grad_norm_``.
+
+        Returns
+        -------
+        float
+            Mean Huber loss of the batch before the step.
+
+        Raises
+        ------
+        ValueError
+            On shapes that disagree with the network or each other, actions out
+            of range, non-finite inputs, or out-of-range hyperparameters.
+        """
+        self._check_same_shape(target)
+        x = self._obs(obs, "obs")
+        nx = self._obs(next_obs, "next_obs")
+        if x.ndim != 2 or x.shape[0] == 0:
+            raise ValueError(
+                f"expected obs of shape (batch, {self.obs_size}) with batch >= 1, got {x.shape}"
+            )
+        batch = x.shape[0]
+        if nx.shape != x.shape:
+            raise ValueError(f"expected next_obs of shape {x.shape} (like obs), got {nx.shape}")
+        try:
+            a = np.ascontiguousarray(actions, dtype=np.int64)
+        except (TypeError, ValueError):
+            raise ValueError(f"actions must be integers, got {actions!r}") from None
+        r = _as_f32(rewards)
+        m = _as_f32(masks)
+        for name, arr in (("actions", a), ("rewards", r), ("masks", m)):
+            if arr.shape != (batch,):
+                raise ValueError(f"expected {name} of shape ({batch},), got {arr.shape}")
+        g = float(gamma)
+        if not 0.0 <= g <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        lr = _check_positive_float("learning_rate", learning_rate)
+        delta = _check_positive_float("huber_delta", huber_delta)
+        clip = (
+            -1.0 if max_grad_norm is None else _check_positive_float("max_grad_norm", max_grad_norm)
+        )
+        bad = _check_batch(a, self.n_actions, x, r, nx, m)
+        if bad == 1:
+            raise ValueError(
+                f"actions must be in [0, {self.n_actions}), got values from {a.min()} to {a.max()}"
+            )
+        if bad:
+            raise ValueError(
+                "the batch contains NaN or infinite values; the network was not changed"
+            )
+        return float(
+            _update(
+                self._params,
+                target._params,
+                self._sizes,
+                self._grads,
+                self._adam_m,
+                self._adam_v,
+                self._adam_t,
+                x,
+                a,
+                r,
+                nx,
+                m,
+                g,
+                lr,
+                delta,
+                bool(double_dqn),
+                clip,
+            )  # fmt: skip
+        )
+
+    # -- state ---------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of everything that defines the network and its optimiser.
+
+        Keys: ``layer_sizes`` (int64), ``w0, b0, w1, b1, ...`` (float32),
+        ``adam_m``, ``adam_v`` (float32, shape (num_params,)), ``adam_t`` (int64, (1,)).
+        """
+        state: dict[str, np.ndarray] = {"layer_sizes": self._sizes.copy()}
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            state[f"w{i}"] = w.copy()
+            state[f"b{i}"] = b.copy()
+        state["adam_m"] = self._adam_m.copy()
+        state["adam_v"] = self._adam_v.copy()
+        state["adam_t"] = self._adam_t.copy()
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore a :meth:`state_dict`; raises ValueError (nothing changed) on a mismatch."""
+        sizes = tuple(int(s) for s in np.asarray(state["layer_sizes"]).ravel())
+        if sizes != self._sizes_tuple:
+            raise ValueError(
+                f"layer_sizes mismatch: this network has {self._sizes_tuple}, the state has {sizes}"
+            )
+        expected: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            expected[f"w{i}"] = (w.shape, _F32)
+            expected[f"b{i}"] = (b.shape, _F32)
+        expected["adam_m"] = (self._adam_m.shape, _F32)
+        expected["adam_v"] = (self._adam_v.shape, _F32)
+        expected["adam_t"] = ((1,), np.dtype(np.int64))
+        arrays = {}
+        for key, (shape, dtype) in expected.items():
+            if key not in state:
+                raise ValueError(f"network state is missing {key!r}")
+            arr = np.asarray(state[key])
+            if arr.shape != shape:
+                raise ValueError(
+                    f"network state {key!r}: expected shape {shape}, found {arr.shape}"
+                )
+            if arr.dtype != dtype:
+                raise ValueError(
+                    f"network state {key!r}: expected dtype {dtype}, found {arr.dtype}"
+                )
+            arrays[key] = arr
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            w[...] = arrays[f"w{i}"]
+            b[...] = arrays[f"b{i}"]
+        self._adam_m[:] = arrays["adam_m"]
+        self._adam_v[:] = arrays["adam_v"]
+        self._adam_t[:] = arrays["adam_t"]
+
+    def __repr__(self) -> str:
+        return f"QNetwork(layer_sizes={self._sizes_tuple}, num_params={self.num_params})"

@@ -1,0 +1,117 @@
+"""Plain-NumPy reference implementations, written for clarity, not speed.
+
+The compiled kernels are tested against these (stumpy's ``tests/naive.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0.0)
+
+
+def forward(weights: list[np.ndarray], biases: list[np.ndarray], x: np.ndarray) -> np.ndarray:
+    """MLP forward: ReLU between layers, linear output."""
+    h = x
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        h = h @ w + b
+        if i < len(weights) - 1:
+            h = relu(h)
+    return h
+
+
+def huber(d: np.ndarray, delta: float) -> np.ndarray:
+    a = np.abs(d)
+    return np.where(a <= delta, 0.5 * d * d, delta * (a - 0.5 * delta))
+
+
+def td_targets(
+    weights, biases, t_weights, t_biases, rewards, next_obs, masks, gamma, double_dqn
+) -> np.ndarray:
+    q_next_target = forward(t_weights, t_biases, next_obs)
+    if double_dqn:
+        best = np.argmax(forward(weights, biases, next_obs), axis=1)
+    else:
+        best = np.argmax(q_next_target, axis=1)
+    return rewards + gamma * masks * q_next_target[np.arange(len(best)), best]
+
+
+def dqn_loss(
+    weights, biases, t_weights, t_biases, obs, actions, rewards, next_obs, masks,
+    gamma, huber_delta=1.0, double_dqn=False,
+) -> float:  # fmt: skip
+    """Mean Huber TD loss, the function the manual backprop differentiates."""
+    y = td_targets(
+        weights, biases, t_weights, t_biases, rewards, next_obs, masks, gamma, double_dqn
+    )
+    q = forward(weights, biases, obs)
+    d = q[np.arange(len(actions)), actions] - y
+    return float(np.mean(huber(d, huber_delta)))
+
+
+def unflatten(flat: np.ndarray, sizes) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Split a flat parameter vector (W0, b0, W1, b1, ...) into layer arrays."""
+    ws, bs, off = [], [], 0
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        ws.append(flat[off : off + n_in * n_out].reshape(n_in, n_out))
+        off += n_in * n_out
+        bs.append(flat[off : off + n_out])
+        off += n_out
+    return ws, bs
+
+
+def finite_difference_grad(fn, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """Central differences of scalar ``fn`` at float64 vector ``x``."""
+    g = np.zeros_like(x)
+    for i in range(x.size):
+        old = x[i]
+        x[i] = old + eps
+        up = fn(x)
+        x[i] = old - eps
+        down = fn(x)
+        x[i] = old
+        g[i] = (up - down) / (2 * eps)
+    return g
+
+
+def clip_grad_norm(g: np.ndarray, max_norm: float) -> np.ndarray:
+    """torch.nn.utils.clip_grad_norm_ on one flat gradient."""
+    norm = np.sqrt(np.sum(g.astype(np.float64) ** 2))
+    coef = max_norm / (norm + 1e-6)
+    return g * min(coef, 1.0)
+
+
+class Adam:
+    """torch.optim.Adam (no weight decay, no amsgrad), one flat parameter vector."""
+
+    def __init__(self, n: int, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.lr, self.b1, self.b2, self.eps = lr, betas[0], betas[1], eps
+        self.m = np.zeros(n)
+        self.v = np.zeros(n)
+        self.t = 0
+
+    def step(self, params: np.ndarray, grad: np.ndarray) -> np.ndarray:
+        self.t += 1
+        self.m = self.b1 * self.m + (1 - self.b1) * grad
+        self.v = self.b2 * self.v + (1 - self.b2) * grad * grad
+        m_hat = self.m / (1 - self.b1**self.t)
+        v_hat = self.v / (1 - self.b2**self.t)
+        return params - self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+class ReplayModel:
+    """A list-based model of the circular buffer's contents."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.items: list[tuple] = []
+        self.pos = 0
+
+    def push(self, item: tuple) -> None:
+        if len(self.items) < self.capacity:
+            self.items.append(item)
+        else:
+            self.items[self.pos] = item
+        self.pos = (self.pos + 1) % self.capacity

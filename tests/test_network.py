@@ -1,0 +1,456 @@
+"""QNetwork: forward, manual backprop, clipping, Adam, target sync, errors."""
+
+from __future__ import annotations
+
+import naive
+import numpy as np
+import pytest
+
+from ember_np import QNetwork, Rng
+from ember_np.dqn import network as nw
+
+
+def make_batch(sizes, batch=16, seed=0, dtype=np.float32, terminal_every=5):
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((batch, sizes[0])).astype(dtype)
+    next_obs = rng.standard_normal((batch, sizes[0])).astype(dtype)
+    actions = rng.integers(0, sizes[-1], batch).astype(np.int64)
+    rewards = (rng.standard_normal(batch) * 2).astype(dtype)
+    masks = np.ones(batch, dtype=dtype)
+    masks[::terminal_every] = 0.0
+    return obs, actions, rewards, next_obs, masks
+
+
+def flat64(net: QNetwork) -> np.ndarray:
+    return net._params.astype(np.float64)
+
+
+# -- construction and forward --------------------------------------------------
+
+
+def test_init_like_torch_linear_bounds_and_seed():
+    net = QNetwork((4, 64, 64, 2), seed=3)
+    for w, b in zip(net.weights, net.biases):
+        bound = 1.0 / np.sqrt(w.shape[0])
+        assert w.dtype == np.float32 and b.dtype == np.float32
+        assert np.abs(w).max() <= bound and np.abs(b).max() <= bound
+        # uniform over the whole interval, not a narrow band
+        assert np.abs(w).max() > 0.9 * bound
+        assert abs(float(w.mean())) < 0.1 * bound
+    same = QNetwork((4, 64, 64, 2), seed=3)
+    other = QNetwork((4, 64, 64, 2), seed=4)
+    assert np.array_equal(net._params, same._params)
+    assert not np.array_equal(net._params, other._params)
+
+
+def test_layer_sizes_and_shapes():
+    net = QNetwork([6, 32, 16, 3], seed=0)
+    assert net.layer_sizes == (6, 32, 16, 3)
+    assert [w.shape for w in net.weights] == [(6, 32), (32, 16), (16, 3)]
+    assert [b.shape for b in net.biases] == [(32,), (16,), (3,)]
+    assert net.num_params == 6 * 32 + 32 + 32 * 16 + 16 + 16 * 3 + 3
+
+
+@pytest.mark.parametrize("sizes", [(4, 2), (4, 64, 2), (4, 64, 64, 2), (5, 32, 16, 8, 3)])
+def test_forward_matches_numpy_reference(sizes):
+    net = QNetwork(sizes, seed=1)
+    x = np.random.default_rng(0).standard_normal((33, sizes[0])).astype(np.float32)
+    expected = naive.forward(
+        [w.astype(np.float64) for w in net.weights], [b.astype(np.float64) for b in net.biases], x
+    )
+    q = net.forward(x)
+    assert q.shape == (33, sizes[-1]) and q.dtype == np.float32
+    np.testing.assert_allclose(q, expected, rtol=1e-5, atol=1e-5)
+    one = net.forward(x[7])
+    assert one.shape == (sizes[-1],)
+    np.testing.assert_allclose(one, expected[7], rtol=1e-5, atol=1e-5)
+    assert net.greedy_action(x[7]) == int(np.argmax(expected[7]))
+    np.testing.assert_array_equal(net.greedy_actions(x), np.argmax(q, axis=1))
+
+
+def test_weights_are_live_views():
+    net = QNetwork((3, 8, 2), seed=0)
+    x = np.ones(3, dtype=np.float32)
+    before = net.forward(x)
+    net.biases[-1][0] += 5.0
+    after = net.forward(x)
+    assert after[0] == pytest.approx(before[0] + 5.0, abs=1e-5)
+    net.weights[0][...] = 0.0
+    net.biases[0][...] = 0.0
+    # hidden layer all zero -> output is the last bias
+    np.testing.assert_allclose(net.forward(x), net.biases[-1])
+
+
+def test_forward_accepts_lists_and_float64_without_new_specialization():
+    net = QNetwork((4, 8, 2), seed=0)
+    net.forward(np.zeros((2, 4), dtype=np.float32))
+    net.forward(np.zeros(4, dtype=np.float32))
+    n_batch = len(nw._forward_batch.signatures)
+    n_one = len(nw._forward_one.signatures)
+    q64 = net.forward(np.zeros((2, 4), dtype=np.float64))
+    q_list = net.forward([0.0, 0.0, 0.0, 0.0])
+    q_fortran = net.forward(np.asfortranarray(np.zeros((2, 4))))
+    assert q64.dtype == q_list.dtype == q_fortran.dtype == np.float32
+    assert len(nw._forward_batch.signatures) == n_batch
+    assert len(nw._forward_one.signatures) == n_one
+
+
+def test_forward_rejects_wrong_shape_with_expected_and_given():
+    net = QNetwork((4, 8, 2), seed=0)
+    with pytest.raises(
+        ValueError, match=r"expected obs of shape \(4,\) or \(batch, 4\), got \(3,\)"
+    ):
+        net.forward(np.zeros(3))
+    with pytest.raises(ValueError, match="convertible to float32"):
+        net.forward("not numbers")
+
+
+@pytest.mark.parametrize("bad", [(), (4,), (4, 0, 2), (4, -1), (4.5, 2), "ab"])
+def test_bad_layer_sizes(bad):
+    with pytest.raises(ValueError, match="layer_sizes"):
+        QNetwork(bad, seed=0)
+
+
+# -- gradients -----------------------------------------------------------------
+
+
+def kernel_loss_and_grads(net, target, batch, gamma, delta, double):
+    obs, actions, rewards, next_obs, masks = (np.ascontiguousarray(a) for a in batch)
+    params = flat64(net)
+    grads = np.zeros_like(params)
+    loss = nw._loss_and_grads(
+        params, flat64(target), net._sizes, obs, actions, rewards, next_obs, masks,
+        gamma, delta, double, grads,
+    )  # fmt: skip
+    return loss, grads
+
+
+def reference_loss_fn(net, target, batch, gamma, delta, double):
+    sizes = net.layer_sizes
+    tw, tb = naive.unflatten(flat64(target), sizes)
+    obs, actions, rewards, next_obs, masks = batch
+
+    def fn(flat):
+        w, b = naive.unflatten(flat, sizes)
+        return naive.dqn_loss(
+            w, b, tw, tb, obs, actions, rewards, next_obs, masks, gamma, delta, double
+        )
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    "sizes", [(3, 5, 2), (3, 6, 5, 3), (4, 6, 5, 4, 2)], ids=["1 hidden", "2 hidden", "3 hidden"]
+)
+@pytest.mark.parametrize("double", [False, True], ids=["dqn", "double"])
+def test_backprop_matches_finite_differences(sizes, double):
+    net = QNetwork(sizes, seed=11)
+    target = QNetwork(sizes, seed=12)
+    # delta 0.5 so that some residuals are on each side of the Huber kink
+    batch = make_batch(sizes, batch=12, seed=5, dtype=np.float64)
+    gamma, delta = 0.9, 0.5
+    loss, grads = kernel_loss_and_grads(net, target, batch, gamma, delta, double)
+    fn = reference_loss_fn(net, target, batch, gamma, delta, double)
+    assert loss == pytest.approx(fn(flat64(net)), rel=1e-12)
+    fd = naive.finite_difference_grad(fn, flat64(net))
+    np.testing.assert_allclose(grads, fd, rtol=1e-5, atol=1e-8)
+    assert np.abs(grads).max() > 1e-3  # the check is not vacuous
+
+
+def test_linear_network_gradient():
+    sizes = (3, 2)
+    net, target = QNetwork(sizes, seed=1), QNetwork(sizes, seed=2)
+    batch = make_batch(sizes, batch=8, seed=1, dtype=np.float64)
+    _, grads = kernel_loss_and_grads(net, target, batch, 0.99, 1.0, False)
+    fd = naive.finite_difference_grad(
+        reference_loss_fn(net, target, batch, 0.99, 1.0, False), flat64(net)
+    )
+    np.testing.assert_allclose(grads, fd, rtol=1e-5, atol=1e-8)
+
+
+def test_double_dqn_target_differs_from_plain():
+    sizes = (3, 6, 3)
+    net, target = QNetwork(sizes, seed=1), QNetwork(sizes, seed=2)
+    batch = make_batch(sizes, batch=32, seed=2, dtype=np.float64)
+    plain, _ = kernel_loss_and_grads(net, target, batch, 0.99, 1.0, False)
+    double, _ = kernel_loss_and_grads(net, target, batch, 0.99, 1.0, True)
+    assert plain != double
+
+
+@pytest.mark.parametrize("max_norm", [0.01, 1e6])
+def test_clipping_matches_torch_rule_on_finite_difference_gradient(max_norm):
+    sizes = (3, 6, 5, 2)
+    net, target = QNetwork(sizes, seed=3), QNetwork(sizes, seed=4)
+    batch = make_batch(sizes, batch=10, seed=3, dtype=np.float64)
+    _, grads = kernel_loss_and_grads(net, target, batch, 0.99, 1.0, True)
+    norm = nw._clip_grad_norm(grads, max_norm)
+    fd = naive.finite_difference_grad(
+        reference_loss_fn(net, target, batch, 0.99, 1.0, True), flat64(net)
+    )
+    assert norm == pytest.approx(np.linalg.norm(fd), rel=1e-6)
+    np.testing.assert_allclose(grads, naive.clip_grad_norm(fd, max_norm), rtol=1e-5, atol=1e-10)
+    if max_norm < norm:
+        assert np.linalg.norm(grads) == pytest.approx(max_norm, rel=1e-4)
+
+
+@pytest.mark.parametrize("residual", [0.3, -0.3, 4.0, -4.0])
+def test_huber_loss_both_sides_of_delta(residual):
+    """One sample, zero network: Q(s, a) = 0, so the residual is -y = -reward."""
+    sizes = (2, 2)
+    net, target = QNetwork(sizes, seed=0), QNetwork(sizes, seed=0)
+    for p in (net, target):
+        p._params[:] = 0.0
+    obs = np.ones((1, 2))
+    batch = (obs, np.array([1]), np.array([-residual]), obs.copy(), np.zeros(1))
+    delta = 1.0
+    loss, grads = kernel_loss_and_grads(net, target, batch, 0.99, delta, False)
+    expected = (
+        0.5 * residual**2 if abs(residual) <= delta else delta * (abs(residual) - 0.5 * delta)
+    )
+    assert loss == pytest.approx(expected)
+    d_q = residual if abs(residual) <= delta else np.sign(residual) * delta
+    w, b = naive.unflatten(grads, sizes)
+    assert b[0][1] == pytest.approx(d_q)  # dLoss/db for the taken action
+    np.testing.assert_allclose(w[0][:, 1], d_q * obs[0])
+    assert b[0][0] == 0.0 and not w[0][:, 0].any()
+
+
+# -- Adam and the full update --------------------------------------------------
+
+
+def test_adam_matches_reference_over_several_steps():
+    rng = np.random.default_rng(0)
+    n = 300
+    params = rng.standard_normal(n).astype(np.float32)
+    m = np.zeros(n, np.float32)
+    v = np.zeros(n, np.float32)
+    t = np.zeros(1, np.int64)
+    ref = naive.Adam(n, lr=1e-2)
+    ref_params = params.astype(np.float64)
+    for _ in range(25):
+        g = rng.standard_normal(n).astype(np.float32)
+        nw._adam_step(params, g, m, v, t, 1e-2, 0.9, 0.999, 1e-8)
+        ref_params = ref.step(ref_params, g.astype(np.float64))
+    assert t[0] == 25
+    np.testing.assert_allclose(params, ref_params, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(m, ref.m, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(v, ref.v, rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_update_equals_reference_step(double):
+    """float32 update == float64 reference (FD-checked grads, torch clip rule, Adam)."""
+    sizes = (4, 32, 32, 2)
+    net = QNetwork(sizes, seed=0)
+    target = QNetwork(sizes, seed=1)
+    batch = make_batch(sizes, batch=64, seed=9)
+    batch64 = tuple(a.astype(np.float64) if a.dtype.kind == "f" else a for a in batch)
+    loss_fn = reference_loss_fn(net, target, batch64, 0.99, 1.0, double)
+    ref_params = flat64(net)
+    ref_adam = naive.Adam(ref_params.size, lr=1e-3)
+    for step in range(3):
+        expected_loss = loss_fn(ref_params)
+        grads = np.zeros_like(ref_params)
+        nw._loss_and_grads(
+            ref_params, flat64(target), net._sizes, *batch64, 0.99, 1.0, double, grads
+        )
+        ref_params = ref_adam.step(ref_params, naive.clip_grad_norm(grads, 10.0))
+        loss = net.update(
+            *batch, target, gamma=0.99, learning_rate=1e-3, double_dqn=double, max_grad_norm=10.0
+        )
+        assert loss == pytest.approx(expected_loss, rel=1e-4), step
+    assert net.adam_step == 3
+    np.testing.assert_allclose(net._params, ref_params, rtol=1e-4, atol=1e-5)
+
+
+def test_update_is_deterministic_over_100_steps():
+    def run():
+        sizes = (4, 64, 64, 2)
+        net = QNetwork(sizes, seed=42)
+        target = net.copy()
+        rng = Rng(7)
+        from ember_np import CircularBuffer
+
+        buf = CircularBuffer(500, 4, 2)
+        data = np.random.default_rng(1)
+        for _ in range(500):
+            buf.push(data.standard_normal(4), int(data.integers(2)), float(data.standard_normal()),
+                     data.standard_normal(4), int(data.integers(3)))  # fmt: skip
+        losses = []
+        for i in range(100):
+            batch = buf.sample(64, rng)
+            losses.append(
+                net.update(*batch, target, gamma=0.99, learning_rate=1e-3, max_grad_norm=10)
+            )
+            if i % 10 == 0:
+                target.copy_from(net)
+        return net, losses
+
+    a, la = run()
+    b, lb = run()
+    assert la == lb
+    assert np.array_equal(a._params, b._params)
+    assert np.array_equal(a._adam_m, b._adam_m) and np.array_equal(a._adam_v, b._adam_v)
+    assert not np.array_equal(a._params, QNetwork((4, 64, 64, 2), seed=42)._params)
+
+
+def test_update_reduces_loss_on_a_fixed_batch():
+    sizes = (4, 32, 2)
+    net = QNetwork(sizes, seed=0)
+    target = net.copy()
+    batch = make_batch(sizes, batch=32, seed=0)
+    first = net.update(*batch, target, gamma=0.0, learning_rate=1e-2)
+    for _ in range(200):
+        last = net.update(*batch, target, gamma=0.0, learning_rate=1e-2)
+    assert last < 0.2 * first
+
+
+def test_update_float64_inputs_do_not_compile_a_second_version():
+    sizes = (4, 8, 2)
+    net = QNetwork(sizes, seed=0)
+    target = net.copy()
+    net.update(*make_batch(sizes), target, gamma=0.9, learning_rate=1e-3)
+    n = len(nw._update.signatures)
+    obs, actions, rewards, next_obs, masks = make_batch(sizes, dtype=np.float64)
+    net.update(obs, actions.astype(np.int32), rewards, next_obs, masks.tolist(), target,
+               gamma=0.9, learning_rate=1e-3, double_dqn=1, max_grad_norm=5)  # fmt: skip
+    assert len(nw._update.signatures) == n
+
+
+def test_update_errors_say_what_was_expected():
+    sizes = (4, 8, 2)
+    net = QNetwork(sizes, seed=0)
+    target = net.copy()
+    obs, actions, rewards, next_obs, masks = make_batch(sizes, batch=8)
+    before = net._params.copy()
+    kw = dict(gamma=0.9, learning_rate=1e-3)
+    with pytest.raises(ValueError, match=r"actions must be in \[0, 2\)"):
+        net.update(obs, np.full(8, 2), rewards, next_obs, masks, target, **kw)
+    with pytest.raises(ValueError, match=r"expected rewards of shape \(8,\), got \(7,\)"):
+        net.update(obs, actions, rewards[:7], next_obs, masks, target, **kw)
+    with pytest.raises(ValueError, match=r"expected next_obs of shape \(8, 4\)"):
+        net.update(obs, actions, rewards, next_obs[:4], masks, target, **kw)
+    with pytest.raises(
+        ValueError, match=r"expected obs of shape \(4,\) or \(batch, 4\), got \(8, 3\)"
+    ):
+        net.update(obs[:, :3], actions, rewards, next_obs, masks, target, **kw)
+    bad = rewards.copy()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        net.update(obs, actions, bad, next_obs, masks, target, **kw)
+    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\], got 1.5"):
+        net.update(obs, actions, rewards, next_obs, masks, target, gamma=1.5, learning_rate=1e-3)
+    with pytest.raises(ValueError, match="learning_rate must be a positive"):
+        net.update(obs, actions, rewards, next_obs, masks, target, gamma=0.9, learning_rate=0)
+    with pytest.raises(ValueError, match="max_grad_norm"):
+        net.update(obs, actions, rewards, next_obs, masks, target, max_grad_norm=-1, **kw)
+    with pytest.raises(ValueError, match=r"layer_sizes \(4, 8, 2\), the other \(4, 9, 2\)"):
+        net.update(obs, actions, rewards, next_obs, masks, QNetwork((4, 9, 2)), **kw)
+    assert np.array_equal(net._params, before)
+    assert net.adam_step == 0
+
+
+# -- target network --------------------------------------------------------------
+
+
+def test_copy_is_independent_and_copy_from_syncs():
+    net = QNetwork((4, 16, 2), seed=0)
+    target = net.copy()
+    assert np.array_equal(target._params, net._params)
+    net.update(*make_batch((4, 16, 2)), target, gamma=0.9, learning_rate=1e-2)
+    assert not np.array_equal(target._params, net._params)
+    target.copy_from(net)
+    assert np.array_equal(target._params, net._params)
+    target.weights[0][0, 0] += 1
+    assert target.weights[0][0, 0] != net.weights[0][0, 0]
+
+
+def test_soft_update_is_polyak_average():
+    a = QNetwork((4, 16, 2), seed=0)
+    b = QNetwork((4, 16, 2), seed=1)
+    expected = 0.1 * b._params.astype(np.float64) + 0.9 * a._params
+    a.soft_update_from(b, 0.1)
+    np.testing.assert_allclose(a._params, expected, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match=r"tau must be in \(0, 1\]"):
+        a.soft_update_from(b, 0.0)
+
+
+def test_state_dict_round_trip_includes_adam():
+    sizes = (4, 16, 2)
+    net = QNetwork(sizes, seed=0)
+    target = net.copy()
+    for _ in range(3):
+        net.update(*make_batch(sizes), target, gamma=0.9, learning_rate=1e-2)
+    state = net.state_dict()
+    assert set(state) == {"layer_sizes", "w0", "b0", "w1", "b1", "adam_m", "adam_v", "adam_t"}
+    fresh = QNetwork(sizes, seed=99)
+    fresh.load_state_dict(state)
+    assert np.array_equal(fresh._params, net._params)
+    assert np.array_equal(fresh._adam_m, net._adam_m) and fresh.adam_step == 3
+    # both continue identically
+    batch = make_batch(sizes, seed=5)
+    assert net.update(*batch, target, gamma=0.9, learning_rate=1e-2) == fresh.update(
+        *batch, target, gamma=0.9, learning_rate=1e-2
+    )
+    assert np.array_equal(fresh._params, net._params)
+    with pytest.raises(
+        ValueError,
+        match=r"layer_sizes mismatch: this network has \(4, 8, 2\), the state has \(4, 16, 2\)",
+    ):
+        QNetwork((4, 8, 2)).load_state_dict(state)
+    state["w1"] = state["w1"][:, :1]
+    with pytest.raises(ValueError, match=r"'w1': expected shape \(16, 2\), found \(16, 1\)"):
+        fresh.load_state_dict(state)
+
+
+# -- torch, when installed ------------------------------------------------------
+
+
+def test_matches_torch_over_a_few_updates():
+    torch = pytest.importorskip("torch")
+    sizes = (4, 32, 32, 2)
+    net = QNetwork(sizes, seed=0)
+    target = QNetwork(sizes, seed=1)
+
+    def to_torch(q):
+        layers = []
+        for i, (w, b) in enumerate(zip(q.weights, q.biases)):
+            lin = torch.nn.Linear(w.shape[0], w.shape[1])
+            with torch.no_grad():
+                lin.weight.copy_(torch.from_numpy(w.T.copy()))
+                lin.bias.copy_(torch.from_numpy(b.copy()))
+            layers.append(lin)
+            if i < len(q.weights) - 1:
+                layers.append(torch.nn.ReLU())
+        return torch.nn.Sequential(*layers)
+
+    t_net, t_target = to_torch(net), to_torch(target)
+    opt = torch.optim.Adam(t_net.parameters(), lr=1e-3)
+    for step in range(5):
+        obs, actions, rewards, next_obs, masks = make_batch(sizes, batch=64, seed=step)
+        with torch.no_grad():
+            q_next = t_target(torch.from_numpy(next_obs)).max(dim=1).values
+            y = torch.from_numpy(rewards) + 0.99 * torch.from_numpy(masks) * q_next
+        q = t_net(torch.from_numpy(obs)).gather(1, torch.from_numpy(actions)[:, None]).squeeze(1)
+        t_loss = torch.nn.functional.smooth_l1_loss(q, y)
+        opt.zero_grad()
+        t_loss.backward()
+        torch.nn.utils.clip_grad_norm_(t_net.parameters(), 0.5)
+        opt.step()
+        loss = net.update(
+            obs,
+            actions,
+            rewards,
+            next_obs,
+            masks,
+            target,
+            gamma=0.99,
+            learning_rate=1e-3,
+            max_grad_norm=0.5,
+        )
+        assert loss == pytest.approx(t_loss.item(), rel=1e-4)
+    for i, lin in enumerate(m for m in t_net if isinstance(m, torch.nn.Linear)):
+        np.testing.assert_allclose(
+            net.weights[i], lin.weight.detach().numpy().T, rtol=1e-4, atol=1e-5
+        )
+        np.testing.assert_allclose(net.biases[i], lin.bias.detach().numpy(), rtol=1e-4, atol=1e-5)
