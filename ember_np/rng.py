@@ -88,7 +88,7 @@ def next_below(state: np.ndarray, n: int) -> int:
         threshold = (_ZERO - bound) % bound
         while lo < threshold:
             hi, lo = mul_hi_lo(next_u64(state), bound)
-    return int(hi)
+    return np.int64(hi)
 
 
 @kernel

@@ -1,0 +1,58 @@
+"""End-to-end training speed, the trainer's own cost, and policy latency.
+
+Run with ``pytest bench -k training``. Each benchmark first trains past the
+replay warm-up (compiling everything), then times further ``train`` calls.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from envs import NullEnv
+from settings import CONFIGS
+
+from ember_np import DqnAgent, DqnTrainer
+
+
+def _steps_per_second(benchmark, trainer: DqnTrainer, n: int, rounds: int) -> None:
+    benchmark.pedantic(trainer.train, args=(n,), rounds=rounds, iterations=1, warmup_rounds=1)
+    benchmark.extra_info["env_steps_per_round"] = n
+    benchmark.extra_info["steps_per_s_median"] = n / benchmark.stats.stats.median
+
+
+@pytest.mark.parametrize("setting, n, rounds", [("S1", 5_000, 5), ("S2", 5_120, 3)])
+def test_train_cartpole(benchmark, setting, n, rounds):
+    """Env steps/s of DqnTrainer.train on gymnasium's CartPole-v1, after warm-up."""
+    config = CONFIGS[setting]
+    env = gym.make("CartPole-v1")
+    trainer = DqnTrainer(env, DqnAgent.for_env(env, config, seed=0), seed=0)
+    trainer.train(config.learning_starts)
+    _steps_per_second(benchmark, trainer, n, rounds)
+
+
+def test_trainer_overhead(benchmark):
+    """Per-step cost of everything but env.step and the update.
+
+    A do-nothing env (``NullEnv``, ~0.1 us a step) and a config that never
+    trains (min_replay_size above the step count) with epsilon 0, so every
+    step takes the greedy path: encode, forward, act, Experience, push,
+    counters, StepMetrics, episode bookkeeping.
+    """
+    config = CONFIGS["S1"].replace(
+        buffer_capacity=1_000_000, min_replay_size=1_000_000, epsilon_start=0.0, epsilon_end=0.0
+    )
+    env = NullEnv()
+    trainer = DqnTrainer(env, DqnAgent.for_env(env, config, seed=0), seed=0)
+    n = 20_000
+    benchmark.pedantic(trainer.train, args=(n,), rounds=5, iterations=1, warmup_rounds=1)
+    benchmark.extra_info["us_per_step_median"] = benchmark.stats.stats.median / n * 1e6
+
+
+def test_policy_act(benchmark):
+    """DqnPolicy.act on one CartPole observation (S1 network)."""
+    env = gym.make("CartPole-v1")
+    policy = DqnAgent.for_env(env, CONFIGS["S1"], seed=0).into_policy()
+    obs = np.array([0.01, -0.02, 0.03, 0.04], dtype=np.float32)
+    policy.act(obs)
+    benchmark(policy.act, obs)

@@ -1,0 +1,195 @@
+"""DqnConfig: every DQN hyperparameter, validated, with ember-rl's defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DqnConfig"]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class DqnConfig:
+    """Hyperparameters of a DQN agent (ember-rl's ``DqnConfig`` plus SB3's extras).
+
+    Every field is validated on construction; an invalid value raises a
+    ``ValueError`` naming the field, the value and the valid range.
+    """
+
+    gamma: float = 0.99
+    """Discount factor, in [0, 1]. Typical 0.95-0.999. Default 0.99."""
+
+    learning_rate: float = 1e-4
+    """Adam step size, > 0. Typical 1e-4 to 3e-3. Default 1e-4."""
+
+    batch_size: int = 32
+    """Transitions per gradient step, >= 1. Typical 32-256. Default 32."""
+
+    buffer_capacity: int = 100_000
+    """Replay buffer size, >= min_replay_size. Typical 1e4-1e6. Default 100,000."""
+
+    min_replay_size: int = 10_000
+    """Transitions stored before learning starts, >= batch_size. Default 10,000."""
+
+    target_update_freq: int = 1_000
+    """Env steps between target-network syncs, >= 1. Typical 10-10,000. Default 1,000."""
+
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    """Widths of the hidden layers, each >= 1 (may be empty). Default (128, 128)."""
+
+    epsilon_start: float = 1.0
+    """Exploration rate at step 0, in [0, 1]. Default 1.0."""
+
+    epsilon_end: float = 0.05
+    """Exploration rate after the decay, in [0, 1]. Typical 0.01-0.1. Default 0.05."""
+
+    epsilon_decay_steps: int = 50_000
+    """Env steps of linear decay from epsilon_start to epsilon_end, >= 0. Default 50,000."""
+
+    train_freq: int = 1
+    """Train every this many env steps, >= 1. Default 1 (SB3 ``train_freq``)."""
+
+    gradient_steps: int = 1
+    """Gradient steps per training, >= 1, or -1 for one per env step since the last
+    training (i.e. train_freq steps; SB3's ``gradient_steps=-1``). Default 1."""
+
+    double_dqn: bool = False
+    """Pick the bootstrap action with the online network (Double DQN). Default False."""
+
+    tau: float = 1.0
+    """Target sync coefficient in (0, 1]: 1.0 copies, < 1 is Polyak averaging. Default 1.0."""
+
+    max_grad_norm: float | None = None
+    """Clip the global gradient norm to this (> 0), or None for no clipping.
+    SB3 uses 10. Default None (ember-rl does not clip)."""
+
+    huber_delta: float = 1.0
+    """Huber loss threshold, > 0 (``torch.nn.HuberLoss(delta)``). Default 1.0."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden_sizes", self._hidden(self.hidden_sizes))
+        self._validate()
+
+    @staticmethod
+    def _hidden(value: Any) -> tuple[int, ...]:
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise ValueError(
+                "hidden_sizes must be a sequence of positive integers, e.g. (64, 64), "
+                f"got {value!r}"
+            )
+        sizes = tuple(value)
+        if not all(_is_int(s) and s >= 1 for s in sizes):
+            raise ValueError(
+                "hidden_sizes must be a sequence of positive integers, e.g. (64, 64), "
+                f"got {value!r}"
+            )
+        return tuple(int(s) for s in sizes)
+
+    def _validate(self) -> None:
+        def fail(name: str, rule: str) -> None:
+            raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
+
+        for name in ("gamma", "epsilon_start", "epsilon_end"):
+            v = getattr(self, name)
+            if not _is_real(v) or not 0.0 <= v <= 1.0:
+                fail(name, "a number in [0, 1]")
+        for name in ("learning_rate", "huber_delta"):
+            v = getattr(self, name)
+            if not _is_real(v) or not (v > 0 and math.isfinite(v)):
+                fail(name, "a positive finite number")
+        for name in (
+            "batch_size",
+            "buffer_capacity",
+            "min_replay_size",
+            "target_update_freq",
+            "train_freq",
+        ):
+            v = getattr(self, name)
+            if not _is_int(v) or v < 1:
+                fail(name, "a positive integer")
+        if not _is_int(self.epsilon_decay_steps) or self.epsilon_decay_steps < 0:
+            fail("epsilon_decay_steps", "an integer >= 0")
+        if not _is_int(self.gradient_steps) or not (
+            self.gradient_steps >= 1 or self.gradient_steps == -1
+        ):
+            fail("gradient_steps", "a positive integer or -1 (one per env step)")
+        if not isinstance(self.double_dqn, bool):
+            fail("double_dqn", "True or False")
+        if not _is_real(self.tau) or not 0.0 < self.tau <= 1.0:
+            fail("tau", "a number in (0, 1]")
+        if self.max_grad_norm is not None and (
+            not _is_real(self.max_grad_norm)
+            or not (self.max_grad_norm > 0 and math.isfinite(self.max_grad_norm))
+        ):
+            fail("max_grad_norm", "a positive finite number or None")
+        if self.min_replay_size < self.batch_size:
+            raise ValueError(
+                f"min_replay_size must be >= batch_size "
+                f"(got {self.min_replay_size} < {self.batch_size})"
+            )
+        if self.buffer_capacity < self.min_replay_size:
+            raise ValueError(
+                f"buffer_capacity must be >= min_replay_size, or learning never starts "
+                f"(got {self.buffer_capacity} < {self.min_replay_size})"
+            )
+
+    # -- schedule -----------------------------------------------------------
+    def epsilon_at(self, step: int) -> float:
+        """Exploration rate after ``step`` env steps: linear decay, then flat.
+
+        eps(t) = start + (end - start) * min(t / decay_steps, 1).
+        """
+        if step >= self.epsilon_decay_steps:
+            return float(self.epsilon_end)
+        frac = step / self.epsilon_decay_steps
+        return float(self.epsilon_start + (self.epsilon_end - self.epsilon_start) * frac)
+
+    @property
+    def learning_starts(self) -> int:
+        """Stored transitions needed before the first update: max(batch, min_replay)."""
+        return max(self.batch_size, self.min_replay_size)
+
+    @property
+    def gradient_steps_per_train(self) -> int:
+        """Gradient steps each time training happens (resolves -1 to train_freq)."""
+        return self.train_freq if self.gradient_steps == -1 else self.gradient_steps
+
+    # -- serialisation ------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict of every field (hidden_sizes as a list)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = list(v) if f.name == "hidden_sizes" else v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DqnConfig:
+        """Inverse of :meth:`to_dict`; unknown keys raise ValueError naming them."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a DqnConfig dict is expected, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown DqnConfig field(s) {unknown}; valid fields are {sorted(known)}"
+            )
+        kwargs = dict(data)
+        if "hidden_sizes" in kwargs and isinstance(kwargs["hidden_sizes"], list):
+            kwargs["hidden_sizes"] = tuple(kwargs["hidden_sizes"])
+        return cls(**kwargs)
+
+    def replace(self, **changes: Any) -> DqnConfig:
+        """A copy with some fields changed (validated)."""
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,222 @@
+"""Observation encoders and action mappers: how env values become network I/O.
+
+An :class:`ObservationEncoder` turns an environment observation into the
+float32 vector the Q-network reads; a :class:`DiscreteActionMapper` turns the
+network's action index into the environment's action and back. The defaults,
+:class:`VecEncoder` and :class:`IndexActionMapper`, cover gymnasium's ``Box``
+observation spaces (any shape, flattened) and ``Discrete`` action spaces
+(including a nonzero ``start``). Custom ones plug into ``DqnAgent``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "DiscreteActionMapper",
+    "IndexActionMapper",
+    "ObservationEncoder",
+    "VecEncoder",
+    "describe",
+    "encoder_from_description",
+    "mapper_from_description",
+]
+
+_F32 = np.dtype(np.float32)
+
+
+@runtime_checkable
+class ObservationEncoder(Protocol):
+    """Encodes environment observations as float32 vectors of length ``obs_size``."""
+
+    @property
+    def obs_size(self) -> int: ...
+
+    def encode(self, obs: Any) -> np.ndarray:
+        """One observation -> ndarray of float32, shape (obs_size,), C-contiguous."""
+        ...
+
+    def encode_batch(self, obs_batch: Any) -> np.ndarray:
+        """A batch of observations -> ndarray of float32, shape (batch, obs_size)."""
+        ...
+
+
+@runtime_checkable
+class DiscreteActionMapper(Protocol):
+    """Maps environment actions to indices in ``[0, num_actions)`` and back."""
+
+    @property
+    def num_actions(self) -> int: ...
+
+    def action_to_index(self, action: Any) -> int: ...
+
+    def index_to_action(self, index: int) -> Any: ...
+
+
+def _space_name(space: Any) -> str:
+    return f"{type(space).__name__} {space!r}" if space is not None else "None"
+
+
+class VecEncoder:
+    """Flattens observations of a fixed shape into float32 vectors.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        The observation shape (CartPole: ``4`` or ``(4,)``; an image ``(84, 84)``).
+    """
+
+    def __init__(self, shape: int | tuple[int, ...]) -> None:
+        shp = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        try:
+            shp = tuple(operator.index(s) for s in shp)
+        except TypeError:
+            raise ValueError(f"shape must be integers, got {shape!r}") from None
+        if not shp or any(s < 1 for s in shp):
+            raise ValueError(f"shape must be one or more positive integers, got {shape!r}")
+        self.shape = shp
+        self._obs_size = math.prod(shp)
+        self._flat = (self._obs_size,)
+
+    @classmethod
+    def for_space(cls, space: Any) -> VecEncoder:
+        """The encoder for a gymnasium ``Box`` space; any other space -> ValueError."""
+        from gymnasium import spaces
+
+        if not isinstance(space, spaces.Box):
+            raise ValueError(
+                "DQN needs a Box observation space (a fixed-shape array of numbers), "
+                f"got {_space_name(space)}; wrap the env (e.g. gymnasium.wrappers."
+                "FlattenObservation) or pass a custom ObservationEncoder"
+            )
+        return cls(space.shape)
+
+    @property
+    def obs_size(self) -> int:
+        return self._obs_size
+
+    def encode(self, obs: Any) -> np.ndarray:
+        try:
+            arr = np.ascontiguousarray(obs, dtype=_F32)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"expected an observation of shape {self.shape} (numbers), got {obs!r}"
+            ) from None
+        if arr.shape == self._flat:
+            return arr
+        if arr.shape != self.shape:
+            raise ValueError(f"expected an observation of shape {self.shape}, got {arr.shape}")
+        return arr.reshape(self._flat)
+
+    def encode_batch(self, obs_batch: Any) -> np.ndarray:
+        try:
+            arr = np.ascontiguousarray(obs_batch, dtype=_F32)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"expected a batch of observations of shape (batch, *{self.shape}), "
+                f"got {obs_batch!r}"
+            ) from None
+        if arr.shape[1:] == self._flat or arr.shape[1:] == self.shape:
+            return arr.reshape(arr.shape[0], self._obs_size)
+        raise ValueError(
+            f"expected a batch of observations of shape (batch, *{self.shape}), got {arr.shape}"
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-safe description, stored in checkpoints."""
+        return {"type": "VecEncoder", "shape": list(self.shape)}
+
+    def __repr__(self) -> str:
+        return f"VecEncoder(shape={self.shape})"
+
+
+class IndexActionMapper:
+    """Actions ``start, start + 1, ..., start + num_actions - 1`` <-> indices 0..n-1.
+
+    Parameters
+    ----------
+    num_actions : int >= 1
+    start : int
+        The first action (gymnasium's ``Discrete(n, start=...)``). Default 0.
+    """
+
+    def __init__(self, num_actions: int, start: int = 0) -> None:
+        try:
+            n = operator.index(num_actions)
+            s = operator.index(start)
+        except TypeError:
+            raise ValueError(
+                f"num_actions and start must be integers, got {num_actions!r} and {start!r}"
+            ) from None
+        if n < 1:
+            raise ValueError(f"num_actions must be >= 1, got {n}")
+        self._n = n
+        self.start = s
+
+    @classmethod
+    def for_space(cls, space: Any) -> IndexActionMapper:
+        """The mapper for a gymnasium ``Discrete`` space; any other space -> ValueError."""
+        from gymnasium import spaces
+
+        if not isinstance(space, spaces.Discrete):
+            raise ValueError(
+                "DQN needs a Discrete action space (a finite set of actions), "
+                f"got {_space_name(space)}; for continuous actions use an algorithm such "
+                "as SAC, or pass a custom DiscreteActionMapper"
+            )
+        return cls(int(space.n), int(space.start))
+
+    @property
+    def num_actions(self) -> int:
+        return self._n
+
+    def action_to_index(self, action: Any) -> int:
+        try:
+            i = operator.index(action) - self.start
+        except TypeError:
+            raise ValueError(f"an action must be an integer, got {action!r}") from None
+        if not 0 <= i < self._n:
+            raise ValueError(
+                f"action must be in [{self.start}, {self.start + self._n}), got {action!r}"
+            )
+        return i
+
+    def index_to_action(self, index: int) -> int:
+        return self.start + index
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-safe description, stored in checkpoints."""
+        return {"type": "IndexActionMapper", "num_actions": self._n, "start": self.start}
+
+    def __repr__(self) -> str:
+        return f"IndexActionMapper(num_actions={self._n}, start={self.start})"
+
+
+def describe(obj: Any) -> dict[str, Any]:
+    """``obj.describe()`` when it has one, else its class name (rebuilt by the user)."""
+    if hasattr(obj, "describe"):
+        return dict(obj.describe())
+    cls = type(obj)
+    return {"type": f"{cls.__module__}.{cls.__qualname__}"}
+
+
+def encoder_from_description(desc: dict[str, Any]) -> VecEncoder:
+    """Rebuild a built-in encoder from :func:`describe`'s output."""
+    if desc.get("type") == "VecEncoder":
+        return VecEncoder(tuple(desc["shape"]))
+    raise ValueError(
+        f"cannot rebuild observation encoder {desc.get('type')!r}: pass encoder=... explicitly"
+    )
+
+
+def mapper_from_description(desc: dict[str, Any]) -> IndexActionMapper:
+    """Rebuild a built-in action mapper from :func:`describe`'s output."""
+    if desc.get("type") == "IndexActionMapper":
+        return IndexActionMapper(int(desc["num_actions"]), int(desc.get("start", 0)))
+    raise ValueError(
+        f"cannot rebuild action mapper {desc.get('type')!r}: pass action_mapper=... explicitly"
+    )

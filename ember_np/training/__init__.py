@@ -1,0 +1,1 @@
+"""Training drivers: DqnTrainer and TrainingRun."""

@@ -1,0 +1,299 @@
+"""DqnTrainer: drives an environment and a DqnAgent (ember-rl's ``training/runner.rs``).
+
+Two ways to use it, as in the original:
+
+* iterator style: ``for m in trainer.steps(): ...`` yields a :class:`StepMetrics`
+  after every env step (the iterator is endless; stop with ``itertools.islice``
+  or ``break``);
+* imperative style: ``trainer.train(n_steps)`` then ``trainer.eval(n_episodes)``.
+
+Both do the same bookkeeping: episode statistics, ``train_episodes.jsonl``,
+numbered checkpoints every ``checkpoint_freq`` steps with rotation,
+``latest.npz`` and ``metadata.json``.
+
+Two defects of the original are fixed here: the first ``reset`` uses the
+trainer's seed (the original hard-coded 0), and evaluation runs on a separate
+environment, so the training episode in progress continues exactly where it
+stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from ember_np.dqn.agent import DqnAgent
+from ember_np.stats import EpisodeRecord, EvalReport, StatsTracker
+from ember_np.training.run import TrainingRun
+from ember_np.types import EpisodeStatus, Experience
+
+__all__ = ["DqnTrainer", "StepMetrics"]
+
+_TERMINATED = EpisodeStatus.TERMINATED
+_TRUNCATED = EpisodeStatus.TRUNCATED
+_CONTINUING = EpisodeStatus.CONTINUING
+
+
+class StepMetrics(NamedTuple):
+    """What happened in one environment step (yielded by :meth:`DqnTrainer.steps`)."""
+
+    total_steps: int
+    """Total environment steps taken so far (this one included)."""
+    episode: int
+    """Index of the episode this step belongs to (from 0)."""
+    episode_step: int
+    """Steps taken in this episode so far (this one included, from 1)."""
+    reward: float
+    """Reward received this step."""
+    episode_reward: float
+    """Cumulative reward of the episode so far."""
+    epsilon: float
+    """Exploration rate used to pick this step's action."""
+    did_update: bool
+    """Whether gradient steps were taken after this step."""
+    episode_done: bool
+    """Whether this step ended the episode."""
+    episode_status: EpisodeStatus
+    """How the step left the episode (CONTINUING unless episode_done)."""
+
+
+def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}") from None
+    if v < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {v}")
+    return v
+
+
+class DqnTrainer:
+    """Runs DQN training and evaluation of ``agent`` on ``env``.
+
+    Parameters
+    ----------
+    env : gymnasium.Env
+        The training environment (``reset(seed=...)``, ``step(action)``).
+    agent : DqnAgent
+    seed : int
+        Seeds the first ``env.reset`` (and the eval env's first reset, with seed + 1).
+    run : TrainingRun, optional
+        Where checkpoints, logs and metadata go. A resumed run continues its
+        episode numbering and best eval reward.
+    checkpoint_freq : int
+        Env steps between numbered checkpoints (with a run). Default 10,000.
+    keep_checkpoints : int
+        Numbered checkpoints kept on disk; older ones are pruned. Default 5.
+    stats : StatsTracker, optional
+        Training-episode statistics; default episode_reward and episode_length means.
+    eval_env : gymnasium.Env, optional
+        Environment for :meth:`eval`; by default a fresh one made from ``env.spec``.
+    save_buffer : bool
+        Include the replay buffer in ``latest.npz`` so a resumed run continues
+        exactly. Default True.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        agent: DqnAgent,
+        seed: int = 0,
+        run: TrainingRun | None = None,
+        checkpoint_freq: int = 10_000,
+        keep_checkpoints: int = 5,
+        stats: StatsTracker | None = None,
+        eval_env: Any = None,
+        save_buffer: bool = True,
+    ) -> None:
+        if not isinstance(agent, DqnAgent):
+            raise ValueError(f"agent must be a DqnAgent, got {type(agent).__name__}")
+        for method in ("reset", "step"):
+            if not callable(getattr(env, method, None)):
+                raise ValueError(
+                    f"env must follow gymnasium's Env API (reset and step), got {env!r}"
+                )
+        self._env = env
+        self._agent = agent
+        self.seed = _positive_int("seed", seed, minimum=0)
+        self.run = run
+        self.checkpoint_freq = _positive_int("checkpoint_freq", checkpoint_freq)
+        self.keep_checkpoints = _positive_int("keep_checkpoints", keep_checkpoints, minimum=0)
+        self.stats = StatsTracker() if stats is None else stats
+        self.save_buffer = bool(save_buffer)
+        self._eval_env = eval_env
+        self._eval_env_seeded = False
+        self._obs: Any = None
+        self._first_reset_done = False
+        self._episode = int(run.metadata["total_episodes"]) if run is not None else 0
+        self._episode_step = 0
+        self._episode_reward = 0.0
+        self._best_eval_reward = run.best_eval_reward if run is not None else -math.inf
+
+    # -- accessors ----------------------------------------------------------------
+    @property
+    def agent(self) -> DqnAgent:
+        return self._agent
+
+    @property
+    def env(self) -> Any:
+        return self._env
+
+    def into_agent(self) -> DqnAgent:
+        """The trained agent (e.g. ``trainer.into_agent().into_policy()``)."""
+        return self._agent
+
+    @property
+    def episode(self) -> int:
+        """Index of the current episode (= completed training episodes)."""
+        return self._episode
+
+    @property
+    def best_eval_reward(self) -> float:
+        return self._best_eval_reward
+
+    # -- training -----------------------------------------------------------------
+    def steps(self) -> Iterator[StepMetrics]:
+        """An endless iterator: one env step, with all bookkeeping, per ``next()``."""
+        while True:
+            yield self._step()
+
+    def train(self, n_steps: int) -> None:
+        """Run ``n_steps`` more env steps of training (with checkpoints and logs).
+
+        With a run, numbered checkpoints are written every ``checkpoint_freq``
+        steps, and ``latest.npz`` and the metadata are also brought up to date
+        when training stops between two of them.
+        """
+        n = _positive_int("n_steps", n_steps, minimum=0)
+        step = self._step
+        for _ in range(n):
+            step()
+        if self.run is not None and n and self._agent.total_steps % self.checkpoint_freq:
+            # End between two numbered checkpoints: keep latest.npz current, so
+            # nothing trained here is lost when the process stops.
+            self._agent.save(self.run.latest_checkpoint_path(), include_buffer=self.save_buffer)
+            self.run.update_metadata(self._agent.total_steps, self._episode)
+
+    def _reset(self) -> Any:
+        if not self._first_reset_done:
+            self._first_reset_done = True
+            obs, _ = self._env.reset(seed=self.seed)
+        else:
+            obs, _ = self._env.reset()
+        return obs
+
+    def _step(self) -> StepMetrics:
+        agent = self._agent
+        obs = self._obs
+        if obs is None:
+            obs = self._obs = self._reset()
+            self._episode_step = 0
+            self._episode_reward = 0.0
+        epsilon = agent.epsilon
+        action = agent.act_epsilon_greedy(obs)
+        next_obs, reward, terminated, truncated, _ = self._env.step(action)
+        reward = float(reward)
+        status = _TERMINATED if terminated else (_TRUNCATED if truncated else _CONTINUING)
+        self._episode_reward += reward
+        self._episode_step += 1
+        did_update = agent.observe(Experience(obs, action, reward, next_obs, status))
+        total = agent.total_steps
+        done = status is not _CONTINUING
+        metrics = StepMetrics(
+            total, self._episode, self._episode_step, reward, self._episode_reward,
+            epsilon, did_update, done, status,
+        )  # fmt: skip
+        if done:
+            record = EpisodeRecord(self._episode_reward, self._episode_step, status)
+            self.stats.update(record)
+            if self.run is not None:
+                self.run.log_train_episode(record, self._episode, total)
+            self._episode += 1
+            self._obs = self._reset()
+            self._episode_step = 0
+            self._episode_reward = 0.0
+        else:
+            self._obs = next_obs
+        if self.run is not None and total % self.checkpoint_freq == 0:
+            self.checkpoint()
+        return metrics
+
+    def checkpoint(self) -> None:
+        """Save ``step_<N>.npz`` and ``latest.npz``, prune, update metadata (needs a run).
+
+        Errors (a full disk, a removed directory) propagate as ``OSError``:
+        training stops rather than silently losing checkpoints.
+        """
+        if self.run is None:
+            raise ValueError("checkpoint() needs a TrainingRun: DqnTrainer(..., run=...)")
+        total = self._agent.total_steps
+        self._agent.save(self.run.checkpoint_path(total))
+        self._agent.save(self.run.latest_checkpoint_path(), include_buffer=self.save_buffer)
+        self.run.prune_checkpoints(self.keep_checkpoints)
+        self.run.update_metadata(total, self._episode)
+
+    # -- evaluation ---------------------------------------------------------------
+    def _get_eval_env(self) -> Any:
+        if self._eval_env is None:
+            spec = getattr(self._env, "spec", None)
+            if spec is None:
+                raise ValueError(
+                    "eval needs a separate environment: this env has no gymnasium spec to "
+                    "make one from, so pass DqnTrainer(..., eval_env=...)"
+                )
+            import gymnasium
+
+            self._eval_env = gymnasium.make(spec)
+        return self._eval_env
+
+    def _greedy_episode(self, env: Any) -> EpisodeRecord:
+        if not self._eval_env_seeded:
+            self._eval_env_seeded = True
+            obs, _ = env.reset(seed=self.seed + 1)
+        else:
+            obs, _ = env.reset()
+        act = self._agent.act
+        total_reward = 0.0
+        length = 0
+        while True:
+            obs, reward, terminated, truncated, _ = env.step(act(obs))
+            total_reward += float(reward)
+            length += 1
+            if terminated or truncated:
+                return EpisodeRecord(
+                    total_reward, length, EpisodeStatus.from_flags(terminated, truncated)
+                )
+
+    def eval(self, n_episodes: int) -> EvalReport:
+        """Run ``n_episodes`` greedy episodes (epsilon 0) on the eval env.
+
+        With a run, each episode goes to ``eval_episodes.jsonl`` and
+        ``best.npz`` is saved when the mean reward beats the best so far.
+        Training state (the episode in progress, counters, random streams) is
+        not touched.
+        """
+        n = _positive_int("n_episodes", n_episodes)
+        env = self._get_eval_env()
+        total_steps = self._agent.total_steps
+        tracker = self.stats.fresh()
+        records = []
+        for _ in range(n):
+            record = self._greedy_episode(env)
+            tracker.update(record)
+            records.append(record)
+        summary = tracker.summary()
+        mean_reward = summary.get("episode_reward", math.nan)
+        if mean_reward > self._best_eval_reward:
+            self._best_eval_reward = mean_reward
+            if self.run is not None:
+                self._agent.save(self.run.best_checkpoint_path())
+                self.run.update_metadata(
+                    total_steps, self._episode, best_eval_reward=mean_reward,
+                    best_eval_step=total_steps,
+                )  # fmt: skip
+        if self.run is not None:
+            for record in records:
+                self.run.log_eval_episode(record, total_steps)
+        return EvalReport(total_steps, n, summary)
