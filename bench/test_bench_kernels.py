@@ -96,3 +96,15 @@ def test_startup_cold_compile(benchmark):
 
     benchmark.pedantic(run, rounds=3, iterations=1)
     benchmark.extra_info["in_process_seconds_median"] = float(np.median(inner))
+
+
+@pytest.mark.parametrize("obs_size", [4, 8], ids=["cartpole", "8-float"])
+def test_replay_bytes_per_transition(benchmark, obs_size):
+    """Push speed and storage cost of one transition (bytes in extra_info)."""
+    from ember_np import CircularBuffer
+
+    buf = CircularBuffer(100_000, obs_size, 2)
+    obs = np.zeros(obs_size, dtype=np.float32)
+    buf.push(obs, 1, 1.0, obs, 0)
+    benchmark.extra_info["bytes_per_transition"] = buf.nbytes_per_transition
+    benchmark(buf.push, obs, 1, 1.0, obs, 0)

@@ -115,3 +115,48 @@ class ReplayModel:
         else:
             self.items[self.pos] = item
         self.pos = (self.pos + 1) % self.capacity
+
+
+def _upper_regularized_gamma(a: float, x: float) -> float:
+    """Q(a, x) = Gamma(a, x) / Gamma(a) (Numerical Recipes' gammq)."""
+    import math
+
+    if x <= 0.0:
+        return 1.0
+    if x < a + 1.0:  # series for P(a, x), then Q = 1 - P
+        term = total = 1.0 / a
+        n = a
+        while abs(term) > abs(total) * 1e-15:
+            n += 1.0
+            term *= x / n
+            total += term
+        return 1.0 - total * math.exp(-x + a * math.log(x) - math.lgamma(a))
+    # continued fraction for Q(a, x) (modified Lentz)
+    tiny = 1e-300
+    b = x + 1.0 - a
+    c = 1.0 / tiny
+    d = 1.0 / b
+    h = d
+    i = 1
+    while True:
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        i += 1
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return math.exp(-x + a * math.log(x) - math.lgamma(a)) * h
+
+
+def chi_square_pvalue(counts) -> float:
+    """p-value of Pearson's chi-square test that ``counts`` are uniform."""
+    counts = np.asarray(counts, dtype=np.float64)
+    expected = counts.sum() / counts.size
+    statistic = float(((counts - expected) ** 2 / expected).sum())
+    return _upper_regularized_gamma((counts.size - 1) / 2.0, statistic / 2.0)

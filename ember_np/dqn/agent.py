@@ -13,6 +13,7 @@ checkpoints, so a restored agent continues exactly where it stopped.
 
 from __future__ import annotations
 
+import operator
 import os
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,8 @@ from ember_np.checkpoint import (
     string_array,
 )
 from ember_np.dqn.config import DqnConfig
-from ember_np.dqn.network import QNetwork, _greedy_action, _update
-from ember_np.dqn.replay import CircularBuffer, _sample
+from ember_np.dqn.network import QNetwork, _greedy_action, _polyak, _update
+from ember_np.dqn.replay import CircularBuffer, _push, _sample
 from ember_np.encoding import (
     DiscreteActionMapper,
     IndexActionMapper,
@@ -67,6 +68,7 @@ def _train_from_buffer(
     size: int,
     replay_state: np.ndarray,
     n_steps: int,
+    batch_size: int,
     params: np.ndarray,
     target: np.ndarray,
     sizes: np.ndarray,
@@ -74,18 +76,22 @@ def _train_from_buffer(
     adam_m: np.ndarray,
     adam_v: np.ndarray,
     adam_t: np.ndarray,
-    obs: np.ndarray,
-    actions: np.ndarray,
-    rewards: np.ndarray,
-    next_obs: np.ndarray,
-    masks: np.ndarray,
     gamma: float,
     learning_rate: float,
     huber_delta: float,
     double_dqn: bool,
     max_grad_norm: float,
 ) -> float:
-    """``n_steps`` of (sample a batch into the given arrays, one DQN update); mean loss."""
+    """``n_steps`` of (sample a batch from the first ``size`` slots, one DQN update).
+
+    Returns the mean loss of the steps.
+    """
+    n_obs = sizes[0]
+    obs = np.empty((batch_size, n_obs), dtype=np.float32)
+    next_obs = np.empty((batch_size, n_obs), dtype=np.float32)
+    actions = np.empty(batch_size, dtype=np.int64)
+    rewards = np.empty(batch_size, dtype=np.float32)
+    masks = np.empty(batch_size, dtype=np.float32)
     total = 0.0
     for _ in range(n_steps):
         _sample(storage, size, replay_state, obs, actions, rewards, next_obs, masks)
@@ -95,6 +101,103 @@ def _train_from_buffer(
             gamma, learning_rate, huber_delta, double_dqn, max_grad_norm,
         )  # fmt: skip
     return total / n_steps
+
+
+# Layout of the agent's config arrays, passed to kernels (numba freezes globals).
+# cfg_i: int64[7]
+_TARGET_UPDATE_FREQ, _TRAIN_FREQ, _N_PER_TRAIN, _LEARNING_STARTS, _BATCH, _DECAY, _DOUBLE = range(7)
+# cfg_f: float64[7]
+_GAMMA, _LR, _HUBER, _MAX_NORM, _TAU, _EPS_START, _EPS_END = range(7)
+
+
+@kernel
+def _epsilon_at(step: int, cfg_i: np.ndarray, cfg_f: np.ndarray) -> float:
+    """DqnConfig.epsilon_at in compiled code (linear decay, then flat)."""
+    decay = cfg_i[_DECAY]
+    if step >= decay:
+        return cfg_f[_EPS_END]
+    return cfg_f[_EPS_START] + (cfg_f[_EPS_END] - cfg_f[_EPS_START]) * (step / decay)
+
+
+@kernel
+def _agent_step(
+    storage: np.ndarray,
+    cursor: np.ndarray,
+    n_actions: int,
+    obs: np.ndarray,
+    action: int,
+    reward: float,
+    next_obs: np.ndarray,
+    status: int,
+    act_next: bool,
+    counters: np.ndarray,
+    cfg_i: np.ndarray,
+    cfg_f: np.ndarray,
+    replay_state: np.ndarray,
+    explore_state: np.ndarray,
+    params: np.ndarray,
+    target: np.ndarray,
+    sizes: np.ndarray,
+    grads: np.ndarray,
+    adam_m: np.ndarray,
+    adam_v: np.ndarray,
+    adam_t: np.ndarray,
+    out: np.ndarray,
+) -> int:
+    """One env step of the agent in one call.
+
+    Store the transition; count the step; every target_update_freq steps sync
+    the target (copy, or Polyak with tau < 1); every train_freq steps, once
+    the buffer holds learning_starts transitions, take the gradient steps;
+    then, if ``act_next``, pick the epsilon-greedy action for ``next_obs``.
+
+    counters : int64 [total_steps, n_updates], updated in place.
+    out : float64 [mean loss of this step's training, 1.0 if it trained else 0.0].
+    Returns the next action index (0 unless ``act_next``), or -code for a
+    rejected transition (nothing stored, counted or trained then).
+    """
+    code = _push(storage, cursor, n_actions, obs, action, reward, next_obs, status)
+    if code != 0:
+        return -code
+    step = counters[0] + 1
+    counters[0] = step
+    if step % cfg_i[_TARGET_UPDATE_FREQ] == 0:
+        tau = cfg_f[_TAU]
+        if tau >= 1.0:
+            target[:] = params
+        else:
+            _polyak(target, params, tau)
+    out[1] = 0.0
+    if step % cfg_i[_TRAIN_FREQ] == 0 and cursor[1] >= cfg_i[_LEARNING_STARTS]:
+        n = cfg_i[_N_PER_TRAIN]
+        out[0] = _train_from_buffer(
+            storage, cursor[1], replay_state, n, cfg_i[_BATCH],
+            params, target, sizes, grads, adam_m, adam_v, adam_t,
+            cfg_f[_GAMMA], cfg_f[_LR], cfg_f[_HUBER], cfg_i[_DOUBLE] != 0, cfg_f[_MAX_NORM],
+        )  # fmt: skip
+        counters[1] += n
+        out[1] = 1.0
+    if act_next:
+        return _epsilon_greedy(
+            params, sizes, next_obs, _epsilon_at(step, cfg_i, cfg_f), explore_state
+        )
+    return 0
+
+
+@kernel
+def _act_explore(
+    params: np.ndarray,
+    sizes: np.ndarray,
+    obs: np.ndarray,
+    counters: np.ndarray,
+    cfg_i: np.ndarray,
+    cfg_f: np.ndarray,
+    explore_state: np.ndarray,
+) -> int:
+    """The epsilon-greedy action index for ``obs`` at the current step."""
+    return _epsilon_greedy(
+        params, sizes, obs, _epsilon_at(counters[0], cfg_i, cfg_f), explore_state
+    )
 
 
 class DqnAgent:
@@ -119,8 +222,6 @@ class DqnAgent:
     online, target : QNetwork
     buffer : ReplayBuffer
     config : DqnConfig
-    last_loss : float
-        Mean loss of the most recent training (NaN before the first).
     """
 
     def __init__(
@@ -131,8 +232,9 @@ class DqnAgent:
         seed: int = 0,
         buffer: ReplayBuffer | None = None,
     ) -> None:
-        self.config = DqnConfig() if config is None else config
-        if not isinstance(self.config, DqnConfig):
+        if config is None:
+            config = DqnConfig()
+        if not isinstance(config, DqnConfig):
             raise ValueError(f"config must be a DqnConfig, got {type(config).__name__}")
         for name, obj, attrs in (
             ("encoder", encoder, ("obs_size", "encode", "encode_batch")),
@@ -149,12 +251,13 @@ class DqnAgent:
         obs_size = int(encoder.obs_size)
         n_actions = int(action_mapper.num_actions)
         init_rng, self._replay_rng, self._explore_rng = Rng.streams(seed, 3)
-        sizes = (obs_size, *self.config.hidden_sizes, n_actions)
+        sizes = (obs_size, *config.hidden_sizes, n_actions)
         self.online = QNetwork(sizes, init_rng)
         self._obs_shape = (obs_size,)
+        self._flat_encoder = type(encoder) is VecEncoder and encoder.shape == self._obs_shape
         self.target = self.online.copy()
         if buffer is None:
-            buffer = CircularBuffer(self.config.buffer_capacity, obs_size, n_actions)
+            buffer = CircularBuffer(config.buffer_capacity, obs_size, n_actions)
         else:
             missing = [
                 a for a in ("push", "sample", "ready_for", "__len__") if not hasattr(buffer, a)
@@ -163,12 +266,43 @@ class DqnAgent:
                 raise ValueError(f"buffer does not implement ReplayBuffer: missing {missing}")
         self.buffer = buffer
         self._fast_buffer = type(buffer) is CircularBuffer
-        self._total_steps = 0
-        self._n_updates = 0
-        self.last_loss = float("nan")
-        self._batch: Any = None
-        self._train_args: tuple[Any, ...] = ()
-        self._refresh_train_args()
+        # Live state shared with the kernels, updated in place.
+        self._counters = np.zeros(2, dtype=np.int64)  # total_steps, n_updates
+        self._out = np.array([np.nan, 0.0])  # last mean loss, did the last step train
+        self.config = config  # sets the kernels' config arrays
+
+    @property
+    def config(self) -> DqnConfig:
+        """The hyperparameters (assigning a new DqnConfig takes effect at the next step)."""
+        return self._config
+
+    @config.setter
+    def config(self, config: DqnConfig) -> None:
+        if not isinstance(config, DqnConfig):
+            raise ValueError(f"config must be a DqnConfig, got {type(config).__name__}")
+        if tuple(config.hidden_sizes) != self.online.layer_sizes[1:-1]:
+            raise ValueError(
+                f"config.hidden_sizes {config.hidden_sizes} does not match the network's "
+                f"{self.online.layer_sizes[1:-1]}"
+            )
+        self._config = config
+        c = config
+        self._cfg_i = np.array(
+            [c.target_update_freq, c.train_freq, c.gradient_steps_per_train, c.learning_starts,
+             c.batch_size, c.epsilon_decay_steps, int(c.double_dqn)], dtype=np.int64,
+        )  # fmt: skip
+        self._cfg_f = np.array(
+            [c.gamma, c.learning_rate, c.huber_delta,
+             -1.0 if c.max_grad_norm is None else c.max_grad_norm,
+             c.tau, c.epsilon_start, c.epsilon_end], dtype=np.float64,
+        )  # fmt: skip
+        on = self.online
+        # Everything _agent_step takes after the transition, in order.
+        self._step_args = (
+            self._counters, self._cfg_i, self._cfg_f, self._replay_rng.state,
+            self._explore_rng.state, on._params, self.target._params, on._sizes, on._grads,
+            on._adam_m, on._adam_v, on._adam_t, self._out,
+        )  # fmt: skip
 
     @classmethod
     def for_env(cls, env: Any, config: DqnConfig | None = None, seed: int = 0) -> DqnAgent:
@@ -180,35 +314,32 @@ class DqnAgent:
             seed,
         )
 
-    def _refresh_train_args(self) -> None:
-        c = self.config
-        clip = -1.0 if c.max_grad_norm is None else float(c.max_grad_norm)
-        if self._fast_buffer:
-            self._batch = self.buffer.empty_batch(c.batch_size)
-        self._train_args = (float(c.gamma), float(c.learning_rate), float(c.huber_delta),
-                            bool(c.double_dqn), clip)  # fmt: skip
-
     # -- properties ------------------------------------------------------------
     @property
     def total_steps(self) -> int:
         """Env steps observed so far (drives epsilon, target sync and training)."""
-        return self._total_steps
+        return int(self._counters[0])
 
     def set_total_steps(self, n: int) -> None:
         """Set the step counter (e.g. when resuming from weights alone)."""
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
             raise ValueError(f"total_steps must be an integer >= 0, got {n!r}")
-        self._total_steps = int(n)
+        self._counters[0] = int(n)
 
     @property
     def n_updates(self) -> int:
         """Gradient steps taken so far."""
-        return self._n_updates
+        return int(self._counters[1])
+
+    @property
+    def last_loss(self) -> float:
+        """Mean loss of the most recent training (NaN before the first)."""
+        return float(self._out[0])
 
     @property
     def epsilon(self) -> float:
         """The current exploration rate, ``config.epsilon_at(total_steps)``."""
-        return self.config.epsilon_at(self._total_steps)
+        return self._config.epsilon_at(int(self._counters[0]))
 
     @property
     def exploration_rng(self) -> Rng:
@@ -234,19 +365,29 @@ class DqnAgent:
         ``rng`` defaults to the agent's own exploration stream (saved in
         checkpoints); pass another :class:`Rng` to draw from it instead.
         """
-        x = self._encode(obs)
-        state = (self._explore_rng if rng is None else rng).state
-        index = _epsilon_greedy(self.online._params, self.online._sizes, x, self.epsilon, state)
-        return self.action_mapper.index_to_action(index)
+        return self.action_mapper.index_to_action(self._act_index(self._encode(obs), rng))
+
+    def _act_index(self, x: np.ndarray, rng: Rng | None = None) -> int:
+        state = self._explore_rng.state if rng is None else rng.state
+        on = self.online
+        return _act_explore(
+            on._params, on._sizes, x, self._counters, self._cfg_i, self._cfg_f, state
+        )
 
     def _encode(self, obs: Any) -> np.ndarray:
-        x = self.encoder.encode(obs)
-        if x.shape != self._obs_shape or x.dtype != np.float32:
-            x = np.ascontiguousarray(x, dtype=np.float32)
-            if x.shape != self._obs_shape:
-                raise ValueError(
-                    f"the encoder returned shape {x.shape}; the network expects {self._obs_shape}"
-                )
+        """The encoder's output as a C-contiguous float32 vector of obs_size."""
+        if self._flat_encoder:  # VecEncoder of a 1-D shape: encoding is this cast
+            try:
+                x = np.ascontiguousarray(obs, dtype=np.float32)
+            except (TypeError, ValueError):
+                x = None
+            if x is not None and x.shape == self._obs_shape:
+                return x
+        x = np.ascontiguousarray(self.encoder.encode(obs), dtype=np.float32)
+        if x.shape != self._obs_shape:
+            raise ValueError(
+                f"the encoder returned shape {x.shape}; the network expects {self._obs_shape}"
+            )
         return x
 
     # -- learning --------------------------------------------------------------
@@ -265,52 +406,92 @@ class DqnAgent:
             or a non-finite observation or reward (nothing is stored then).
         """
         obs, action, reward, next_obs, status = experience
-        self.buffer.push(
+        try:
+            code = operator.index(status)
+        except TypeError:
+            raise ValueError(f"status must be an EpisodeStatus, got {status!r}") from None
+        self._observe_encoded(
             self._encode(obs),
             self.action_mapper.action_to_index(action),
             reward,
             self._encode(next_obs),
-            int(status),
+            code,
         )
-        self._total_steps += 1
-        c = self.config
-        if self._total_steps % c.target_update_freq == 0:
+        return self._out[1] != 0.0
+
+    def _observe_encoded(
+        self,
+        x: np.ndarray,
+        index: int,
+        reward: Any,
+        nx: np.ndarray,
+        status: int,
+        act_next: bool = False,
+    ) -> int:
+        """:meth:`observe` for an encoded transition (the trainer's hot path).
+
+        ``index`` and ``status`` are plain ints (an IntEnum would make numba
+        type-check slowly and compile another version). With ``act_next`` the
+        epsilon-greedy action index for ``nx`` is returned (else 0); whether
+        this step trained is ``self._out[1] != 0``.
+        """
+        buf = self.buffer
+        if self._fast_buffer:
+            try:
+                r = float(reward)
+            except (TypeError, ValueError):
+                raise ValueError(f"reward must be a number, got {reward!r}") from None
+            result = _agent_step(
+                buf.storage, buf._cursor, buf.num_actions, x, index, r, nx, status, act_next,
+                *self._step_args,
+            )  # fmt: skip
+            if result < 0:
+                buf._raise_push_error(-result, index, r, x, nx, status)
+            return result
+        c = self._config
+        buf.push(x, index, reward, nx, status)
+        step = int(self._counters[0]) + 1
+        self._counters[0] = step
+        if step % c.target_update_freq == 0:
             self.sync_target()
-        if self._total_steps % c.train_freq == 0 and len(self.buffer) >= c.learning_starts:
+        self._out[1] = 0.0
+        if step % c.train_freq == 0 and len(buf) >= c.learning_starts:
             self.train_steps(c.gradient_steps_per_train)
-            return True
-        return False
+            self._out[1] = 1.0
+        return self._act_index(nx) if act_next else 0
 
     def sync_target(self) -> None:
         """Copy (tau = 1) or Polyak-average (tau < 1) the online weights into the target."""
-        if self.config.tau >= 1.0:
+        if self._config.tau >= 1.0:
             self.target.copy_from(self.online)
         else:
-            self.target.soft_update_from(self.online, self.config.tau)
+            self.target.soft_update_from(self.online, self._config.tau)
 
     def train_steps(self, n: int) -> float:
         """Take ``n`` gradient steps on replayed batches; returns their mean loss."""
-        c = self.config
+        c = self._config
         on = self.online
+        clip = self._cfg_f[_MAX_NORM]
         if self._fast_buffer:
             loss = _train_from_buffer(
-                self.buffer.storage, len(self.buffer), self._replay_rng.state, n,
+                self.buffer.storage, len(self.buffer), self._replay_rng.state, n, c.batch_size,
                 on._params, self.target._params, on._sizes, on._grads,
-                on._adam_m, on._adam_v, on._adam_t, *self._batch, *self._train_args,
+                on._adam_m, on._adam_v, on._adam_t,
+                c.gamma, c.learning_rate, c.huber_delta, c.double_dqn, clip,
             )  # fmt: skip
         else:
-            gamma, lr, delta, double, clip = self._train_args
             total = 0.0
             for _ in range(n):
                 batch = self.buffer.sample(c.batch_size, self._replay_rng)
                 total += on.update(
-                    *batch, self.target, gamma=gamma, learning_rate=lr, huber_delta=delta,
-                    double_dqn=double, max_grad_norm=None if clip < 0 else clip,
+                    *batch, self.target, gamma=c.gamma, learning_rate=c.learning_rate,
+                    huber_delta=c.huber_delta, double_dqn=c.double_dqn,
+                    max_grad_norm=c.max_grad_norm,
                 )  # fmt: skip
             loss = total / n
-        self._n_updates += n
-        self.last_loss = float(loss)
-        return self.last_loss
+        self._counters[1] += n
+        self._out[0] = loss
+        return float(loss)
 
     # -- policies and checkpoints ------------------------------------------------
     def into_policy(self) -> Any:
@@ -329,7 +510,7 @@ class DqnAgent:
             "encoder": json_array(describe(self.encoder)),
             "action_mapper": json_array(describe(self.action_mapper)),
             "seed": np.array(int(self.seed), dtype=np.int64),
-            "counters": np.array([self._total_steps, self._n_updates], dtype=np.int64),
+            "counters": self._counters.copy(),
             "rng/explore": self._explore_rng.state.copy(),
             "rng/replay": self._replay_rng.state.copy(),
         }
@@ -424,7 +605,7 @@ class DqnAgent:
         for i, (w, b) in enumerate(zip(self.target.weights, self.target.biases)):
             w[...] = target_state[f"w{i}"]
             b[...] = target_state[f"b{i}"]
-        self._total_steps, self._n_updates = (int(c) for c in counters)
+        self._counters[:] = counters
         self._explore_rng.state = explore
         self._replay_rng.state = replay
         if buffer_state is not None:
@@ -464,6 +645,6 @@ class DqnAgent:
 
     def __repr__(self) -> str:
         return (
-            f"DqnAgent(layer_sizes={self.online.layer_sizes}, total_steps={self._total_steps}, "
+            f"DqnAgent(layer_sizes={self.online.layer_sizes}, total_steps={self.total_steps}, "
             f"buffer={len(self.buffer)}/{self.buffer.capacity})"
         )

@@ -9,7 +9,7 @@ single loops over that array.
 
 One DQN step (:meth:`QNetwork.update`) runs entirely in compiled code:
 target forward, online forward, Huber loss, backward pass, global-norm
-clipping and Adam, with ``np.dot`` (SciPy's BLAS) for the matrix products.
+clipping and Adam, with BLAS ``?gemm`` for the matrix products (see _blas.py).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ember_np._blas import gemm
 from ember_np._jit import kernel
 from ember_np.rng import Rng
 
@@ -32,6 +33,7 @@ ADAM_BETA1 = 0.9
 ADAM_BETA2 = 0.999
 ADAM_EPS = 1e-8
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6)
+ADAM_FLUSH = 1e-30  # Adam moments below this are set to 0 (see _adam_step)
 
 
 # ---------------------------------------------------------------------------
@@ -87,7 +89,7 @@ def _forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np
         w, b = _layer(params, sizes, p_off, l)
         n_out = sizes[l + 1]
         out = acts[a_off : a_off + batch * n_out].reshape((batch, n_out))
-        np.dot(h, w, out)
+        gemm(h, w, out, False, False, 0.0)
         _bias_act(out, b, l < n_layers - 1)
         p_off += sizes[l] * n_out + n_out
         if l < n_layers - 1:
@@ -115,7 +117,7 @@ def _forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np
             out[j] = b[j]
         for k in range(sizes[l]):
             xk = src[k]
-            if xk != 0.0:
+            if xk != 0.0:  # ReLU zeros: skipping a row beats the mispredicted branch
                 for j in range(n_out):
                     out[j] += xk * w[k, j]
         if l < n_layers - 1:
@@ -256,31 +258,42 @@ def _loss_and_grads(
 
     # Output layer: dQ is zero except dQ[i, a_i] = g_i, so
     # dW_L[:, a_i] += h_i * g_i, db_L[a_i] += g_i, dh_i = g_i * W_L[:, a_i].
+    # Work on transposed (n_actions, n_in) copies so the inner loops are
+    # contiguous and vectorise.
     last = n_layers - 1
+    n_in = sizes[last]
     w_last, _ = _layer(params, sizes, p_offs[last], last)
     gw, gb = _layer(grads, sizes, p_offs[last], last)
-    gw[:, :] = 0.0
     gb[:] = 0.0
-    n_in = sizes[last]
     if last == 0:
         h_in = obs
     else:
         h_in = acts[a_offs[last - 1] : a_offs[last - 1] + batch * n_in].reshape((batch, n_in))
+    gw_t = np.zeros((n_act, n_in), dtype=params.dtype)
     for i in range(batch):
         ai = actions[i]
         gi = g[i]
         gb[ai] += gi
+        row = gw_t[ai]
         for k in range(n_in):
-            gw[k, ai] += h_in[i, k] * gi
+            row[k] += h_in[i, k] * gi
+    for k in range(n_in):
+        for j in range(n_act):
+            gw[k, j] = gw_t[j, k]
     if last == 0:
         return loss
+    w_t = gw_t  # reuse the scratch for W_L transposed
+    for k in range(n_in):
+        for j in range(n_act):
+            w_t[j, k] = w_last[k, j]
     delta = delta_a[: batch * n_in].reshape((batch, n_in))
     for i in range(batch):
-        ai = actions[i]
         gi = g[i]
+        w_row = w_t[actions[i]]
         for k in range(n_in):
             # dh through ReLU: zero where the activation was clipped at 0.
-            delta[i, k] = gi * w_last[k, ai] if h_in[i, k] > 0.0 else 0.0
+            v = gi * w_row[k]
+            delta[i, k] = v if h_in[i, k] > 0.0 else 0.0
 
     # Hidden layers, from the top down: delta is dLoss/d(pre-activation).
     for l in range(last - 1, -1, -1):
@@ -292,19 +305,29 @@ def _loss_and_grads(
             h_in = obs
         else:
             h_in = acts[a_offs[l - 1] : a_offs[l - 1] + batch * n_in].reshape((batch, n_in))
-        np.dot(h_in.T, delta, gw)  # dW_l = h_{l}^T delta
+        # dW_l = h_l^T delta and db_l = column sums of delta. A narrow input
+        # (the observation layer, in <= 8) is faster by hand than through BLAS.
         gb[:] = 0.0
+        if n_in <= 8:
+            gw[:, :] = 0.0
+            for i in range(batch):
+                for k in range(n_in):
+                    a = h_in[i, k]
+                    for j in range(n_out):
+                        gw[k, j] += a * delta[i, j]
+        else:
+            gemm(h_in, delta, gw, True, False, 0.0)  # h_l^T delta
         for i in range(batch):
             for j in range(n_out):
                 gb[j] += delta[i, j]
         if l > 0:
             spare = delta_b if (last - 1 - l) % 2 == 0 else delta_a
             nxt = spare[: batch * n_in].reshape((batch, n_in))
-            np.dot(delta, w.T, nxt)  # dh_{l} = delta W_l^T
+            gemm(delta, w, nxt, False, True, 0.0)  # dh_l = delta W_l^T
             for i in range(batch):
                 for k in range(n_in):
-                    if h_in[i, k] <= 0.0:
-                        nxt[i, k] = 0.0
+                    # a select, not a branch: the ReLU pattern is unpredictable
+                    nxt[i, k] = nxt[i, k] if h_in[i, k] > 0.0 else 0.0
             delta = nxt
     return loss
 
@@ -321,7 +344,7 @@ def _clip_grad_norm(grads: np.ndarray, max_norm: float) -> float:
         acc += grads[i] * grads[i]
     norm = math.sqrt(acc)
     if max_norm > 0.0:
-        coef = max_norm / (norm + 1e-6)
+        coef = max_norm / (norm + CLIP_EPS)
         if coef < 1.0:
             c = grads.dtype.type(coef)
             for i in range(grads.shape[0]):
@@ -357,10 +380,17 @@ def _adam_step(
     b2 = dt(beta2)
     one_m_b2 = dt(1.0 - beta2)
     e = dt(eps)
+    tiny = dt(ADAM_FLUSH)
+    zero = dt(0.0)
     for i in range(params.shape[0]):
         gi = grads[i]
         mi = m[i] + one_m_b1 * (gi - m[i])
         vi = b2 * v[i] + one_m_b2 * gi * gi
+        # A unit whose gradient stays 0 (a dead ReLU) decays m and v towards
+        # subnormal floats, which x86 handles ~100x slower: flush them to 0.
+        # Below 1e-30 the step lr * m / (sqrt(v) + eps) is < 1e-19, i.e. nothing.
+        mi = mi if abs(mi) >= tiny else zero
+        vi = vi if vi >= tiny else zero
         m[i] = mi
         v[i] = vi
         params[i] -= s * mi / (math.sqrt(vi) * inv_bc2 + e)

@@ -27,13 +27,11 @@ from typing import Any, NamedTuple
 from ember_np.dqn.agent import DqnAgent
 from ember_np.stats import EpisodeRecord, EvalReport, StatsTracker
 from ember_np.training.run import TrainingRun
-from ember_np.types import EpisodeStatus, Experience
+from ember_np.types import EpisodeStatus
 
 __all__ = ["DqnTrainer", "StepMetrics"]
 
-_TERMINATED = EpisodeStatus.TERMINATED
-_TRUNCATED = EpisodeStatus.TRUNCATED
-_CONTINUING = EpisodeStatus.CONTINUING
+_STATUSES = tuple(EpisodeStatus)  # indexed by value
 
 
 class StepMetrics(NamedTuple):
@@ -124,7 +122,8 @@ class DqnTrainer:
         self.save_buffer = bool(save_buffer)
         self._eval_env = eval_env
         self._eval_env_seeded = False
-        self._obs: Any = None
+        self._x: Any = None  # encoded current observation
+        self._index = 0  # action index already chosen for it
         self._first_reset_done = False
         self._episode = int(run.metadata["total_episodes"]) if run is not None else 0
         self._episode_step = 0
@@ -156,8 +155,9 @@ class DqnTrainer:
     # -- training -----------------------------------------------------------------
     def steps(self) -> Iterator[StepMetrics]:
         """An endless iterator: one env step, with all bookkeeping, per ``next()``."""
+        step = self._step
         while True:
-            yield self._step()
+            yield step(True)  # type: ignore[misc]
 
     def train(self, n_steps: int) -> None:
         """Run ``n_steps`` more env steps of training (with checkpoints and logs).
@@ -169,56 +169,68 @@ class DqnTrainer:
         n = _positive_int("n_steps", n_steps, minimum=0)
         step = self._step
         for _ in range(n):
-            step()
+            step(False)
         if self.run is not None and n and self._agent.total_steps % self.checkpoint_freq:
             # End between two numbered checkpoints: keep latest.npz current, so
             # nothing trained here is lost when the process stops.
             self._agent.save(self.run.latest_checkpoint_path(), include_buffer=self.save_buffer)
             self.run.update_metadata(self._agent.total_steps, self._episode)
 
-    def _reset(self) -> Any:
+    def _reset(self) -> None:
+        """Start an episode: reset the env, encode the observation, pick the first action."""
         if not self._first_reset_done:
             self._first_reset_done = True
             obs, _ = self._env.reset(seed=self.seed)
         else:
             obs, _ = self._env.reset()
-        return obs
+        self._episode_step = 0
+        self._episode_reward = 0.0
+        self._x = self._agent._encode(obs)
+        self._index = self._agent._act_index(self._x)
 
-    def _step(self) -> StepMetrics:
+    def _step(self, metrics: bool = True) -> StepMetrics | None:
+        """One env step with all bookkeeping; the StepMetrics only if ``metrics``.
+
+        Each observation is encoded once, and the agent's compiled step stores
+        the transition, trains when due and already picks the next action (what
+        ``act_epsilon_greedy`` plus ``observe(Experience(...))`` do, in one call).
+        """
+        if self._x is None:
+            self._reset()
         agent = self._agent
-        obs = self._obs
-        if obs is None:
-            obs = self._obs = self._reset()
-            self._episode_step = 0
-            self._episode_reward = 0.0
-        epsilon = agent.epsilon
-        action = agent.act_epsilon_greedy(obs)
-        next_obs, reward, terminated, truncated, _ = self._env.step(action)
+        x = self._x
+        index = self._index
+        next_obs, reward, terminated, truncated, _ = self._env.step(
+            agent.action_mapper.index_to_action(index)
+        )
+        code = 1 if terminated else (2 if truncated else 0)  # EpisodeStatus values
+        nx = agent._encode(next_obs)
+        next_index = agent._observe_encoded(x, index, reward, nx, code, code == 0)
         reward = float(reward)
-        status = _TERMINATED if terminated else (_TRUNCATED if truncated else _CONTINUING)
         self._episode_reward += reward
         self._episode_step += 1
-        did_update = agent.observe(Experience(obs, action, reward, next_obs, status))
-        total = agent.total_steps
-        done = status is not _CONTINUING
-        metrics = StepMetrics(
-            total, self._episode, self._episode_step, reward, self._episode_reward,
-            epsilon, did_update, done, status,
-        )  # fmt: skip
-        if done:
-            record = EpisodeRecord(self._episode_reward, self._episode_step, status)
+        total = int(agent._counters[0])
+        result = None
+        if metrics:
+            result = StepMetrics(
+                total, self._episode, self._episode_step, reward, self._episode_reward,
+                # the action was picked before this step was counted
+                agent._config.epsilon_at(total - 1), agent._out[1] != 0.0, code != 0,
+                _STATUSES[code],
+            )  # fmt: skip
+        if code:
+            record = EpisodeRecord(self._episode_reward, self._episode_step, _STATUSES[code])
             self.stats.update(record)
             if self.run is not None:
                 self.run.log_train_episode(record, self._episode, total)
             self._episode += 1
-            self._obs = self._reset()
-            self._episode_step = 0
-            self._episode_reward = 0.0
+            self._reset()
         else:
-            self._obs = next_obs
+            self._x = nx
+            self._index = next_index
         if self.run is not None and total % self.checkpoint_freq == 0:
             self.checkpoint()
-        return metrics
+        return result
 
     def checkpoint(self) -> None:
         """Save ``step_<N>.npz`` and ``latest.npz``, prune, update metadata (needs a run).
