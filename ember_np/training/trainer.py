@@ -289,7 +289,7 @@ class DqnTrainer:
         n = _positive_int("n_episodes", n_episodes)
         env = self._get_eval_env()
         total_steps = self._agent.total_steps
-        tracker = self.stats.fresh()
+        tracker = StatsTracker()  # episode_reward and episode_length, as ember-rl
         records = []
         for _ in range(n):
             record = self._greedy_episode(env)

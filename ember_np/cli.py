@@ -1,0 +1,432 @@
+"""The ``ember-np`` command line (also ``python -m ember_np``).
+
+Subcommands::
+
+    ember-np train ENV_ID [--preset NAME] [--steps N] [--seed S] [--name NAME]
+                   [--version V] [--root DIR] [--eval-every N] [--eval-episodes K]
+                   [--checkpoint-freq N] [--keep K] [--set key=value ...]
+    ember-np eval RUN_PATH [--episodes K] [--checkpoint best|latest|step_N] [--seed S]
+    ember-np resume RUN_PATH --steps N
+    ember-np plot RUN_PATH [RUN_PATH ...] -o FILE.png
+
+Bad arguments print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+__all__ = ["main"]
+
+DEFAULT_EVAL_EVERY = 10_000
+DEFAULT_EVAL_EPISODES = 10
+PROGRESS_CHUNK = 1_000  # env steps between progress-bar refreshes
+
+
+class UsageError(Exception):
+    """A bad argument: reported as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+# -- helpers ------------------------------------------------------------------------
+
+
+def _make_env(env_id: str) -> Any:
+    import gymnasium as gym
+
+    try:
+        gym.spec(env_id)
+    except Exception:  # gymnasium raises several error types for unknown ids
+        raise UsageError(
+            f"unknown environment {env_id!r} (not registered with gymnasium; "
+            "check the id and its version, e.g. CartPole-v1)"
+        ) from None
+    try:
+        return gym.make(env_id)
+    except Exception as exc:  # a missing optional dependency such as box2d
+        raise UsageError(f"cannot make {env_id!r}: {exc}") from None
+
+
+def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    from ember_np.dqn.config import DqnConfig
+
+    fields = set(DqnConfig().to_dict())
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set expects key=value, got {pair!r}")
+        if key not in fields:
+            raise UsageError(f"unknown config key {key!r}; valid keys: {', '.join(sorted(fields))}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        if isinstance(value, list):
+            value = tuple(value)
+        out[key] = value
+    return out
+
+
+def _run_path(path: str) -> Path:
+    p = Path(path)
+    if not p.is_dir():
+        raise UsageError(f"no run directory at {p}")
+    return p
+
+
+def _open_run(path: str) -> Any:
+    from ember_np.training.run import TrainingRun
+
+    try:
+        return TrainingRun.resume(_run_path(path))
+    except (FileNotFoundError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+class _Progress:
+    """tqdm bar over env steps with rolling reward, epsilon and loss."""
+
+    def __init__(self, total: int, initial_steps: int, disable: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(
+            total=total, unit="step", unit_scale=True, dynamic_ncols=True, disable=disable,
+            desc="train", smoothing=0.1,
+        )  # fmt: skip
+        self.start = initial_steps
+
+    def update(self, trainer: Any, steps: int, recent: Any) -> None:
+        agent = trainer.agent
+        self.bar.update(steps)
+        self.bar.set_postfix(
+            reward=f"{recent.value():.1f}",
+            eps=f"{agent.epsilon:.3f}",
+            loss=f"{agent.last_loss:.4f}",
+            refresh=False,
+        )
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _train_loop(trainer: Any, steps: int, eval_every: int, eval_episodes: int, quiet: bool) -> None:
+    """Train ``steps`` env steps in chunks, evaluating every ``eval_every`` steps."""
+    from ember_np.stats import RollingMean
+
+    recent = RollingMean(100)
+    trainer.stats.add("recent_reward", "reward", recent)
+    agent = trainer.agent
+    start = agent.total_steps
+    end = start + steps
+    progress = _Progress(steps, start, disable=quiet)
+    next_eval = (start // eval_every + 1) * eval_every
+    t0 = time.perf_counter()
+    try:
+        while agent.total_steps < end:
+            chunk = min(PROGRESS_CHUNK, end - agent.total_steps, next_eval - agent.total_steps)
+            trainer.train(chunk)
+            progress.update(trainer, chunk, recent)
+            if agent.total_steps >= next_eval:
+                report = trainer.eval(eval_episodes)
+                progress.bar.write(
+                    f"step {agent.total_steps:>9,}  eval reward {report.mean_reward:9.2f}  "
+                    f"best {trainer.best_eval_reward:9.2f}"
+                )
+                next_eval += eval_every
+    except KeyboardInterrupt:
+        progress.close()
+        if trainer.run is not None:
+            trainer.checkpoint()
+            print(
+                f"interrupted at step {agent.total_steps:,}; saved {trainer.run.dir}",
+                file=sys.stderr,
+            )
+        raise
+    finally:
+        progress.close()
+    elapsed = time.perf_counter() - t0
+    print(f"trained {steps:,} steps in {elapsed:.1f} s ({steps / max(elapsed, 1e-9):,.0f} steps/s)")
+
+
+# -- subcommands ------------------------------------------------------------------
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ember_np import DqnAgent, DqnConfig, DqnTrainer, TrainingRun
+    from ember_np.presets import get_preset, preset_for_env
+
+    env = _make_env(args.env_id)
+    if args.preset is not None:
+        try:
+            preset = get_preset(args.preset)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    else:
+        preset = preset_for_env(args.env_id)
+    config = preset.config if preset is not None else DqnConfig()
+    overrides = _parse_sets(args.set or [])
+    if overrides:
+        try:
+            config = config.replace(**overrides)
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"--set: {exc}") from None
+    steps = args.steps if args.steps is not None else (preset.steps if preset else 100_000)
+    try:
+        agent = DqnAgent.for_env(env, config, seed=args.seed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    name = args.name or args.env_id
+    version = args.version or (preset.name if preset else "default")
+    try:
+        run = TrainingRun.create(name, version, root=args.root)
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    run.write_config(
+        {
+            "env_id": args.env_id,
+            "preset": preset.name if preset else None,
+            "seed": args.seed,
+            "steps": steps,
+            "eval_every": args.eval_every,
+            "eval_episodes": args.eval_episodes,
+            "checkpoint_freq": args.checkpoint_freq,
+            "keep": args.keep,
+            "dqn": config.to_dict(),
+        }
+    )
+    print(f"run directory: {run.dir}")
+    print(f"{args.env_id}: preset {preset.name if preset else '(none: DqnConfig defaults)'}, "
+          f"{steps:,} steps, seed {args.seed}")  # fmt: skip
+    trainer = DqnTrainer(
+        env, agent, seed=args.seed, run=run,
+        checkpoint_freq=args.checkpoint_freq, keep_checkpoints=args.keep,
+    )  # fmt: skip
+    _train_loop(trainer, steps, args.eval_every, args.eval_episodes, args.quiet)
+    report = trainer.eval(args.eval_episodes)
+    report.print()
+    print(f"best eval reward {trainer.best_eval_reward:.2f}; run directory: {run.dir}")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from ember_np import CheckpointError, DqnAgent, DqnTrainer
+
+    run = _open_run(args.run_path)
+    saved = run.read_config() or {}
+    if "env_id" not in saved:
+        raise UsageError(f"{run.dir / 'config.json'} does not say which env this run trained on")
+    env = _make_env(saved["env_id"])
+    latest = run.latest_checkpoint_path()
+    try:
+        agent = DqnAgent.from_checkpoint(latest)
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    seed = int(saved.get("seed", 0)) + agent.total_steps  # a fresh episode stream
+    trainer = DqnTrainer(
+        env, agent, seed=seed, run=run,
+        checkpoint_freq=int(saved.get("checkpoint_freq", 10_000)),
+        keep_checkpoints=int(saved.get("keep", 5)),
+    )  # fmt: skip
+    eval_every = int(saved.get("eval_every", DEFAULT_EVAL_EVERY))
+    eval_episodes = int(saved.get("eval_episodes", DEFAULT_EVAL_EPISODES))
+    print(f"resuming {run.dir} at step {agent.total_steps:,} (epsilon {agent.epsilon:.3f}, "
+          f"{len(agent.buffer):,} transitions in the replay buffer)")  # fmt: skip
+    _train_loop(trainer, args.steps, eval_every, eval_episodes, args.quiet)
+    report = trainer.eval(eval_episodes)
+    report.print()
+    print(f"best eval reward {trainer.best_eval_reward:.2f}; run directory: {run.dir}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from ember_np import (
+        CheckpointError,
+        DqnPolicy,
+        EpisodeRecord,
+        EpisodeStatus,
+        EvalReport,
+        StatsTracker,
+    )
+    from ember_np.checkpoint import Reader
+
+    run = _open_run(args.run_path)
+    which = args.checkpoint
+    if which in ("best", "latest"):
+        path = run.dir / "checkpoints" / f"{which}.npz"
+    elif which.startswith("step_") and which[5:].isdigit():
+        path = run.checkpoint_path(int(which[5:]))
+    else:
+        raise UsageError(f"--checkpoint must be best, latest or step_N, got {which!r}")
+    if not path.exists():
+        raise UsageError(f"no checkpoint {path}")
+    saved = run.read_config() or {}
+    if "env_id" not in saved:
+        raise UsageError(f"{run.dir / 'config.json'} does not say which env this run trained on")
+    try:
+        policy = DqnPolicy.load(path)
+        total_steps = int(Reader(path).array("counters", "int64", (2,))[0])
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    env = _make_env(saved["env_id"])
+    tracker = StatsTracker()
+    for episode in range(args.episodes):
+        obs, _ = env.reset(seed=args.seed + episode)
+        total, length = 0.0, 0
+        while True:
+            obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
+            total += float(reward)
+            length += 1
+            if terminated or truncated:
+                break
+        status = EpisodeStatus.from_flags(terminated, truncated)
+        tracker.update(EpisodeRecord(total, length, status))
+    report = EvalReport(total_steps, args.episodes, tracker.summary())
+    print(f"{path}")
+    report.print()
+    return 0
+
+
+def _smooth(values: list[float], window: int) -> list[float]:
+    out, acc = [], 0.0
+    for i, v in enumerate(values):
+        acc += v
+        if i >= window:
+            acc -= values[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    runs = [_open_run(p) for p in args.run_paths]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("ember-np plot needs matplotlib: pip install 'ember-np[plot]'", file=sys.stderr)
+        return 1
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for run in runs:
+        label = f"{run.name}/{run.version}/{run.dir.name}"
+        rows = [r for r in run.read_train_episodes() if "total_steps" in r]
+        if rows:
+            xs = [r["total_steps"] for r in rows]
+            ys = _smooth([r["total_reward"] for r in rows], args.smooth)
+            (line,) = ax.plot(xs, ys, label=f"{label} (train, mean of {args.smooth})")
+            color = line.get_color()
+        else:
+            color = None
+        evals: dict[int, list[float]] = {}
+        for r in run.read_eval_episodes():
+            evals.setdefault(int(r["total_steps_at_eval"]), []).append(float(r["total_reward"]))
+        if evals:
+            steps = sorted(evals)
+            means = [sum(evals[s]) / len(evals[s]) for s in steps]
+            ax.plot(steps, means, "o--", color=color, label=f"{label} (greedy eval)")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episode reward")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    out = Path(args.output)
+    try:
+        fig.savefig(out, dpi=120)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    print(f"wrote {out}")
+    return 0
+
+
+# -- parser -----------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _non_negative(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ember-np", description="DQN on a plain CPU (ember_np).")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("train", help="train DQN on a gymnasium env, with a TrainingRun")
+    p.add_argument("env_id", help="gymnasium id, e.g. CartPole-v1")
+    p.add_argument(
+        "--preset", help="a name from ember_np.presets (default: the env's RL Zoo preset)"
+    )
+    p.add_argument("--steps", type=_positive, help="env steps (default: the preset's budget)")
+    p.add_argument("--seed", type=_non_negative, default=0)
+    p.add_argument("--name", help="run name (default: the env id)")
+    p.add_argument("--version", help="run version (default: the preset name)")
+    p.add_argument("--root", default="runs", help="runs directory (default: runs)")
+    p.add_argument("--eval-every", type=_positive, default=DEFAULT_EVAL_EVERY)
+    p.add_argument("--eval-episodes", type=_positive, default=DEFAULT_EVAL_EPISODES)
+    p.add_argument("--checkpoint-freq", type=_positive, default=10_000)
+    p.add_argument("--keep", type=_non_negative, default=5, help="numbered checkpoints kept")
+    p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="override DqnConfig fields")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a run's checkpoint greedily")
+    p.add_argument("run_path")
+    p.add_argument("--episodes", type=_positive, default=20)
+    p.add_argument("--checkpoint", default="best", help="best, latest or step_N (default: best)")
+    p.add_argument("--seed", type=_non_negative, default=0)
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("resume", help="continue a run from latest.npz")
+    p.add_argument("run_path")
+    p.add_argument("--steps", type=_positive, required=True)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("plot", help="learning curves of one or more runs")
+    p.add_argument("run_paths", nargs="+", metavar="RUN_PATH")
+    p.add_argument("-o", "--output", required=True, help="output image, e.g. curves.png")
+    p.add_argument("--smooth", type=_positive, default=20, help="episodes in the moving mean")
+    p.set_defaults(func=cmd_plot)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 for bad arguments)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"ember-np: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,148 @@
+"""Ready-made DQN configurations: the RL Zoo's tuned hyperparameters and ember-rl's.
+
+``PRESETS[name]`` is a :class:`Preset`: a :class:`~ember_np.DqnConfig`, the
+environment it was tuned for and its step budget. The RL Zoo
+(rl-baselines3-zoo, ``hyperparams/dqn.yml``) presets translate SB3's
+arguments one to one:
+
+=========================  ======================================================
+SB3 / RL Zoo               DqnConfig
+=========================  ======================================================
+learning_rate              learning_rate
+batch_size                 batch_size
+buffer_size                buffer_capacity
+learning_starts            min_replay_size (at least batch_size)
+gamma                      gamma
+target_update_interval     target_update_freq
+train_freq                 train_freq
+gradient_steps             gradient_steps (-1: one per env step)
+exploration_fraction       epsilon_decay_steps = fraction * n_timesteps
+exploration_final_eps      epsilon_end (epsilon_start 1.0)
+policy_kwargs.net_arch     hidden_sizes
+(SB3 defaults)             tau 1.0, max_grad_norm 10, Huber loss (delta 1)
+n_timesteps                Preset.steps
+=========================  ======================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ember_np.dqn.config import DqnConfig
+
+__all__ = ["PRESETS", "Preset", "get_preset", "preset_for_env"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named configuration: what to train, for how long, with which settings."""
+
+    name: str
+    env_id: str
+    config: DqnConfig
+    steps: int
+    source: str
+    sb3_kwargs: dict[str, Any] | None = None
+    """The same settings as Stable-Baselines3 DQN arguments (Zoo presets only)."""
+
+
+def _zoo(
+    env_id: str,
+    *,
+    n_timesteps: int,
+    learning_rate: float,
+    batch_size: int,
+    buffer_size: int,
+    learning_starts: int,
+    gamma: float,
+    target_update_interval: int,
+    train_freq: int,
+    gradient_steps: int,
+    exploration_fraction: float,
+    exploration_final_eps: float,
+    net_arch: tuple[int, ...] = (256, 256),
+) -> Preset:
+    config = DqnConfig(
+        gamma=gamma,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        buffer_capacity=buffer_size,
+        min_replay_size=max(learning_starts, batch_size),
+        target_update_freq=target_update_interval,
+        hidden_sizes=net_arch,
+        epsilon_start=1.0,
+        epsilon_end=exploration_final_eps,
+        epsilon_decay_steps=int(exploration_fraction * n_timesteps),
+        train_freq=train_freq,
+        gradient_steps=gradient_steps,
+        tau=1.0,
+        max_grad_norm=10.0,
+        huber_delta=1.0,
+    )
+    sb3_kwargs = dict(
+        learning_rate=learning_rate, batch_size=batch_size, buffer_size=buffer_size,
+        learning_starts=learning_starts, gamma=gamma,
+        target_update_interval=target_update_interval, train_freq=train_freq,
+        gradient_steps=gradient_steps, exploration_fraction=exploration_fraction,
+        exploration_final_eps=exploration_final_eps, policy_kwargs={"net_arch": list(net_arch)},
+    )  # fmt: skip
+    return Preset(
+        env_id, env_id, config, n_timesteps, "rl-baselines3-zoo hyperparams/dqn.yml", sb3_kwargs
+    )
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        _zoo(
+            "CartPole-v1", n_timesteps=50_000, learning_rate=2.3e-3, batch_size=64,
+            buffer_size=100_000, learning_starts=1_000, gamma=0.99, target_update_interval=10,
+            train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+            exploration_final_eps=0.04,
+        ),
+        _zoo(
+            "Acrobot-v1", n_timesteps=100_000, learning_rate=6.3e-4, batch_size=128,
+            buffer_size=50_000, learning_starts=0, gamma=0.99, target_update_interval=250,
+            train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
+            exploration_final_eps=0.1,
+        ),
+        _zoo(
+            "MountainCar-v0", n_timesteps=120_000, learning_rate=4e-3, batch_size=128,
+            buffer_size=10_000, learning_starts=1_000, gamma=0.98, target_update_interval=600,
+            train_freq=16, gradient_steps=8, exploration_fraction=0.2,
+            exploration_final_eps=0.07,
+        ),
+        _zoo(
+            "LunarLander-v3", n_timesteps=100_000, learning_rate=6.3e-4, batch_size=128,
+            buffer_size=50_000, learning_starts=0, gamma=0.99, target_update_interval=250,
+            train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
+            exploration_final_eps=0.1,
+        ),
+        Preset(
+            "ember",
+            "CartPole-v1",
+            DqnConfig(
+                hidden_sizes=(64, 64), learning_rate=1e-3, batch_size=64,
+                buffer_capacity=10_000, min_replay_size=1_000, target_update_freq=200,
+                epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=10_000, gamma=0.99,
+            ),
+            50_000,
+            "ember-rl's CartPole example",
+        ),
+    )
+}  # fmt: skip
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``; an unknown name raises ValueError listing the known ones."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}") from None
+
+
+def preset_for_env(env_id: str) -> Preset | None:
+    """The RL Zoo preset tuned for ``env_id``, if there is one."""
+    preset = PRESETS.get(env_id)
+    return preset if preset is not None and preset.env_id == env_id else None

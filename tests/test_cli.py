@@ -1,0 +1,135 @@
+"""The ember-np command line: train, eval, resume, plot, and bad arguments."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ember_np import DqnAgent, TrainingRun
+from ember_np.cli import main
+
+SMALL = ["--preset", "ember", "--set", "min_replay_size=200", "hidden_sizes=[32]", "--quiet"]
+
+
+def train_run(tmp_path, *extra):
+    code = main(
+        ["train", "CartPole-v1", "--steps", "1500", "--eval-every", "500", "--eval-episodes", "2",
+         "--checkpoint-freq", "500", "--root", str(tmp_path), *SMALL, *extra]
+    )  # fmt: skip
+    assert code == 0
+    (run_dir,) = (tmp_path / "CartPole-v1" / "ember").iterdir()
+    return run_dir
+
+
+def test_train_creates_a_run_with_evals_and_checkpoints(tmp_path, capsys):
+    run_dir = train_run(tmp_path)
+    out = capsys.readouterr().out
+    assert "Eval at step 1500" in out and f"run directory: {run_dir}" in out
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["env_id"] == "CartPole-v1" and config["preset"] == "ember"
+    assert config["dqn"]["min_replay_size"] == 200 and config["dqn"]["hidden_sizes"] == [32]
+    run = TrainingRun.resume(run_dir)
+    assert [s for s, _ in run.step_checkpoints()] == [500, 1000, 1500]
+    assert run.best_checkpoint_path().exists() and run.latest_checkpoint_path().exists()
+    evals = run.read_eval_episodes()
+    assert {r["total_steps_at_eval"] for r in evals} == {500, 1000, 1500}
+    assert run.metadata["total_steps"] == 1500
+
+
+def test_eval_prints_a_report(tmp_path, capsys):
+    run_dir = train_run(tmp_path)
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--episodes", "3", "--checkpoint", "latest"]) == 0
+    out = capsys.readouterr().out
+    assert "Eval at step 1500 (3 episodes)" in out and "episode_reward" in out
+    assert main(["eval", str(run_dir), "--episodes", "1", "--checkpoint", "step_1000"]) == 0
+    assert "Eval at step 1000" in capsys.readouterr().out
+
+
+def test_resume_continues_steps_and_epsilon(tmp_path, capsys):
+    run_dir = train_run(tmp_path)
+    before = DqnAgent.from_checkpoint(run_dir / "checkpoints" / "latest.npz")
+    episodes = TrainingRun.resume(run_dir).metadata["total_episodes"]
+    capsys.readouterr()
+    assert main(["resume", str(run_dir), "--steps", "500", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert f"at step 1,500 (epsilon {before.epsilon:.3f}" in out
+    after = DqnAgent.from_checkpoint(run_dir / "checkpoints" / "latest.npz")
+    assert after.total_steps == 2000 and after.n_updates > before.n_updates
+    run = TrainingRun.resume(run_dir)
+    assert run.metadata["total_steps"] == 2000
+    rows = run.read_train_episodes()
+    assert [r["episode"] for r in rows] == list(range(len(rows)))
+    assert len(rows) > episodes
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    a = train_run(tmp_path)
+    out = tmp_path / "curves.png"
+    assert main(["plot", str(a), str(a), "-o", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_is_one_line(tmp_path, monkeypatch, capsys):
+    run_dir = train_run(tmp_path)
+    capsys.readouterr()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["plot", str(run_dir), "-o", str(tmp_path / "x.png")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "ember-np plot needs matplotlib: pip install 'ember-np[plot]'"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "NoSuchEnv-v0"], "unknown environment 'NoSuchEnv-v0'"),
+        (["train", "Pendulum-v1", "--quiet"], "DQN needs a Discrete action space"),
+        (["train", "CartPole-v1", "--preset", "nope"], "unknown preset 'nope'; known presets"),
+        (["train", "CartPole-v1", "--set", "gama=0.5"], "unknown config key 'gama'"),
+        (["train", "CartPole-v1", "--set", "gamma"], "--set expects key=value"),
+        (["train", "CartPole-v1", "--set", "gamma=2"], r"gamma must be a number in \[0, 1\]"),
+        (["train", "CartPole-v1", "--steps", "0"], "expected a positive integer, got 0"),
+        (["eval", "/no/such/run"], "no run directory at /no/such/run"),
+        (["resume", "/no/such/run", "--steps", "10"], "no run directory"),
+        (["resume", "."], "the following arguments are required: --steps"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_one_line_exit_2(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ember-np: error: "), err
+    assert __import__("re").search(message, err[0]), err[0]
+
+
+def test_eval_bad_checkpoint_name(tmp_path, capsys):
+    run_dir = train_run(tmp_path)
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--checkpoint", "step_7"]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+    assert main(["eval", str(run_dir), "--checkpoint", "worst"]) == 2
+
+
+def test_python_m_entry_point_and_help():
+    out = subprocess.run(
+        [sys.executable, "-m", "ember_np", "--help"], capture_output=True, text=True, check=True
+    )
+    for command in ("train", "eval", "resume", "plot"):
+        assert command in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "ember_np", "train", "Nope-v0"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_train_runs_are_reproducible(tmp_path):
+    a = train_run(tmp_path / "a")
+    b = train_run(tmp_path / "b")
+    pa = DqnAgent.from_checkpoint(a / "checkpoints" / "latest.npz").online._params
+    pb = DqnAgent.from_checkpoint(b / "checkpoints" / "latest.npz").online._params
+    assert np.array_equal(pa, pb)
