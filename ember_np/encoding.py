@@ -204,19 +204,23 @@ def describe(obj: Any) -> dict[str, Any]:
     return {"type": f"{cls.__module__}.{cls.__qualname__}"}
 
 
-def encoder_from_description(desc: dict[str, Any]) -> VecEncoder:
-    """Rebuild a built-in encoder from :func:`describe`'s output."""
-    if desc.get("type") == "VecEncoder":
-        return VecEncoder(tuple(desc["shape"]))
-    raise ValueError(
-        f"cannot rebuild observation encoder {desc.get('type')!r}: pass encoder=... explicitly"
-    )
+def encoder_from_description(desc: Any) -> VecEncoder:
+    """Rebuild a built-in encoder from :func:`describe`'s output (ValueError if it can't)."""
+    kind = desc.get("type") if isinstance(desc, dict) else None
+    if kind == "VecEncoder":
+        shape = desc.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(s, int) for s in shape):
+            raise ValueError(f"invalid VecEncoder description {desc!r}")
+        return VecEncoder(tuple(shape))
+    raise ValueError(f"cannot rebuild observation encoder {kind!r}: pass encoder=... explicitly")
 
 
-def mapper_from_description(desc: dict[str, Any]) -> IndexActionMapper:
-    """Rebuild a built-in action mapper from :func:`describe`'s output."""
-    if desc.get("type") == "IndexActionMapper":
-        return IndexActionMapper(int(desc["num_actions"]), int(desc.get("start", 0)))
-    raise ValueError(
-        f"cannot rebuild action mapper {desc.get('type')!r}: pass action_mapper=... explicitly"
-    )
+def mapper_from_description(desc: Any) -> IndexActionMapper:
+    """Rebuild a built-in action mapper from :func:`describe`'s output (ValueError if it can't)."""
+    kind = desc.get("type") if isinstance(desc, dict) else None
+    if kind == "IndexActionMapper":
+        n, start = desc.get("num_actions"), desc.get("start", 0)
+        if not isinstance(n, int) or not isinstance(start, int):
+            raise ValueError(f"invalid IndexActionMapper description {desc!r}")
+        return IndexActionMapper(n, start)
+    raise ValueError(f"cannot rebuild action mapper {kind!r}: pass action_mapper=... explicitly")

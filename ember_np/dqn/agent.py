@@ -31,7 +31,13 @@ from ember_np.checkpoint import (
     string_array,
 )
 from ember_np.dqn.config import DqnConfig
-from ember_np.dqn.network import QNetwork, _greedy_action, _polyak, _update
+from ember_np.dqn.network import (
+    QNetwork,
+    _greedy_action,
+    _nonfinite_observation,
+    _polyak,
+    _update,
+)
 from ember_np.dqn.replay import CircularBuffer, _push, _sample
 from ember_np.encoding import (
     DiscreteActionMapper,
@@ -55,8 +61,12 @@ def _epsilon_greedy(
     """With probability epsilon a uniform random action index, else the greedy one.
 
     Draws u ~ U[0, 1) from ``rng_state`` whenever epsilon > 0, and a second
-    number for the random action when u < epsilon.
+    number for the random action when u < epsilon. Returns -1 for an
+    observation holding NaN or inf.
     """
+    for k in range(obs.shape[0]):
+        if not np.isfinite(obs[k]):
+            return -1  # callers raise; no random number is drawn
     if epsilon > 0.0 and next_double(rng_state) < epsilon:
         return next_below(rng_state, sizes[sizes.shape[0] - 1])
     return _greedy_action(params, sizes, obs)
@@ -355,9 +365,10 @@ class DqnAgent:
     def act(self, obs: Any) -> Any:
         """The greedy action ``argmax_a Q(obs, a)``, as an env action."""
         x = self._encode(obs)
-        return self.action_mapper.index_to_action(
-            _greedy_action(self.online._params, self.online._sizes, x)
-        )
+        index = _greedy_action(self.online._params, self.online._sizes, x)
+        if index < 0:
+            raise _nonfinite_observation(x)
+        return self.action_mapper.index_to_action(index)
 
     def act_epsilon_greedy(self, obs: Any, rng: Rng | None = None) -> Any:
         """A random action with probability :attr:`epsilon`, else the greedy one.
@@ -370,9 +381,12 @@ class DqnAgent:
     def _act_index(self, x: np.ndarray, rng: Rng | None = None) -> int:
         state = self._explore_rng.state if rng is None else rng.state
         on = self.online
-        return _act_explore(
+        index = _act_explore(
             on._params, on._sizes, x, self._counters, self._cfg_i, self._cfg_f, state
         )
+        if index < 0:
+            raise _nonfinite_observation(x)
+        return index
 
     def _encode(self, obs: Any) -> np.ndarray:
         """The encoder's output as a C-contiguous float32 vector of obs_size."""
@@ -579,9 +593,12 @@ class DqnAgent:
         for key, st in (("rng/explore", explore), ("rng/replay", replay)):
             if int(st[3]) % 2 == 0:
                 raise reader.error(f"{key!r} is not a valid PCG64 state (even increment)")
-        for key in ("online/adam_m", "online/adam_v", "online/w0"):
+        for key in (*(f"online/{k}" for k in online_state if k != "layer_sizes"),
+                    *(f"target/{k}" for k in target_state)):  # fmt: skip
             if not np.isfinite(reader.arrays[key]).all():
                 raise reader.error(f"{key!r} holds NaN or infinite values")
+        if (reader.arrays["online/adam_v"] < 0).any() or online_state["adam_t"][0] < 0:
+            raise reader.error("the Adam state is invalid (negative second moment or step)")
         buffer_state = None
         buffer_keys = [k for k in reader.arrays if k.startswith("buffer/")]
         if include_buffer and buffer_keys:
@@ -637,9 +654,22 @@ class DqnAgent:
                 action_mapper = mapper_from_description(reader.json("action_mapper"))
         except CheckpointError:
             raise
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise reader.error(f"invalid config or description: {exc}") from None
-        agent = cls(encoder, action_mapper, config, seed=reader.integer("seed"), buffer=buffer)
+        seed = reader.integer("seed")
+        if seed < 0:
+            raise reader.error(f"'seed' must be >= 0, found {seed}")
+        stored = tuple(reader.array("online/layer_sizes", np.int64, ndim=1).tolist())
+        expected = (int(encoder.obs_size), *config.hidden_sizes, int(action_mapper.num_actions))
+        if stored != expected:
+            raise reader.error(
+                f"architecture mismatch: the config and encoder describe layer_sizes {expected}, "
+                f"the weights have {stored}"
+            )
+        try:
+            agent = cls(encoder, action_mapper, config, seed=seed, buffer=buffer)
+        except (ValueError, MemoryError) as exc:  # e.g. an absurd buffer capacity
+            raise reader.error(f"cannot build the agent: {exc!r}") from None
         agent._load_reader(reader, include_buffer=True)
         return agent
 

@@ -139,9 +139,17 @@ def _argmax(q: np.ndarray) -> int:
 
 @kernel
 def _greedy_action(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
+    """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf (callers raise)."""
+    for k in range(x.shape[0]):
+        if not np.isfinite(x[k]):
+            return -1
     q = np.empty(sizes[sizes.shape[0] - 1], dtype=params.dtype)
     _forward_one(params, sizes, x, q)
     return _argmax(q)
+
+
+def _nonfinite_observation(x: np.ndarray) -> ValueError:
+    return ValueError(f"observation must be finite (no NaN or inf), got {x.tolist()}")
 
 
 @kernel
@@ -607,7 +615,10 @@ class QNetwork:
         x = self._obs(obs)
         if x.ndim != 1:
             raise ValueError(f"expected one observation of shape ({self.obs_size},), got {x.shape}")
-        return int(_greedy_action(self._params, self._sizes, x))
+        action = int(_greedy_action(self._params, self._sizes, x))
+        if action < 0:
+            raise _nonfinite_observation(x)
+        return action
 
     def greedy_actions(self, obs: Any) -> np.ndarray:
         """Greedy action of every row of ``obs`` (batch, obs_size) -> int64 (batch,)."""

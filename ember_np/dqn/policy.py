@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 
 from ember_np.checkpoint import AGENT_FORMAT, CheckpointError, Reader
-from ember_np.dqn.network import _forward_batch, _forward_one, _greedy_action, _greedy_actions
+from ember_np.dqn.network import (
+    _forward_batch,
+    _forward_one,
+    _greedy_action,
+    _greedy_actions,
+    _nonfinite_observation,
+)
 from ember_np.encoding import (
     DiscreteActionMapper,
     IndexActionMapper,
@@ -102,7 +108,10 @@ class DqnPolicy:
 
     def act(self, obs: Any) -> Any:
         """The greedy action for one observation, as an env action."""
-        index = _greedy_action(self._params, self._sizes, self._encode(obs))
+        x = self._encode(obs)
+        index = _greedy_action(self._params, self._sizes, x)
+        if index < 0:
+            raise _nonfinite_observation(x)
         return self.action_mapper.index_to_action(index)
 
     def act_batch(self, obs_batch: Any) -> np.ndarray:

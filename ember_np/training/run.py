@@ -139,6 +139,10 @@ class TrainingRun:
                 raise ValueError(f"{p / 'metadata.json'} lacks {key!r}")
         metadata.setdefault("best_eval_reward", None)
         (p / "checkpoints").mkdir(exist_ok=True)
+        # A process killed mid-write leaves its temporary file behind (the
+        # target itself is intact): remove those leftovers.
+        for stale in list(p.glob(".*.tmp")) + list((p / "checkpoints").glob(".*.tmp")):
+            stale.unlink(missing_ok=True)
         return cls(p, metadata)
 
     # -- paths --------------------------------------------------------------------
@@ -238,6 +242,44 @@ class TrainingRun:
             if line.strip():
                 rows.append(json.loads(line))
         return rows
+
+    def rewind_logs(self, total_steps: int) -> int:
+        """Make the JSONL logs agree with a checkpoint taken at ``total_steps``.
+
+        Rows logged after that step (training that happened after the
+        checkpoint, then was lost with the process) move to
+        ``train_episodes.rolled_back.jsonl`` / ``eval_episodes.rolled_back.jsonl``,
+        so nothing is deleted and a resumed run does not log the same steps
+        twice. Returns the number of training episodes that remain.
+        """
+        kept_train = 0
+        for name, key in (
+            ("train_episodes", "total_steps"),
+            ("eval_episodes", "total_steps_at_eval"),
+        ):
+            path = self._dir / f"{name}.jsonl"
+            if not path.exists():
+                continue
+            keep, drop = [], []
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    drop.append(line)  # a torn last line from a crash
+                    continue
+                (keep if int(row.get(key, 0)) <= total_steps else drop).append(line)
+            if name == "train_episodes":
+                kept_train = len(keep)
+            if not drop:
+                continue
+            with open(self._dir / f"{name}.rolled_back.jsonl", "a", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in drop))
+                f.flush()
+                os.fsync(f.fileno())
+            atomic_write_text(path, "".join(line + "\n" for line in keep))
+        return kept_train
 
     def write_config(self, config: dict[str, Any]) -> None:
         """Write ``config.json`` (atomically)."""

@@ -125,10 +125,28 @@ class DqnTrainer:
         self._x: Any = None  # encoded current observation
         self._index = 0  # action index already chosen for it
         self._first_reset_done = False
-        self._episode = int(run.metadata["total_episodes"]) if run is not None else 0
+        self._episode = 0
+        if run is not None:
+            self._attach_run(run)
         self._episode_step = 0
         self._episode_reward = 0.0
         self._best_eval_reward = run.best_eval_reward if run is not None else -math.inf
+
+    def _attach_run(self, run: TrainingRun) -> None:
+        """Line the run's logs up with the agent: a fresh agent needs a fresh run,
+        a restored one continues the episode numbering from its checkpoint."""
+        steps = self._agent.total_steps
+        logged = run.read_train_episodes()
+        if steps == 0:
+            if logged:
+                raise ValueError(
+                    f"{run.dir} already holds {len(logged)} training episodes but the agent has "
+                    "taken no steps: resume with DqnAgent.from_checkpoint(run."
+                    "latest_checkpoint_path()), or use TrainingRun.create for a new run"
+                )
+            return
+        self._episode = run.rewind_logs(steps)
+        run.update_metadata(steps, self._episode)
 
     # -- accessors ----------------------------------------------------------------
     @property
