@@ -36,6 +36,11 @@ SETTINGS = {
         target_update=200, train_freq=1, gradient_steps=1, eps_start=1.0, eps_end=0.01,
         eps_steps=10_000, total=20_000,
     ),
+    "S1-tf4": dict(
+        net=(64, 64), lr=1e-3, batch=64, buffer=10_000, learning_starts=1_000, gamma=0.99,
+        target_update=200, train_freq=4, gradient_steps=1, eps_start=1.0, eps_end=0.01,
+        eps_steps=10_000, total=40_000,
+    ),
     "S2": dict(
         net=(256, 256), lr=2.3e-3, batch=64, buffer=100_000, learning_starts=1_000, gamma=0.99,
         target_update=10, train_freq=256, gradient_steps=128, eps_start=1.0, eps_end=0.04,
@@ -86,13 +91,15 @@ def sb3_model(s: dict, total: int, buffer: int | None = None):
 def worker_speed(lib: str, setting: str) -> dict:
     s = SETTINGS[setting]
     total, warm = s["total"], s["learning_starts"]
-    if lib == "ember_np":
+    if lib.startswith("ember_np"):
         import gymnasium as gym
 
         from ember_np import DqnAgent, DqnTrainer
 
-        env = gym.make("CartPole-v1")
+        # ember_np-fused: the native CartPole and the compiled training loop
+        env = gym.make("ember_np/CartPole-v1" if lib == "ember_np-fused" else "CartPole-v1")
         trainer = DqnTrainer(env, DqnAgent.for_env(env, ember_config(s), seed=0), seed=0)
+        assert trainer.fused == (lib == "ember_np-fused")
         trainer.train(warm)
         t0 = time.perf_counter()
         trainer.train(total - warm)
@@ -225,7 +232,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--reps", type=int, default=3, help="repetitions per library and setting (>= 3)")
-    p.add_argument("--settings", default="S1,S2")
+    p.add_argument("--settings", default="S1,S1-tf4,S2")
     p.add_argument("--no-memory", action="store_true", help="skip the 1M-buffer memory runs")
     p.add_argument("--out", type=Path, help="also write the markdown table here")
     p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
@@ -236,7 +243,7 @@ def main() -> None:
         print(json.dumps(result))
         return
 
-    libs = ["ember_np", "sb3"]
+    libs = ["ember_np", "ember_np-fused", "sb3"]
     lines = [
         f"Machine: {machine()}",
         f"Versions: {versions()}",
@@ -262,24 +269,24 @@ def main() -> None:
             )
             for lib in libs
         }
-        ratio = med["ember_np"][0] / med["sb3"][0]
         total = SETTINGS[setting]["total"]
         for lib in libs:
             sps, wall, rss = med[lib]
-            shown = f"**{ratio:.1f}x**" if lib == "ember_np" else "1x"
+            shown = f"**{sps / med['sb3'][0]:.1f}x**" if lib != "sb3" else "1x"
             lines.append(
                 f"| {setting} ({total:,} steps) | {lib} | {sps:,.0f} | {wall:.1f} s "
                 f"| {rss:.0f} MB | {shown} |"
             )
     if not args.no_memory:
         lines += ["", "| memory | ember_np | SB3 | ratio |", "|---|---|---|---|"]
-        mem = {lib: [] for lib in libs}
+        pair = ["ember_np", "sb3"]
+        mem: dict[str, list[dict]] = {lib: [] for lib in pair}
         for _ in range(args.reps):
-            for lib in libs:
+            for lib in pair:
                 mem[lib].append(run_worker(["memory", lib, "4"])[0])
-        small = {lib: run_worker(["memory", lib, "8"])[0]["bytes_per_transition"] for lib in libs}
-        b4 = {lib: mem[lib][0]["bytes_per_transition"] for lib in libs}
-        rss = {lib: statistics.median(m["peak_rss_mb"] for m in mem[lib]) for lib in libs}
+        small = {lib: run_worker(["memory", lib, "8"])[0]["bytes_per_transition"] for lib in pair}
+        b4 = {lib: mem[lib][0]["bytes_per_transition"] for lib in pair}
+        rss = {lib: statistics.median(m["peak_rss_mb"] for m in mem[lib]) for lib in pair}
         lines.append(f"| bytes per transition, CartPole (4 floats) | {b4['ember_np']:.0f} | "
                      f"{b4['sb3']:.0f} | {b4['ember_np'] / b4['sb3']:.2f} |")  # fmt: skip
         lines.append(f"| bytes per transition, 8-float observation | {small['ember_np']:.0f} | "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -144,9 +145,12 @@ def worker_sb3(env_id: str, seed: int) -> dict:
 
 
 def run_worker(env_id: str, seed: int, library: str = "ember_np") -> dict:
+    # One BLAS thread per process: --jobs processes share the cores, and
+    # OpenBLAS threads spinning against each other slow everything down ~10x.
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     out = subprocess.run(
         [sys.executable, __file__, "--worker", env_id, str(seed), library],
-        capture_output=True, text=True, env=None,
+        capture_output=True, text=True, env=env,
     )  # fmt: skip
     if out.returncode != 0:
         raise SystemExit(f"{env_id} seed {seed} failed:\n{out.stderr[-3000:]}")

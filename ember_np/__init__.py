@@ -35,8 +35,12 @@ from ember_np.training.run import TrainingRun
 from ember_np.training.trainer import DqnTrainer, StepMetrics
 from ember_np.types import EpisodeStatus, Experience, Policy, ReplayBuffer
 
+# Registers the native environments (ember_np/CartPole-v1, ...) with gymnasium.
+from ember_np import envs  # noqa: E402  isort: skip
+
 __all__ = [
     "Aggregator",
+    "envs",
     "Batch",
     "CheckpointError",
     "CircularBuffer",

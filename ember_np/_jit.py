@@ -38,3 +38,17 @@ def kernel(fn: F) -> F:
         error_model="numpy",
         nogil=True,
     )(fn)
+
+
+def exact_kernel(fn: F) -> F:
+    """Compile ``fn`` like :func:`kernel` but with strict IEEE arithmetic.
+
+    For code that must reproduce another implementation bit for bit (the
+    native environments match gymnasium's float64 dynamics): no fast-math, so
+    LLVM neither reassociates nor fuses multiply-adds.
+    """
+    return numba.njit(  # type: ignore[no-any-return]
+        cache=True,
+        error_model="numpy",
+        nogil=True,
+    )(fn)

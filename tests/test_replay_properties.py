@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import naive
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import naive
 from ember_np import CircularBuffer, Rng
 
 OBS_SIZE = 3
@@ -30,7 +30,11 @@ def as_row(item) -> tuple:
 
 
 @settings(max_examples=200, deadline=None)
-@given(capacity=st.integers(1, 12), ops=st.lists(st.one_of(push, sample, bad_push), max_size=80), seed=st.integers(0, 2**32))
+@given(
+    capacity=st.integers(1, 12),
+    ops=st.lists(st.one_of(push, sample, bad_push), max_size=80),
+    seed=st.integers(0, 2**32),
+)
 def test_matches_a_list_model(capacity, ops, seed):
     buf = CircularBuffer(capacity, OBS_SIZE, N_ACTIONS)
     model = naive.ReplayModel(capacity)

@@ -24,6 +24,8 @@ import operator
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ember_np.dqn.agent import DqnAgent
 from ember_np.stats import EpisodeRecord, EvalReport, StatsTracker
 from ember_np.training.run import TrainingRun
@@ -32,6 +34,7 @@ from ember_np.types import EpisodeStatus
 __all__ = ["DqnTrainer", "StepMetrics"]
 
 _STATUSES = tuple(EpisodeStatus)  # indexed by value
+FUSED_CHUNK = 65_536  # most env steps per compiled call (bounds the record arrays)
 
 
 class StepMetrics(NamedTuple):
@@ -91,6 +94,13 @@ class DqnTrainer:
     save_buffer : bool
         Include the replay buffer in ``latest.npz`` so a resumed run continues
         exactly. Default True.
+    fused : bool, optional
+        Run ``train`` in compiled chunks (env step, agent step, episode
+        bookkeeping) when the env is a native one (``ember_np.envs``, possibly
+        behind gymnasium's OrderEnforcing / PassiveEnvChecker) and the agent
+        uses the default buffer, encoder and mapper. None (default) fuses
+        whenever possible; True raises ValueError if it is not possible; False
+        never fuses. Results are identical either way.
     """
 
     def __init__(
@@ -104,6 +114,7 @@ class DqnTrainer:
         stats: StatsTracker | None = None,
         eval_env: Any = None,
         save_buffer: bool = True,
+        fused: bool | None = None,
     ) -> None:
         if not isinstance(agent, DqnAgent):
             raise ValueError(f"agent must be a DqnAgent, got {type(agent).__name__}")
@@ -128,6 +139,14 @@ class DqnTrainer:
         self._episode = 0
         if run is not None:
             self._attach_run(run)
+        self._native = self._fusable_env()
+        if fused and self._native is None:
+            raise ValueError(
+                "fused=True needs a native env (ember_np.envs, e.g. gym.make('ember_np/"
+                "CartPole-v1')) and an agent with the default CircularBuffer, VecEncoder and "
+                "IndexActionMapper(start=0)"
+            )
+        self.fused = self._native is not None and fused is not False
         self._episode_step = 0
         self._episode_reward = 0.0
         self._best_eval_reward = run.best_eval_reward if run is not None else -math.inf
@@ -147,6 +166,26 @@ class DqnTrainer:
             return
         self._episode = run.rewind_logs(steps)
         run.update_metadata(steps, self._episode)
+
+    def _fusable_env(self) -> Any:
+        """The native env the compiled loop can drive for this agent, or None."""
+        from ember_np.encoding import IndexActionMapper
+        from ember_np.envs.native import unwrap_native
+
+        native = unwrap_native(self._env)
+        agent = self._agent
+        mapper = agent.action_mapper
+        if (
+            native is None
+            or not agent._fast_buffer
+            or not agent._flat_encoder
+            or type(mapper) is not IndexActionMapper
+            or mapper.start != 0
+            or native.obs_size != agent.online.obs_size
+            or native.n_actions != agent.online.n_actions
+        ):
+            return None
+        return native
 
     # -- accessors ----------------------------------------------------------------
     @property
@@ -185,9 +224,12 @@ class DqnTrainer:
         when training stops between two of them.
         """
         n = _positive_int("n_steps", n_steps, minimum=0)
-        step = self._step
-        for _ in range(n):
-            step(False)
+        if self.fused:
+            self._train_fused(n)
+        else:
+            step = self._step
+            for _ in range(n):
+                step(False)
         if self.run is not None and n and self._agent.total_steps % self.checkpoint_freq:
             # End between two numbered checkpoints: keep latest.npz current, so
             # nothing trained here is lost when the process stops.
@@ -249,6 +291,91 @@ class DqnTrainer:
         if self.run is not None and total % self.checkpoint_freq == 0:
             self.checkpoint()
         return result
+
+    def _train_fused(self, n: int, record: bool = False) -> list[StepMetrics] | None:
+        """``n`` steps through the compiled loop; the StepMetrics too if ``record``.
+
+        Chunks end at checkpoint steps, so logs and checkpoints are written at
+        the same steps, with the same contents, as the Python path writes them.
+        """
+        from ember_np.training._fused import fused_steps
+
+        if self._x is None:
+            self._reset()
+        native = self._native
+        agent = self._agent
+        buf = agent.buffer
+        metrics: list[StepMetrics] | None = [] if record else None
+        remaining = n
+        while remaining > 0:
+            total = int(agent._counters[0])
+            chunk = min(remaining, FUSED_CHUNK)
+            if self.run is not None:
+                chunk = min(chunk, self.checkpoint_freq - total % self.checkpoint_freq)
+            x = np.array(self._x, dtype=np.float32)
+            loop = np.array([self._index, self._episode_step, self._episode, 0], dtype=np.int64)
+            episode_reward = np.array([self._episode_reward])
+            rec_reward = np.empty(chunk)
+            rec_ints = np.empty((chunk, 4), dtype=np.int64)
+            step_log = np.empty((chunk if record else 0, 2))
+            start = (self._episode, self._episode_step, self._episode_reward)
+            code = fused_steps(
+                chunk, native.KIND, native.state, native.counters, native.rng.state,
+                native.max_steps, x, np.empty_like(x), loop, episode_reward, rec_reward,
+                rec_ints, step_log, buf.storage, buf._cursor, buf.num_actions, *agent._step_args,
+            )  # fmt: skip
+            self._x = x
+            self._index = int(loop[0])
+            self._episode_step = int(loop[1])
+            self._episode = int(loop[2])
+            self._episode_reward = float(episode_reward[0])
+            for r in range(int(loop[3])):
+                length, status, steps, episode = (int(v) for v in rec_ints[r])
+                record_ = EpisodeRecord(float(rec_reward[r]), length, _STATUSES[status])
+                self.stats.update(record_)
+                if self.run is not None:
+                    self.run.log_train_episode(record_, episode, steps)
+            if code < 0:
+                raise ValueError(
+                    f"the environment produced a transition the replay buffer rejected "
+                    f"(error {-code}: a non-finite observation or reward)"
+                )
+            if metrics is not None:
+                metrics += self._replay_metrics(total, start, step_log)
+            if self.run is not None and int(agent._counters[0]) % self.checkpoint_freq == 0:
+                self.checkpoint()
+            remaining -= chunk
+        return metrics
+
+    def _replay_metrics(
+        self, total: int, start: tuple[int, int, float], step_log: np.ndarray
+    ) -> list[StepMetrics]:
+        """Rebuild the StepMetrics of a fused chunk from its per-step log."""
+        episode, episode_step, episode_reward = start
+        epsilon_at = self._agent._config.epsilon_at
+        out = []
+        for s in range(step_log.shape[0]):
+            reward = float(step_log[s, 0])
+            flags = int(step_log[s, 1])
+            code = flags % 4
+            episode_step += 1
+            episode_reward += reward
+            out.append(
+                StepMetrics(
+                    total + s + 1,
+                    episode,
+                    episode_step,
+                    reward,
+                    episode_reward,
+                    epsilon_at(total + s),
+                    flags >= 4,
+                    code != 0,
+                    _STATUSES[code],
+                )  # fmt: skip
+            )
+            if code:
+                episode, episode_step, episode_reward = episode + 1, 0, 0.0
+        return out
 
     def checkpoint(self) -> None:
         """Save ``step_<N>.npz`` and ``latest.npz``, prune, update metadata (needs a run).

@@ -1,0 +1,115 @@
+"""One entry point for every native environment, selected by an integer kind.
+
+The fused trainer and the vectorised stepper call :func:`env_reset` and
+:func:`env_step`; the ``kind`` argument picks the dynamics at run time, so a
+single compiled (and cached) kernel serves every environment. The time limit
+lives here, as gymnasium's ``TimeLimit`` wrapper: ``counters[0]`` counts the
+steps of the episode and ``truncated`` is set once it reaches ``max_steps``
+(even on a terminal step, as ``TimeLimit`` does).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ember_np._jit import exact_kernel
+from ember_np.envs._cartpole import cartpole_reset, cartpole_step
+from ember_np.envs._classic import (
+    acrobot_reset,
+    acrobot_step,
+    mountaincar_reset,
+    mountaincar_step,
+)
+from ember_np.rng import next_below
+
+CARTPOLE, ACROBOT, MOUNTAINCAR = 0, 1, 2
+STATE_SIZE = 8
+
+
+@exact_kernel
+def env_reset(
+    kind: int, state: np.ndarray, counters: np.ndarray, rng_state: np.ndarray, obs: np.ndarray
+) -> None:
+    """Start an episode: draw the initial state from ``rng_state``, write its observation."""
+    counters[0] = 0
+    if kind == CARTPOLE:
+        cartpole_reset(state, rng_state, obs)
+    elif kind == ACROBOT:
+        acrobot_reset(state, rng_state, obs)
+    else:
+        mountaincar_reset(state, rng_state, obs)
+
+
+@exact_kernel
+def env_step(
+    kind: int,
+    state: np.ndarray,
+    counters: np.ndarray,
+    action: int,
+    obs: np.ndarray,
+    max_steps: int,
+) -> tuple[float, bool, bool]:
+    """Advance one step; returns (reward, terminated, truncated)."""
+    if kind == CARTPOLE:
+        reward, terminated = cartpole_step(state, action, obs)
+    elif kind == ACROBOT:
+        reward, terminated = acrobot_step(state, action, obs)
+    else:
+        reward, terminated = mountaincar_step(state, action, obs)
+    counters[0] += 1
+    truncated = max_steps > 0 and counters[0] >= max_steps
+    return reward, terminated, truncated
+
+
+@exact_kernel
+def step_batch(
+    kind: int,
+    states: np.ndarray,
+    counters: np.ndarray,
+    rng_states: np.ndarray,
+    actions: np.ndarray,
+    max_steps: int,
+    obs: np.ndarray,
+    final_obs: np.ndarray,
+    rewards: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+) -> None:
+    """Step N copies; a copy whose episode ends is reset in the same call.
+
+    For a finished copy ``obs[i]`` is the first observation of its next
+    episode and ``final_obs[i]`` the last one of the episode that ended.
+    """
+    for i in range(states.shape[0]):
+        r, term, trunc = env_step(kind, states[i], counters[i], actions[i], obs[i], max_steps)
+        rewards[i] = r
+        terminated[i] = term
+        truncated[i] = trunc
+        if term or trunc:
+            final_obs[i, :] = obs[i]
+            env_reset(kind, states[i], counters[i], rng_states[i], obs[i])
+
+
+@exact_kernel
+def random_rollout(
+    kind: int,
+    state: np.ndarray,
+    counters: np.ndarray,
+    rng_state: np.ndarray,
+    obs: np.ndarray,
+    max_steps: int,
+    n_actions: int,
+    n_steps: int,
+) -> int:
+    """``n_steps`` steps with uniformly random actions and automatic resets.
+
+    Returns the number of episodes finished (the speed benchmark's loop).
+    """
+    episodes = 0
+    for _ in range(n_steps):
+        _, term, trunc = env_step(kind, state, counters, next_below(rng_state, n_actions), obs,
+                                  max_steps)  # fmt: skip
+        if term or trunc:
+            episodes += 1
+            env_reset(kind, state, counters, rng_state, obs)
+    return episodes

@@ -1,0 +1,231 @@
+"""Native classic-control environments: gymnasium envs whose dynamics are compiled.
+
+``CartPoleEnv``, ``AcrobotEnv`` and ``MountainCarEnv`` reproduce gymnasium's
+CartPole-v1, Acrobot-v1 and MountainCar-v0 exactly (dynamics, rewards,
+termination, the time limit as truncation, and the reset draws: the same seed
+gives the same episodes). They are ordinary ``gymnasium.Env`` subclasses,
+registered as ``ember_np/CartPole-v1``, ``ember_np/Acrobot-v1`` and
+``ember_np/MountainCar-v0``, so they work wherever a gymnasium env does. Their
+state lives in NumPy arrays that compiled code can step directly: the
+vectorised :class:`NativeVecEnv` and ``DqnTrainer``'s fused training loop.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from ember_np.envs import _dispatch as d
+from ember_np.rng import Rng
+
+__all__ = [
+    "AcrobotEnv",
+    "CartPoleEnv",
+    "MountainCarEnv",
+    "NativeEnv",
+    "NativeVecEnv",
+    "unwrap_native",
+]
+
+
+class NativeEnv(gym.Env):
+    """Base class: a gymnasium env over compiled reset/step kernels.
+
+    Parameters
+    ----------
+    max_steps : int, optional
+        Episode length after which ``truncated`` is set (gymnasium's
+        ``max_episode_steps``); the env's default when omitted, 0 for none.
+
+    Attributes
+    ----------
+    state : ndarray of float64, shape (8,)
+        The physical state (layout per env; see the kernel modules).
+    counters : ndarray of int64, shape (2,)
+        Steps taken in the current episode, then a spare slot.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    KIND: ClassVar[int]
+    MAX_STEPS: ClassVar[int]
+    GYMNASIUM_ID: ClassVar[str]
+
+    def __init__(self, max_steps: int | None = None, render_mode: str | None = None) -> None:
+        if render_mode is not None:
+            raise ValueError(
+                f"{type(self).__name__} does not render (got render_mode={render_mode!r})"
+            )
+        steps = self.MAX_STEPS if max_steps is None else max_steps
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+            raise ValueError(f"max_steps must be an integer >= 0 (0: no limit), got {max_steps!r}")
+        self.max_steps = int(steps)
+        self.state = np.zeros(d.STATE_SIZE, dtype=np.float64)
+        self.counters = np.zeros(2, dtype=np.int64)
+        self.obs_size = int(self.observation_space.shape[0])
+        self.n_actions = int(self.action_space.n)
+        self._obs = np.zeros(self.obs_size, dtype=np.float32)
+        self._rng = Rng(np.random.SeedSequence())  # unseeded until reset(seed=...)
+        self._has_reset = False
+
+    @property
+    def rng(self) -> Rng:
+        """The stream the resets draw from (gymnasium's ``np_random``, bit for bit)."""
+        return self._rng
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if seed is not None:
+            self._rng.state = Rng(seed).state  # same stream as gymnasium's np_random
+        d.env_reset(self.KIND, self.state, self.counters, self._rng.state, self._obs)
+        self._has_reset = True
+        return self._obs.copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        try:
+            a = operator.index(action)
+        except TypeError:
+            raise ValueError(
+                f"action must be an integer in [0, {self.n_actions}), got {action!r}"
+            ) from None
+        if not 0 <= a < self.n_actions:
+            raise ValueError(f"action must be an integer in [0, {self.n_actions}), got {action!r}")
+        if not self._has_reset:
+            raise ValueError("call reset() before step()")
+        reward, terminated, truncated = d.env_step(
+            self.KIND, self.state, self.counters, a, self._obs, self.max_steps
+        )
+        return self._obs.copy(), float(reward), bool(terminated), bool(truncated), {}
+
+
+def _box(high: list[float]) -> spaces.Box:
+    h = np.array(high, dtype=np.float32)
+    return spaces.Box(-h, h, dtype=np.float32)
+
+
+class CartPoleEnv(NativeEnv):
+    """gymnasium's CartPole-v1, compiled (500-step episodes)."""
+
+    KIND = d.CARTPOLE
+    MAX_STEPS = 500
+    GYMNASIUM_ID = "CartPole-v1"
+    observation_space = _box(
+        [4.8, np.finfo(np.float32).max, 12 * 2 * math.pi / 360 * 2, np.finfo(np.float32).max]
+    )
+    action_space = spaces.Discrete(2)
+
+
+class AcrobotEnv(NativeEnv):
+    """gymnasium's Acrobot-v1, compiled (500-step episodes)."""
+
+    KIND = d.ACROBOT
+    MAX_STEPS = 500
+    GYMNASIUM_ID = "Acrobot-v1"
+    observation_space = _box([1.0, 1.0, 1.0, 1.0, 4 * math.pi, 9 * math.pi])
+    action_space = spaces.Discrete(3)
+
+
+class MountainCarEnv(NativeEnv):
+    """gymnasium's MountainCar-v0, compiled (200-step episodes)."""
+
+    KIND = d.MOUNTAINCAR
+    MAX_STEPS = 200
+    GYMNASIUM_ID = "MountainCar-v0"
+    observation_space = spaces.Box(
+        np.array([-1.2, -0.07], dtype=np.float32), np.array([0.6, 0.07], dtype=np.float32),
+        dtype=np.float32,
+    )  # fmt: skip
+    action_space = spaces.Discrete(3)
+
+
+NATIVE_ENVS: dict[str, type[NativeEnv]] = {
+    f"ember_np/{cls.GYMNASIUM_ID}": cls for cls in (CartPoleEnv, AcrobotEnv, MountainCarEnv)
+}
+
+
+def unwrap_native(env: Any) -> NativeEnv | None:
+    """The native env under gymnasium's bookkeeping wrappers, or None.
+
+    Only wrappers that change nothing about steps (``OrderEnforcing``,
+    ``PassiveEnvChecker``) are looked through: behind any other wrapper the
+    compiled loop would skip the wrapper's effect, so None is returned.
+    """
+    from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker
+
+    while isinstance(env, (OrderEnforcing, PassiveEnvChecker)):
+        env = env.env
+    return env if isinstance(env, NativeEnv) else None
+
+
+class NativeVecEnv:
+    """N copies of a native env, stepped together in one compiled call.
+
+    Parameters
+    ----------
+    env_id : str
+        ``"CartPole-v1"``, ``"Acrobot-v1"`` or ``"MountainCar-v0"`` (with or
+        without the ``ember_np/`` prefix).
+    num_envs : int
+    seed : int
+        Each copy gets its own reset stream, spawned from this seed.
+    max_steps : int, optional
+        Per-copy time limit (the env's default when omitted).
+
+    ``step(actions)`` resets finished copies in the same call: their ``obs``
+    row is the first observation of the new episode, and ``final_obs`` holds
+    the last observation of the one that ended.
+    """
+
+    def __init__(self, env_id: str, num_envs: int, seed: int = 0, max_steps: int | None = None):
+        key = env_id if env_id.startswith("ember_np/") else f"ember_np/{env_id}"
+        if key not in NATIVE_ENVS:
+            raise ValueError(f"no native env {env_id!r}; native envs: {sorted(NATIVE_ENVS)}")
+        cls = NATIVE_ENVS[key]
+        if (
+            isinstance(num_envs, bool)
+            or not isinstance(num_envs, (int, np.integer))
+            or num_envs < 1
+        ):
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        self.single = cls(max_steps=max_steps)
+        self.kind = cls.KIND
+        self.max_steps = self.single.max_steps
+        self.num_envs = int(num_envs)
+        n, k = self.num_envs, self.single.obs_size
+        self.states = np.zeros((n, d.STATE_SIZE), dtype=np.float64)
+        self.counters = np.zeros((n, 2), dtype=np.int64)
+        self.rng_states = np.stack([r.state for r in Rng.streams(seed, n)])
+        self.obs = np.zeros((n, k), dtype=np.float32)
+        self.final_obs = np.zeros((n, k), dtype=np.float32)
+        self.rewards = np.zeros(n, dtype=np.float64)
+        self.terminated = np.zeros(n, dtype=np.bool_)
+        self.truncated = np.zeros(n, dtype=np.bool_)
+        self.observation_space = self.single.observation_space
+        self.action_space = self.single.action_space
+
+    def reset(self) -> np.ndarray:
+        """Reset every copy; returns the observations, float32 (num_envs, obs_size)."""
+        for i in range(self.num_envs):
+            d.env_reset(
+                self.kind, self.states[i], self.counters[i], self.rng_states[i], self.obs[i]
+            )
+        return self.obs.copy()
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Step every copy: (obs, rewards, terminated, truncated), each a new array."""
+        a = np.ascontiguousarray(actions, dtype=np.int64)
+        if a.shape != (self.num_envs,):
+            raise ValueError(f"expected actions of shape ({self.num_envs},), got {a.shape}")
+        if a.size and (a.min() < 0 or a.max() >= self.single.n_actions):
+            raise ValueError(f"actions must be in [0, {self.single.n_actions})")
+        d.step_batch(
+            self.kind, self.states, self.counters, self.rng_states, a, self.max_steps,
+            self.obs, self.final_obs, self.rewards, self.terminated, self.truncated,
+        )  # fmt: skip
+        return self.obs.copy(), self.rewards.copy(), self.terminated.copy(), self.truncated.copy()

@@ -1,0 +1,123 @@
+"""Native environments: gymnasium equivalence, registration, vectorised stepping."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import ember_np.envs  # noqa: F401  (registers the ids)
+from ember_np.envs import AcrobotEnv, CartPoleEnv, MountainCarEnv, NativeVecEnv, unwrap_native
+
+PAIRS = [
+    ("CartPole-v1", CartPoleEnv),
+    ("Acrobot-v1", AcrobotEnv),
+    ("MountainCar-v0", MountainCarEnv),
+]
+
+
+@pytest.mark.parametrize("env_id, cls", PAIRS)
+@pytest.mark.parametrize("seed", [0, 7])
+def test_same_episodes_as_gymnasium_across_resets(env_id, cls, seed):
+    """gym.make(env_id) (with its TimeLimit) and the native env: same seed, same actions."""
+    theirs = gym.make(env_id)
+    ours = gym.make(f"ember_np/{env_id}")
+    assert isinstance(unwrap_native(ours), cls)
+    o1, _ = theirs.reset(seed=seed)
+    o2, _ = ours.reset(seed=seed)
+    np.testing.assert_array_equal(o1, o2)
+    actions = np.random.default_rng(seed).integers(0, theirs.action_space.n, 4_000)
+    resets = 0
+    for a in actions:
+        o1, r1, term1, trunc1, _ = theirs.step(int(a))
+        o2, r2, term2, trunc2, _ = ours.step(int(a))
+        assert o2.dtype == np.float32
+        np.testing.assert_array_equal(o1, o2)
+        assert (r1, term1, trunc1) == (r2, term2, trunc2)
+        if term1 or trunc1:
+            resets += 1
+            o1, _ = theirs.reset()
+            o2, _ = ours.reset()
+            np.testing.assert_array_equal(o1, o2)
+    assert resets >= 3
+
+
+def test_cartpole_float64_state_matches_from_arbitrary_states():
+    theirs = gym.make("CartPole-v1").unwrapped
+    ours = CartPoleEnv()
+    theirs.reset(seed=0)
+    ours.reset(seed=0)
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        state = rng.uniform([-2.4, -3, -0.2, -3], [2.4, 3, 0.2, 3])
+        for action in (0, 1):
+            theirs.state = state.copy()
+            theirs.steps_beyond_terminated = None
+            ours.state[:4] = state
+            ours.state[4] = -1.0
+            _, r1, t1, _, _ = theirs.step(action)
+            _, r2, t2, _, _ = ours.step(action)
+            assert np.array_equal(np.asarray(theirs.state), ours.state[:4])
+            assert (r1, t1) == (r2, t2)
+
+
+@pytest.mark.parametrize("env_id", [p[0] for p in PAIRS])
+def test_passes_gymnasiums_env_checker(env_id):
+    check_env(gym.make(f"ember_np/{env_id}").unwrapped, skip_render_check=True)
+
+
+def test_time_limit_and_bad_actions():
+    env = CartPoleEnv(max_steps=3)
+    env.reset(seed=0)
+    flags = [env.step(1)[3] for _ in range(3)]
+    assert flags == [False, False, True]
+    with pytest.raises(ValueError, match=r"action must be an integer in \[0, 2\), got 2"):
+        env.step(2)
+    with pytest.raises(ValueError, match="max_steps must be an integer >= 0"):
+        CartPoleEnv(max_steps=-1)
+    with pytest.raises(ValueError, match="call reset"):
+        MountainCarEnv().step(0)
+
+
+@pytest.mark.parametrize("env_id, cls", PAIRS)
+def test_vectorised_copies_match_single_envs(env_id, cls):
+    n = 5
+    vec = NativeVecEnv(env_id, n, seed=3)
+    singles = [cls() for _ in range(n)]
+    for env, state in zip(singles, vec.rng_states):
+        env.rng.state = state.copy()
+    obs = vec.reset()
+    for i, env in enumerate(singles):
+        np.testing.assert_array_equal(obs[i], env.reset()[0])
+    actions = np.random.default_rng(0).integers(0, vec.action_space.n, (1_500, n))
+    done_count = 0
+    for row in actions:
+        obs, rewards, terminated, truncated = vec.step(row)
+        for i, env in enumerate(singles):
+            o, r, term, trunc, _ = env.step(int(row[i]))
+            assert (r, term, trunc) == (rewards[i], terminated[i], truncated[i])
+            if term or trunc:
+                done_count += 1
+                np.testing.assert_array_equal(vec.final_obs[i], o)
+                o, _ = env.reset()
+            np.testing.assert_array_equal(obs[i], o)
+    assert done_count >= n
+
+
+def test_vec_env_errors():
+    with pytest.raises(ValueError, match="no native env 'Pong-v5'"):
+        NativeVecEnv("Pong-v5", 2)
+    vec = NativeVecEnv("ember_np/CartPole-v1", 2)
+    vec.reset()
+    with pytest.raises(ValueError, match=r"expected actions of shape \(2,\)"):
+        vec.step([0, 1, 0])
+    with pytest.raises(ValueError, match=r"actions must be in \[0, 2\)"):
+        vec.step([0, 5])
+
+
+def test_unwrap_native_refuses_wrappers_that_change_steps():
+    env = gym.make("ember_np/CartPole-v1")
+    assert unwrap_native(env) is env.unwrapped
+    assert unwrap_native(gym.wrappers.TimeLimit(env, 10)) is None
+    assert unwrap_native(gym.make("CartPole-v1")) is None

@@ -1,0 +1,107 @@
+"""Fused training on native envs: identical to the Python path in every observable way."""
+
+from __future__ import annotations
+
+import itertools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import ember_np.envs  # noqa: F401
+from ember_np import DqnAgent, DqnConfig, DqnTrainer, TrainingRun
+
+CONFIG = DqnConfig(
+    hidden_sizes=(32, 32), learning_rate=1e-3, batch_size=32, buffer_capacity=3_000,
+    min_replay_size=100, target_update_freq=50, epsilon_end=0.05, epsilon_decay_steps=2_000,
+    max_grad_norm=10.0,
+)  # fmt: skip
+
+
+def trainer(env_id="ember_np/CartPole-v1", config=CONFIG, seed=0, **kw):
+    env = gym.make(env_id)
+    return DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed, **kw)
+
+
+def agent_state(agent):
+    return [
+        agent.online._params.tobytes(), agent.target._params.tobytes(),
+        agent.online._adam_m.tobytes(), agent.online._adam_v.tobytes(), agent._counters.tobytes(),
+        agent.exploration_rng.state.tobytes(), agent.replay_rng.state.tobytes(),
+        agent.buffer.storage.tobytes(), agent.buffer._cursor.tobytes(),
+    ]  # fmt: skip
+
+
+def test_fused_is_chosen_for_native_envs_only():
+    assert trainer().fused
+    assert not trainer("CartPole-v1").fused
+    assert not trainer(fused=False).fused
+    with pytest.raises(ValueError, match="fused=True needs a native env"):
+        trainer("CartPole-v1", fused=True)
+
+
+@pytest.mark.parametrize(
+    "env_id", ["ember_np/CartPole-v1", "ember_np/Acrobot-v1", "ember_np/MountainCar-v0"]
+)
+def test_same_step_metrics_as_the_python_path(env_id):
+    n = 3_000
+    python = list(itertools.islice(trainer(env_id, fused=False).steps(), n))
+    fused = trainer(env_id)._train_fused(n, record=True)
+    assert len(fused) == n
+    assert fused == python
+    assert sum(m.did_update for m in python) > 2_000
+    assert sum(m.episode_done for m in python) >= 3
+
+
+def test_same_agent_state_stats_and_run_files(tmp_path):
+    runs = [TrainingRun.create(name, "v1", root=tmp_path) for name in ("python", "fused")]
+    a = trainer(run=runs[0], checkpoint_freq=700, keep_checkpoints=2, fused=False)
+    b = trainer(run=runs[1], checkpoint_freq=700, keep_checkpoints=2)
+    assert b.fused and not a.fused
+    for n in (1_000, 1, 2_499):  # chunks that end mid-episode and off checkpoint boundaries
+        a.train(n)
+        b.train(n)
+    assert agent_state(a.agent) == agent_state(b.agent)
+    assert a.stats.summary() == b.stats.summary()
+    assert (a.episode, a._episode_step, a._episode_reward, a._index) == (
+        b.episode,
+        b._episode_step,
+        b._episode_reward,
+        b._index,
+    )
+    assert np.array_equal(a._x, b._x)
+    assert np.array_equal(a._native.state, b._native.state)
+    assert runs[0].read_train_episodes() == runs[1].read_train_episodes()
+    files_a = sorted(p.name for p in runs[0].checkpoints_dir.iterdir())
+    files_b = sorted(p.name for p in runs[1].checkpoints_dir.iterdir())
+    assert files_a == files_b == ["latest.npz", "step_2800.npz", "step_3500.npz"]
+    for name in files_a:
+        with (
+            np.load(runs[0].checkpoints_dir / name) as za,
+            np.load(runs[1].checkpoints_dir / name) as zb,
+        ):
+            assert za.files == zb.files
+            for key in za.files:
+                assert np.array_equal(za[key], zb[key]), (name, key)
+    # evaluation afterwards agrees too
+    assert a.eval(3) == b.eval(3)
+
+
+def test_python_steps_and_fused_train_interleave():
+    a, b = trainer(fused=False), trainer()
+    ma = list(itertools.islice(a.steps(), 1_700))
+    mb = list(itertools.islice(b.steps(), 500)) + b._train_fused(700, record=True)
+    mb += list(itertools.islice(b.steps(), 500))
+    assert ma == mb
+    assert agent_state(a.agent) == agent_state(b.agent)
+
+
+def test_fused_training_learns_cartpole():
+    t = trainer(config=CONFIG.replace(hidden_sizes=(64, 64), buffer_capacity=10_000,
+                                      min_replay_size=1_000, target_update_freq=200,
+                                      epsilon_end=0.01, epsilon_decay_steps=10_000))  # fmt: skip
+    best = -np.inf
+    for _ in range(5):
+        t.train(8_000)
+        best = max(best, t.eval(10).mean_reward)
+    assert best >= 150
