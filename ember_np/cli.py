@@ -352,24 +352,24 @@ def cmd_plot(args: argparse.Namespace) -> int:
 # -- parser -----------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
+def _int_at_least(minimum: int):  # noqa: ANN202
+    """An argparse type: an integer >= ``minimum``."""
+    rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {rule}, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"expected {rule}, got {v}")
+        return v
+
+    return parse
 
 
-def _non_negative(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
+_positive = _int_at_least(1)
+_non_negative = _int_at_least(0)
 
 
 def build_parser() -> argparse.ArgumentParser:

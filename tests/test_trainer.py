@@ -11,7 +11,6 @@ import pytest
 
 from ember_np import (
     DqnAgent,
-    DqnConfig,
     DqnPolicy,
     DqnTrainer,
     EpisodeStatus,
@@ -20,20 +19,10 @@ from ember_np import (
     StepMetrics,
     TrainingRun,
 )
+from ember_np.presets import get_preset
 
-#: ember-rl's CartPole config (S1 in ANCHORS.md).
-S1 = DqnConfig(
-    hidden_sizes=(64, 64),
-    learning_rate=1e-3,
-    batch_size=64,
-    buffer_capacity=10_000,
-    min_replay_size=1_000,
-    target_update_freq=200,
-    epsilon_start=1.0,
-    epsilon_end=0.01,
-    epsilon_decay_steps=10_000,
-    gamma=0.99,
-)
+#: ember-rl's CartPole config (S1 in ANCHORS.md; checked in test_presets.py).
+S1 = get_preset("ember").config
 
 FAST = S1.replace(hidden_sizes=(16,), min_replay_size=64, batch_size=16, epsilon_decay_steps=500)
 
