@@ -263,10 +263,10 @@ def main() -> None:
         )
     lines.append("")
     for env_id, runs in results.items():
-        per_seed = ", ".join(
-            f"{r['final_mean']:.1f}" for r in sorted(runs, key=lambda r: r["seed"])
-        )
-        lines.append(f"- {env_id} final per seed: {per_seed}")
+        ordered = sorted(runs, key=lambda r: r["seed"])
+        finals = ", ".join(f"{r['final_mean']:.1f}" for r in ordered)
+        bests = ", ".join(f"{r['best_mean']:.1f}" for r in ordered)
+        lines.append(f"- {env_id} per seed: final {finals}; best {bests}")
     for env_id in skipped:
         lines.append(f"- {env_id}: not run (environment not installed)")
     if plot(results, args.plot):
@@ -274,6 +274,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     args.out.write_text(table + "\n")
+    args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":
