@@ -33,7 +33,9 @@ from ember_np.checkpoint import (
 from ember_np.dqn.config import DqnConfig
 from ember_np.dqn.network import (
     QNetwork,
+    _all_finite,
     _greedy_action,
+    _greedy_unchecked,
     _nonfinite_observation,
     _polyak,
     _update,
@@ -64,12 +66,11 @@ def _epsilon_greedy(
     number for the random action when u < epsilon. Returns -1 for an
     observation holding NaN or inf.
     """
-    for k in range(obs.shape[0]):
-        if not np.isfinite(obs[k]):
-            return -1  # callers raise; no random number is drawn
+    if not _all_finite(obs):
+        return -1  # callers raise; no random number is drawn
     if epsilon > 0.0 and next_double(rng_state) < epsilon:
         return next_below(rng_state, sizes[sizes.shape[0] - 1])
-    return _greedy_action(params, sizes, obs)
+    return _greedy_unchecked(params, sizes, obs)
 
 
 @kernel

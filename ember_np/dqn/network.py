@@ -138,14 +138,24 @@ def _argmax(q: np.ndarray) -> int:
 
 
 @kernel
-def _greedy_action(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
-    """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf (callers raise)."""
+def _all_finite(x: np.ndarray) -> bool:
     for k in range(x.shape[0]):
         if not np.isfinite(x[k]):
-            return -1
+            return False
+    return True
+
+
+@kernel
+def _greedy_unchecked(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
     q = np.empty(sizes[sizes.shape[0] - 1], dtype=params.dtype)
     _forward_one(params, sizes, x, q)
     return _argmax(q)
+
+
+@kernel
+def _greedy_action(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
+    """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf (callers raise)."""
+    return _greedy_unchecked(params, sizes, x) if _all_finite(x) else -1
 
 
 def _nonfinite_observation(x: np.ndarray) -> ValueError:
@@ -153,7 +163,8 @@ def _nonfinite_observation(x: np.ndarray) -> ValueError:
 
 
 @kernel
-def _greedy_actions(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+def _forward_batch(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray) -> None:
+    """Q-values of every row of ``x`` (batch, in) into ``q_out`` (batch, n_actions)."""
     batch = x.shape[0]
     total = 0
     for l in range(1, sizes.shape[0]):
@@ -161,22 +172,16 @@ def _greedy_actions(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, out: n
     acts = np.empty(batch * total, dtype=params.dtype)
     q_off = _forward_into(params, sizes, x, acts)
     n_act = sizes[sizes.shape[0] - 1]
-    q = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
-    for i in range(batch):
-        out[i] = _argmax(q[i])
+    q_out[:, :] = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
 
 
 @kernel
-def _forward_batch(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray) -> None:
-    batch = x.shape[0]
-    total = 0
-    for l in range(1, sizes.shape[0]):
-        total += sizes[l]
-    acts = np.empty(batch * total, dtype=params.dtype)
-    q_off = _forward_into(params, sizes, x, acts)
-    n_act = sizes[sizes.shape[0] - 1]
-    q = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
-    q_out[:, :] = q
+def _greedy_actions(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    """argmax_a Q(x_i, a) of every row of ``x`` into ``out`` (batch,)."""
+    q = np.empty((x.shape[0], sizes[sizes.shape[0] - 1]), dtype=params.dtype)
+    _forward_batch(params, sizes, x, q)
+    for i in range(x.shape[0]):
+        out[i] = _argmax(q[i])
 
 
 @kernel
