@@ -474,3 +474,24 @@ def test_files_are_written_atomically_through_one_helper(tmp_path, monkeypatch):
     for i, (kind, _) in enumerate(calls):
         if kind == "replace":
             assert calls[i - 1][0] == "fsync"  # the data reached the disk before the rename
+
+
+def test_a_bad_replay_buffer_in_a_checkpoint_changes_nothing(good_checkpoint, tmp_path):
+    path = tmp_path / "good.npz"
+    path.write_bytes(good_checkpoint)
+    bad = rewrite(path, lambda a: a.update({"buffer/status": np.full_like(a["buffer/status"], 7)}))
+    agent = make_agent(seed=5)
+    for e in transitions(40, seed=3):
+        agent.observe(e)
+    before = [
+        agent.online._params.tobytes(),
+        agent._counters.tobytes(),
+        agent.buffer.storage.tobytes(),
+    ]
+    with pytest.raises(CheckpointError, match="'status' has values outside"):
+        agent.load(bad)
+    assert [
+        agent.online._params.tobytes(),
+        agent._counters.tobytes(),
+        agent.buffer.storage.tobytes(),
+    ] == before

@@ -609,13 +609,11 @@ class DqnAgent:
                     "has no load_state_dict(); load with include_buffer=False"
                 )
             buffer_state = {k[len("buffer/") :]: reader.arrays[k] for k in buffer_keys}
-            # Validate into a scratch buffer first so a bad one changes nothing.
-            if isinstance(self.buffer, CircularBuffer):
-                scratch = CircularBuffer(
-                    self.buffer.capacity, self.buffer.obs_size, self.buffer.num_actions
-                )
+            # Check the buffer before changing anything (custom buffers that
+            # lack check_state_dict are checked by their load_state_dict only).
+            if hasattr(self.buffer, "check_state_dict"):
                 try:
-                    scratch.load_state_dict(buffer_state)
+                    self.buffer.check_state_dict(buffer_state)
                 except ValueError as exc:
                     raise reader.error(str(exc)) from None
         # -- everything checked: apply -----------------------------------------

@@ -361,6 +361,17 @@ class CircularBuffer:
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore a :meth:`state_dict` exactly; a mismatch raises ValueError, changing nothing."""
+        pos, n = self.check_state_dict(state)
+        for key in ("obs", "action", "reward", "next_obs", "status"):
+            self.storage[key][:n] = state[key]
+        self._cursor[0] = pos
+        self._cursor[1] = n
+
+    def check_state_dict(self, state: dict[str, np.ndarray]) -> tuple[int, int]:
+        """Raise ValueError unless :meth:`load_state_dict` would accept ``state``.
+
+        Returns the (position, size) it would restore. Reads, never writes.
+        """
         for key in ("obs", "action", "reward", "next_obs", "status", "cursor"):
             if key not in state:
                 raise ValueError(f"replay buffer state is missing {key!r}")
@@ -397,10 +408,7 @@ class CircularBuffer:
             raise ValueError(f"replay buffer 'action' has values outside [0, {self._num_actions})")
         if n and np.asarray(state["status"]).max() > 2:
             raise ValueError("replay buffer 'status' has values outside {0, 1, 2}")
-        for key in expected:
-            self.storage[key][:n] = state[key]
-        self._cursor[0] = pos
-        self._cursor[1] = n
+        return pos, n
 
     def __repr__(self) -> str:
         return (
