@@ -22,6 +22,7 @@ __all__ = [
     "ObservationEncoder",
     "VecEncoder",
     "describe",
+    "encode_for_network",
     "encoder_from_description",
     "mapper_from_description",
 ]
@@ -194,6 +195,14 @@ class IndexActionMapper:
 
     def __repr__(self) -> str:
         return f"IndexActionMapper(num_actions={self._n}, start={self.start})"
+
+
+def encode_for_network(encoder: ObservationEncoder, obs: Any, shape: tuple[int]) -> np.ndarray:
+    """``encoder.encode(obs)`` as the C-contiguous float32 vector of ``shape`` kernels take."""
+    x = np.ascontiguousarray(encoder.encode(obs), dtype=_F32)
+    if x.shape != shape:
+        raise ValueError(f"the encoder returned shape {x.shape}; the network expects {shape}")
+    return x
 
 
 def describe(obj: Any) -> dict[str, Any]:

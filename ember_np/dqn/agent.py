@@ -47,6 +47,7 @@ from ember_np.encoding import (
     ObservationEncoder,
     VecEncoder,
     describe,
+    encode_for_network,
     encoder_from_description,
     mapper_from_description,
 )
@@ -398,12 +399,7 @@ class DqnAgent:
                 x = None
             if x is not None and x.shape == self._obs_shape:
                 return x
-        x = np.ascontiguousarray(self.encoder.encode(obs), dtype=np.float32)
-        if x.shape != self._obs_shape:
-            raise ValueError(
-                f"the encoder returned shape {x.shape}; the network expects {self._obs_shape}"
-            )
-        return x
+        return encode_for_network(self.encoder, obs, self._obs_shape)
 
     # -- learning --------------------------------------------------------------
     def observe(self, experience: Experience) -> bool:

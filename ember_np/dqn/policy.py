@@ -20,6 +20,7 @@ from ember_np.encoding import (
     DiscreteActionMapper,
     IndexActionMapper,
     ObservationEncoder,
+    encode_for_network,
     encoder_from_description,
     mapper_from_description,
 )
@@ -99,12 +100,7 @@ class DqnPolicy:
             raise reader.error(str(exc)) from None
 
     def _encode(self, obs: Any) -> np.ndarray:
-        x = self.encoder.encode(obs)
-        if x.shape != self._obs_shape or x.dtype != np.float32:
-            x = np.ascontiguousarray(x, dtype=np.float32)
-            if x.shape != self._obs_shape:
-                raise ValueError(f"expected an encoded observation of shape {self._obs_shape}")
-        return x
+        return encode_for_network(self.encoder, obs, self._obs_shape)
 
     def act(self, obs: Any) -> Any:
         """The greedy action for one observation, as an env action."""
