@@ -122,28 +122,32 @@ def worker_speed(lib: str, setting: str) -> dict:
 
 
 def worker_memory(lib: str, obs_size: int) -> dict:
-    """Fill a 1M-transition buffer, train 2,000 steps; report RSS and bytes/transition."""
+    """Fill a 1M-transition buffer, train 2,000 steps; report RSS and bytes/transition.
+
+    Both buffers hold the same stream: episodes of 50 steps (settings.episode_stream).
+    ember_np's is filled through ``push``, as training fills it; SB3's arrays are
+    written directly (its ``add`` is slower, and holds the same bytes).
+    """
+
+    from streams import episode_stream  # bench/streams.py: NumPy only
 
     s = SETTINGS["S1"]
-    capacity = 1_000_000
+    capacity = 1_000_000 if obs_size == 4 else 100_000  # bytes/transition don't depend on it
     if lib == "ember_np":
         from ember_np import CircularBuffer, DqnAgent, DqnTrainer
 
         if obs_size != 4:
             buf = CircularBuffer(capacity, obs_size, 2)
+            for transition in episode_stream(capacity, obs_size):
+                buf.push(*transition)
             return {"bytes_per_transition": buf.nbytes_per_transition}
         import gymnasium as gym
 
         env = gym.make("CartPole-v1")
         agent = DqnAgent.for_env(env, ember_config(s, buffer=capacity), seed=0)
         buf = agent.buffer
-        st = buf.storage  # write every slot, as a full buffer holds
-        for lo, obs in _chunks(capacity, obs_size):
-            st["obs"][lo : lo + len(obs)] = obs
-            st["next_obs"][lo : lo + len(obs)] = obs
-        st["action"][:] = 1
-        st["reward"][:] = 1.0
-        buf._cursor[:] = (0, capacity)
+        for transition in episode_stream(capacity, obs_size):
+            buf.push(*transition)
         DqnTrainer(env, agent, seed=0).train(2_000)
         return {"bytes_per_transition": buf.nbytes_per_transition, "peak_rss_mb": peak_rss_mb()}
     from gymnasium import spaces
@@ -156,26 +160,17 @@ def worker_memory(lib: str, obs_size: int) -> dict:
         return {"bytes_per_transition": sb3_bytes(rb, capacity)}
     model = sb3_model(s, 2_000, buffer=capacity)
     rb = model.replay_buffer
-    for lo, obs in _chunks(capacity, obs_size):
-        rb.observations[lo : lo + len(obs), 0] = obs
-        rb.next_observations[lo : lo + len(obs), 0] = obs
-    rb.actions[:] = 1
-    rb.rewards[:] = 1.0
-    rb.dones[:] = 0.0
+    for i, (obs, action, reward, next_obs, status) in enumerate(episode_stream(capacity, obs_size)):
+        rb.observations[i, 0] = obs
+        rb.next_observations[i, 0] = next_obs
+        rb.actions[i] = action
+        rb.rewards[i] = reward
+        rb.dones[i] = status
     rb.timeouts[:] = 0.0
     rb.full = True
     model.learning_starts = 0
     model.learn(2_000)
     return {"bytes_per_transition": sb3_bytes(rb, capacity), "peak_rss_mb": peak_rss_mb()}
-
-
-def _chunks(capacity: int, obs_size: int, chunk: int = 65_536):
-    """Random float32 observations in chunks (no full-size temporary array)."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    for lo in range(0, capacity, chunk):
-        yield lo, rng.standard_normal((min(chunk, capacity - lo), obs_size), dtype=np.float32)
 
 
 def sb3_bytes(rb, capacity: int) -> float:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from streams import episode_stream  # noqa: E402
 
 from ember_np import CircularBuffer, Rng  # noqa: E402
 
@@ -19,11 +20,10 @@ BATCH = 64
 
 
 def filled_buffer(capacity: int = 10_000, obs_size: int = 4, n: int = 10_000) -> CircularBuffer:
+    """A buffer holding ``n`` transitions in episodes of 50 steps."""
     buf = CircularBuffer(capacity, obs_size, 2)
-    data = np.random.default_rng(0)
-    obs = data.standard_normal((n, obs_size)).astype(np.float32)
-    for i in range(n):
-        buf.push(obs[i], i % 2, 1.0, obs[(i + 1) % n], 1 if i % 50 == 49 else 0)
+    for transition in episode_stream(n, obs_size):
+        buf.push(*transition)
     return buf
 
 

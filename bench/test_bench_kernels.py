@@ -14,7 +14,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import BATCH, SETTINGS
+from conftest import BATCH, SETTINGS, filled_buffer
 
 from ember_np import QNetwork
 
@@ -101,10 +101,7 @@ def test_startup_cold_compile(benchmark):
 @pytest.mark.parametrize("obs_size", [4, 8], ids=["cartpole", "8-float"])
 def test_replay_bytes_per_transition(benchmark, obs_size):
     """Push speed and storage cost of one transition (bytes in extra_info)."""
-    from ember_np import CircularBuffer
-
-    buf = CircularBuffer(100_000, obs_size, 2)
-    obs = np.zeros(obs_size, dtype=np.float32)
-    buf.push(obs, 1, 1.0, obs, 0)
+    buf = filled_buffer(100_000, obs_size, 100_000)  # full, episodes of 50 steps
     benchmark.extra_info["bytes_per_transition"] = buf.nbytes_per_transition
+    obs = np.zeros(obs_size, dtype=np.float32)
     benchmark(buf.push, obs, 1, 1.0, obs, 0)

@@ -46,14 +46,26 @@ def make_agent(seed=0, config=SMALL):
 
 
 def transitions(n, seed=0):
+    """Episodes as an env gives them: each next_obs is the following obs until an episode ends."""
     data = np.random.default_rng(seed)
     out = []
+    obs = data.standard_normal(4).astype(np.float32)
     for _ in range(n):
-        obs = data.standard_normal(4).astype(np.float32)
         status = EpisodeStatus(int(data.choice(3, p=[0.9, 0.07, 0.03])))
+        next_obs = obs + np.float32(0.1)
         out.append(Experience(obs, int(data.integers(2)), float(data.standard_normal()),
-                              obs + 0.1, status))  # fmt: skip
+                              next_obs, status))  # fmt: skip
+        continuing = status == EpisodeStatus.CONTINUING
+        obs = next_obs if continuing else data.standard_normal(4).astype(np.float32)
     return out
+
+
+def assert_same_transitions(a, b):
+    """Two replay buffers hold the same transitions in the same slots, at the same cursor."""
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert sa[key].tobytes() == sb[key].tobytes(), key
 
 
 def assert_identical(a, b):
@@ -65,8 +77,7 @@ def assert_identical(a, b):
         (a.replay_rng.state, b.replay_rng.state),
     ]:  # fmt: skip
         assert x.tobytes() == y.tobytes()
-    assert a.buffer.storage.tobytes() == b.buffer.storage.tobytes()
-    assert a.buffer._cursor.tobytes() == b.buffer._cursor.tobytes()
+    assert_same_transitions(a.buffer, b.buffer)
 
 
 # -- 2. exact resume --------------------------------------------------------------
@@ -92,9 +103,13 @@ def test_large_buffer_saves_as_plain_arrays(tmp_path):
     config = SMALL.replace(buffer_capacity=300_000)
     agent = make_agent(config=config)
     buf = agent.buffer
-    buf.storage["obs"][:] = np.arange(4, dtype=np.float32)
-    buf.storage["reward"][:] = 1.0
-    buf._cursor[:] = (12_345, 300_000)
+    n = 300_000
+    obs = np.repeat(np.arange(4, dtype=np.float32)[None], n, axis=0)
+    buf.load_state_dict({
+        "obs": obs, "next_obs": obs + 1, "action": np.ones(n, np.int32),
+        "reward": np.ones(n, np.float32), "status": np.zeros(n, np.uint8),
+        "cursor": np.array([12_345, n, n]),
+    })  # fmt: skip
     path = agent.save(tmp_path / "big.npz", include_buffer=True)
     with zipfile.ZipFile(path) as z:
         assert "buffer/obs.npy" in z.namelist()
@@ -102,7 +117,7 @@ def test_large_buffer_saves_as_plain_arrays(tmp_path):
         assert data["buffer/obs"].shape == (300_000, 4)
     back = DqnAgent.from_checkpoint(path)
     assert back.buffer.position == 12_345 and len(back.buffer) == 300_000
-    assert back.buffer.storage.tobytes() == buf.storage.tobytes()
+    assert_same_transitions(back.buffer, buf)
 
 
 def test_resumed_run_continues_steps_episodes_and_epsilon(tmp_path):
@@ -404,11 +419,16 @@ def test_bad_observe_input_raises_value_error_and_stores_nothing(experience, mes
     agent = make_agent()
     for e in transitions(40):
         agent.observe(e)
-    before = (agent.buffer.storage.tobytes(), agent.total_steps, agent.online._params.tobytes())
+    buf = agent.buffer
+
+    def state():
+        arrays = (buf.storage, buf.finals, buf._free, buf._cursor, agent.online._params)
+        return [a.tobytes() for a in arrays] + [agent.total_steps]
+
+    before = state()
     with pytest.raises(ValueError, match=message):
         agent.observe(experience)
-    after = (agent.buffer.storage.tobytes(), agent.total_steps, agent.online._params.tobytes())
-    assert before == after
+    assert state() == before
 
 
 def test_act_on_bad_observations_never_leaks_a_numba_error():
@@ -451,7 +471,7 @@ def test_env_returning_nan_stops_training_with_a_clear_error():
     trainer = DqnTrainer(env, DqnAgent.for_env(env, SMALL), eval_env=gym.make("CartPole-v1"))
     with pytest.raises(ValueError, match="next_obs must be finite"):
         trainer.train(1_000)
-    stored = trainer.agent.buffer.storage[: len(trainer.agent.buffer)]
+    stored = trainer.agent.buffer.state_dict()
     assert (
         np.isfinite(stored["next_obs"]).all()
         and len(trainer.agent.buffer) == trainer.agent.total_steps
@@ -487,6 +507,8 @@ def test_a_bad_replay_buffer_in_a_checkpoint_changes_nothing(good_checkpoint, tm
         agent.online._params.tobytes(),
         agent._counters.tobytes(),
         agent.buffer.storage.tobytes(),
+        agent.buffer.finals.tobytes(),
+        agent.buffer._cursor.tobytes(),
     ]
     with pytest.raises(CheckpointError, match="'status' has values outside"):
         agent.load(bad)
@@ -494,4 +516,6 @@ def test_a_bad_replay_buffer_in_a_checkpoint_changes_nothing(good_checkpoint, tm
         agent.online._params.tobytes(),
         agent._counters.tobytes(),
         agent.buffer.storage.tobytes(),
+        agent.buffer.finals.tobytes(),
+        agent.buffer._cursor.tobytes(),
     ] == before

@@ -18,13 +18,44 @@ def transition(i: int, obs_size: int = 3, n_actions: int = 4, status: int = 0):
 
 def test_storage_is_one_packed_structured_array():
     buf = CircularBuffer(10, 4, 2)
-    assert buf.storage.dtype.names == ("obs", "action", "reward", "next_obs", "status")
+    assert buf.storage.dtype.names == ("obs", "action", "reward", "status", "next_ref")
     f = buf.storage.dtype.fields
     assert f["obs"][0] == np.dtype((np.float32, (4,)))
     assert f["action"][0] == np.int32 and f["reward"][0] == np.float32
-    assert f["status"][0] == np.uint8
-    assert buf.nbytes_per_transition == 4 * 4 * 2 + 4 + 4 + 1 == 41
+    assert f["status"][0] == np.uint8 and f["next_ref"][0] == np.int32
+    assert buf.storage.dtype.itemsize == 4 * 4 + 4 + 4 + 1 + 4 == 29
+    assert buf.nbytes_per_transition == 29.0  # no finals row used yet
     assert buf.storage.shape == (10,)
+
+
+def episodes(n: int, length: int, obs_size: int = 4):
+    """``n`` transitions in episodes of ``length`` steps: next_obs is the next obs within one."""
+    data = np.random.default_rng(0)
+    obs = data.standard_normal(obs_size).astype(np.float32)
+    for i in range(n):
+        next_obs = data.standard_normal(obs_size).astype(np.float32)
+        end = (i + 1) % length == 0
+        yield obs, i % 2, 1.0, next_obs, int(end)
+        obs = data.standard_normal(obs_size).astype(np.float32) if end else next_obs
+
+
+def test_next_obs_is_stored_once_except_at_episode_ends():
+    buf = CircularBuffer(1_000, 4, 2)
+    pushed = list(episodes(2_520, length=50))  # the newest transition is mid-episode
+    for t in pushed:
+        buf.push(*t)
+    refs = buf.storage["next_ref"]
+    # shared: every step but the last of each episode, and but the newest transition
+    assert (refs >= 0).sum() == 1_000 // 50 + 1
+    # finals rows are recycled: never more in use than the buffer needs at once
+    assert buf._cursor[2] <= 1_000 // 50 + 2
+    assert buf.nbytes_per_transition == 29 + buf._cursor[2] * (16 + 4) / 1_000 < 29.5
+    for slot in range(1_000):  # every slot still gives back exactly what was pushed
+        obs, action, reward, next_obs, status = pushed[1_520 + (slot - 520) % 1_000]
+        got = buf.transition(slot)
+        np.testing.assert_array_equal(got[0], obs)
+        np.testing.assert_array_equal(got[3], next_obs)
+        assert got[4] == status
 
 
 def test_push_len_full_and_wrap_around_overwrites_oldest():
@@ -39,10 +70,10 @@ def test_push_len_full_and_wrap_around_overwrites_oldest():
         assert buf.position == (i + 1) % 5
     assert buf.is_full and buf.ready_for(5) and not buf.ready_for(6)
     for slot, (obs, action, reward, next_obs, status) in enumerate(model.items):
-        rec = buf.storage[slot]
-        np.testing.assert_array_equal(rec["obs"], obs)
-        np.testing.assert_array_equal(rec["next_obs"], next_obs)
-        assert (rec["action"], rec["reward"], rec["status"]) == (action, reward, status)
+        got_obs, got_action, got_reward, got_next_obs, got_status = buf.transition(slot)
+        np.testing.assert_array_equal(got_obs, obs)
+        np.testing.assert_array_equal(got_next_obs, next_obs)
+        assert (got_action, got_reward, got_status) == (action, reward, status)
     # the oldest surviving transition is 8 (13 pushed, capacity 5)
     assert sorted(buf.storage["reward"].tolist()) == [8.0, 9.0, 10.0, 11.0, 12.0]
 
@@ -166,14 +197,13 @@ def test_rejected_push_changes_nothing(change, message):
     buf = CircularBuffer(4, 3, 4)
     for i in range(6):  # wrapped: position 2
         buf.push(*transition(i))
-    storage = buf.storage.copy()
-    cursor = (buf.position, len(buf))
+    arrays = (buf.storage, buf.finals, buf._free, buf._cursor)
+    before = [a.tobytes() for a in arrays]
     args = dict(zip(("obs", "action", "reward", "next_obs", "status"), transition(99)))
     args.update(change)
     with pytest.raises(ValueError, match=message):
         buf.push(**args)
-    assert buf.storage.tobytes() == storage.tobytes()
-    assert (buf.position, len(buf)) == cursor
+    assert [a.tobytes() for a in arrays] == before
 
 
 def test_state_dict_round_trip_is_exact():
@@ -183,14 +213,19 @@ def test_state_dict_round_trip_is_exact():
     state = buf.state_dict()
     other = CircularBuffer(6, 3, 4)
     other.load_state_dict(state)
-    assert other.storage.tobytes() == buf.storage.tobytes()
+
+    def same_state():
+        for key, value in buf.state_dict().items():
+            assert other.state_dict()[key].tobytes() == value.tobytes(), key
+
+    same_state()
     assert (other.position, len(other)) == (buf.position, len(buf))
     a, b = buf.sample(6, Rng(2)), other.sample(6, Rng(2))
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     buf.push(*transition(50))
     other.push(*transition(50))
-    assert other.storage.tobytes() == buf.storage.tobytes()
+    same_state()
 
 
 def test_state_dict_partial_buffer_and_mismatch_errors():

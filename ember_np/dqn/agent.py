@@ -77,6 +77,7 @@ def _epsilon_greedy(
 @kernel
 def _train_from_buffer(
     storage: np.ndarray,
+    finals: np.ndarray,
     size: int,
     replay_state: np.ndarray,
     n_steps: int,
@@ -106,7 +107,7 @@ def _train_from_buffer(
     masks = np.empty(batch_size, dtype=np.float32)
     total = 0.0
     for _ in range(n_steps):
-        _sample(storage, size, replay_state, obs, actions, rewards, next_obs, masks)
+        _sample(storage, finals, size, replay_state, obs, actions, rewards, next_obs, masks)
         total += _update(
             params, target, sizes, grads, adam_m, adam_v, adam_t,
             obs, actions, rewards, next_obs, masks,
@@ -134,6 +135,8 @@ def _epsilon_at(step: int, cfg_i: np.ndarray, cfg_f: np.ndarray) -> float:
 @kernel
 def _agent_step(
     storage: np.ndarray,
+    finals: np.ndarray,
+    free: np.ndarray,
     cursor: np.ndarray,
     n_actions: int,
     obs: np.ndarray,
@@ -168,7 +171,7 @@ def _agent_step(
     Returns the next action index (0 unless ``act_next``), or -code for a
     rejected transition (nothing stored, counted or trained then).
     """
-    code = _push(storage, cursor, n_actions, obs, action, reward, next_obs, status)
+    code = _push(storage, finals, free, cursor, n_actions, obs, action, reward, next_obs, status)
     if code != 0:
         return -code
     step = counters[0] + 1
@@ -183,7 +186,7 @@ def _agent_step(
     if step % cfg_i[_TRAIN_FREQ] == 0 and cursor[1] >= cfg_i[_LEARNING_STARTS]:
         n = cfg_i[_N_PER_TRAIN]
         out[0] = _train_from_buffer(
-            storage, cursor[1], replay_state, n, cfg_i[_BATCH],
+            storage, finals, cursor[1], replay_state, n, cfg_i[_BATCH],
             params, target, sizes, grads, adam_m, adam_v, adam_t,
             cfg_f[_GAMMA], cfg_f[_LR], cfg_f[_HUBER], cfg_i[_DOUBLE] != 0, cfg_f[_MAX_NORM],
         )  # fmt: skip
@@ -453,7 +456,8 @@ class DqnAgent:
             except (TypeError, ValueError):
                 raise ValueError(f"reward must be a number, got {reward!r}") from None
             result = _agent_step(
-                buf.storage, buf._cursor, buf.num_actions, x, index, r, nx, status, act_next,
+                buf.storage, buf.finals, buf._free, buf._cursor, buf.num_actions,
+                x, index, r, nx, status, act_next,
                 *self._step_args,
             )  # fmt: skip
             if result < 0:
@@ -484,8 +488,9 @@ class DqnAgent:
         on = self.online
         clip = self._cfg_f[_MAX_NORM]
         if self._fast_buffer:
+            buf = self.buffer
             loss = _train_from_buffer(
-                self.buffer.storage, len(self.buffer), self._replay_rng.state, n, c.batch_size,
+                buf.storage, buf.finals, len(buf), self._replay_rng.state, n, c.batch_size,
                 on._params, self.target._params, on._sizes, on._grads,
                 on._adam_m, on._adam_v, on._adam_t,
                 c.gamma, c.learning_rate, c.huber_delta, c.double_dqn, clip,

@@ -5,15 +5,26 @@ Each stored transition is one record of :func:`transition_dtype`::
     obs       float32 (obs_size,)
     action    int32
     reward    float32
-    next_obs  float32 (obs_size,)
     status    uint8   (EpisodeStatus: 0 continuing, 1 terminated, 2 truncated)
+    next_ref  int32   where next_obs is: -1 = the next slot's obs, else a row of ``finals``
 
-The record is packed (no padding): 41 bytes for CartPole's 4-float
-observation. Push and sample are ``@njit`` kernels that take the structured
-array itself (one argument, the cheapest call numba offers); numba compiles one
-version per observation size, cached on disk like every kernel. Sampling
-is uniform with replacement over the stored transitions, drawn from an explicit
-:class:`~ember_np.rng.Rng`.
+The next observation of a transition is, almost always, the observation of
+the transition pushed right after it, so it is stored once: in the next
+slot. Only where it is not (an episode's last step, terminated or truncated,
+or a stream that jumps) does it go to a row of a separate ``finals`` array.
+A push writes its ``next_obs`` to a finals row; the next push, if its ``obs``
+has the same bits, releases that row and marks the previous slot
+``next_ref = -1``. Rows are recycled through a free list, so ``finals`` only
+ever holds (in memory that is touched) the rows in use at once: about one per
+episode in the buffer. A CartPole transition costs 29 bytes (41 with
+``next_obs`` in every record; SB3's ``ReplayBuffer`` 52). Unlike SB3's
+``optimize_memory_usage``, a truncated transition keeps its true final
+observation.
+
+Push and sample are ``@njit`` kernels that take the arrays themselves; numba
+compiles one version per observation size, cached on disk like every kernel.
+Sampling is uniform with replacement over the stored transitions, drawn from
+an explicit :class:`~ember_np.rng.Rng`.
 """
 
 from __future__ import annotations
@@ -40,8 +51,8 @@ def transition_dtype(obs_size: int) -> np.dtype:
             ("obs", np.float32, (obs_size,)),
             ("action", np.int32),
             ("reward", np.float32),
-            ("next_obs", np.float32, (obs_size,)),
             ("status", np.uint8),
+            ("next_ref", np.int32),
         ]
     )
 
@@ -66,10 +77,28 @@ class Batch(NamedTuple):
 # Push error codes (0 = stored).
 _BAD_ACTION, _BAD_REWARD, _BAD_OBS, _BAD_NEXT_OBS, _BAD_STATUS = 1, 2, 3, 4, 5
 
+# cursor[]: int64 (5,), the buffer's whole mutable state besides the arrays.
+#   POS      slot the next push writes to
+#   SIZE     number of transitions stored
+#   ROWS     finals rows ever used (rows [0, ROWS) have been written)
+#   N_FREE   released rows, stacked in free[:N_FREE]
+#   PENDING  1 when the newest slot's next_obs is still in its own finals row,
+#            waiting for the next push to show whether it continues
+_POS, _SIZE, _ROWS, _N_FREE, _PENDING = range(5)
+CURSOR_LEN = 5
+
+
+@kernel
+def _release(free: np.ndarray, cursor: np.ndarray, row: int) -> None:
+    free[cursor[_N_FREE]] = row
+    cursor[_N_FREE] += 1
+
 
 @kernel
 def _push(
     storage: np.ndarray,
+    finals: np.ndarray,
+    free: np.ndarray,
     cursor: np.ndarray,
     n_actions: int,
     obs: np.ndarray,
@@ -78,9 +107,8 @@ def _push(
     next_obs: np.ndarray,
     status: int,
 ) -> int:
-    """Validate one transition, then write it at ``cursor[0]`` and advance.
+    """Validate one transition, then write it at ``cursor[POS]`` and advance.
 
-    cursor : int64 (2,) = [next write position, number stored], updated in place.
     Returns 0, or an error code with nothing written.
     """
     if action < 0 or action >= n_actions:
@@ -94,24 +122,43 @@ def _push(
             return _BAD_NEXT_OBS
     if status < 0 or status > 2:
         return _BAD_STATUS
-    i = cursor[0]
+    capacity = storage.shape[0]
+    i = cursor[_POS]
+    if cursor[_SIZE] == capacity and storage[i].next_ref >= 0:
+        _release(free, cursor, storage[i].next_ref)  # the overwritten transition's row
+    if cursor[_PENDING] != 0 and capacity > 1:
+        # Does the previous transition continue into this one? Compare bits, so
+        # that -0.0 and 0.0 stay apart and the stored next_obs is exact.
+        prev = storage[i - 1 if i > 0 else capacity - 1]
+        row = prev.next_ref
+        if np.all(finals[row].view(np.uint32) == obs.view(np.uint32)):
+            prev.next_ref = -1
+            _release(free, cursor, row)
+    if cursor[_N_FREE] > 0:
+        cursor[_N_FREE] -= 1
+        row = free[cursor[_N_FREE]]
+    else:
+        row = cursor[_ROWS]
+        cursor[_ROWS] = row + 1
     rec = storage[i]
     for j in range(obs.shape[0]):
         rec.obs[j] = obs[j]
-        rec.next_obs[j] = next_obs[j]
+        finals[row, j] = next_obs[j]
     rec.action = action
     rec.reward = reward
     rec.status = status
-    capacity = storage.shape[0]
-    cursor[0] = i + 1 if i + 1 < capacity else 0
-    if cursor[1] < capacity:
-        cursor[1] += 1
+    rec.next_ref = row
+    cursor[_PENDING] = 1
+    cursor[_POS] = i + 1 if i + 1 < capacity else 0
+    if cursor[_SIZE] < capacity:
+        cursor[_SIZE] += 1
     return 0
 
 
 @kernel
 def _sample(
     storage: np.ndarray,
+    finals: np.ndarray,
     size: int,
     rng_state: np.ndarray,
     obs: np.ndarray,
@@ -120,13 +167,26 @@ def _sample(
     next_obs: np.ndarray,
     masks: np.ndarray,
 ) -> None:
-    """Gather ``len(actions)`` transitions drawn uniformly from the first ``size``."""
+    """Gather ``len(actions)`` transitions drawn uniformly from the first ``size``.
+
+    The copy is written out here rather than in a helper: a helper call per
+    transition costs more than the gather itself.
+    """
     n = obs.shape[1]
+    capacity = storage.shape[0]
     for k in range(actions.shape[0]):
-        rec = storage[next_below(rng_state, size)]
+        i = next_below(rng_state, size)
+        rec = storage[i]
         for j in range(n):
             obs[k, j] = rec.obs[j]
-            next_obs[k, j] = rec.next_obs[j]
+        row = rec.next_ref
+        if row < 0:
+            following = storage[i + 1 if i + 1 < capacity else 0]
+            for j in range(n):
+                next_obs[k, j] = following.obs[j]
+        else:
+            for j in range(n):
+                next_obs[k, j] = finals[row, j]
         actions[k] = rec.action
         rewards[k] = rec.reward
         masks[k] = 0.0 if rec.status == _TERMINATED else 1.0
@@ -171,6 +231,9 @@ class CircularBuffer:
     ----------
     storage : ndarray of :func:`transition_dtype`, shape (capacity,)
         All slots; only the first ``len(self)`` hold data until the buffer is full.
+    finals : ndarray of float32, shape (capacity, obs_size)
+        Next observations that are not the following slot's obs (see the
+        module docstring); only rows in use are ever touched.
     """
 
     def __init__(self, capacity: int, obs_size: int, num_actions: int) -> None:
@@ -179,7 +242,9 @@ class CircularBuffer:
         self._num_actions = _positive_int("num_actions", num_actions)
         # np.zeros maps pages lazily: memory is committed as the buffer fills.
         self.storage = np.zeros(self._capacity, dtype=transition_dtype(self._obs_size))
-        self._cursor = np.zeros(2, dtype=np.int64)  # [next position, size]
+        self.finals = np.zeros((self._capacity, self._obs_size), dtype=np.float32)
+        self._free = np.zeros(self._capacity, dtype=np.int32)
+        self._cursor = np.zeros(CURSOR_LEN, dtype=np.int64)  # see _POS ... _PENDING
         self._obs_shape = (self._obs_size,)
 
     @property
@@ -213,9 +278,37 @@ class CircularBuffer:
         return int(self._cursor[1]) >= batch_size
 
     @property
-    def nbytes_per_transition(self) -> int:
-        """Bytes of storage per transition (the record size)."""
-        return int(self.storage.dtype.itemsize)
+    def nbytes(self) -> int:
+        """Bytes of memory the buffer holds: every slot, and the finals rows used so far."""
+        rows = int(self._cursor[_ROWS])
+        return int(self.storage.nbytes + rows * (self.finals.itemsize * self._obs_size + 4))
+
+    @property
+    def nbytes_per_transition(self) -> float:
+        """:attr:`nbytes` per slot (the record size plus the finals rows' share)."""
+        return self.nbytes / self._capacity
+
+    def transition(self, slot: int) -> tuple[np.ndarray, int, float, np.ndarray, int]:
+        """The transition stored in ``slot``: (obs, action, reward, next_obs, status).
+
+        Slots count from 0 in storage order; ``slot`` must be below ``len(self)``.
+        """
+        size = len(self)
+        if not 0 <= slot < size:
+            raise ValueError(f"slot must be in [0, {size}), got {slot}")
+        rec = self.storage[slot]
+        row = int(rec["next_ref"])
+        if row < 0:  # as in _sample: the following slot holds it
+            next_obs = self.storage[(slot + 1) % self._capacity]["obs"].copy()
+        else:
+            next_obs = self.finals[row].copy()
+        return (
+            rec["obs"].copy(),
+            int(rec["action"]),
+            float(rec["reward"]),
+            next_obs,
+            int(rec["status"]),
+        )
 
     def push(
         self,
@@ -252,7 +345,9 @@ class CircularBuffer:
         if o.shape != self._obs_shape or no.shape != self._obs_shape:
             _as_obs(obs, self._obs_size, "obs")
             _as_obs(next_obs, self._obs_size, "next_obs")
-        code = _push(self.storage, self._cursor, self._num_actions, o, a, r, no, s)
+        code = _push(
+            self.storage, self.finals, self._free, self._cursor, self._num_actions, o, a, r, no, s
+        )
         if code:
             self._raise_push_error(code, a, r, o, no, s)
 
@@ -322,7 +417,7 @@ class CircularBuffer:
             out = self.empty_batch(b)
         elif out.actions.shape != (b,) or out.obs.shape != (b, self._obs_size):
             raise ValueError(f"out holds batches of {out.actions.shape[0]}, but batch_size is {b}")
-        _sample(self.storage, size, rng.state, *out)
+        _sample(self.storage, self.finals, size, rng.state, *out)
         return out
 
     def empty_batch(self, batch_size: int) -> Batch:
@@ -337,7 +432,7 @@ class CircularBuffer:
         )
 
     def clear(self) -> None:
-        """Forget every stored transition."""
+        """Forget every stored transition (finals rows are reused from the first)."""
         self._cursor[:] = 0
 
     # -- state ---------------------------------------------------------------
@@ -345,27 +440,49 @@ class CircularBuffer:
         """The stored transitions (oldest slots first, as laid out) and the cursor.
 
         Keys: ``obs``, ``action``, ``reward``, ``next_obs``, ``status`` (the
-        first ``len(self)`` slots of each field) and ``cursor`` = [position,
-        size, capacity] (int64).
+        first ``len(self)`` slots, with every ``next_obs`` written out, so the
+        format does not depend on how the buffer shares them) and ``cursor`` =
+        [position, size, capacity] (int64).
         """
         n = len(self)
         s = self.storage[:n]
+        refs = s["next_ref"]
+        following = self.storage["obs"][(np.arange(n) + 1) % self._capacity]
+        next_obs = np.where(refs[:, None] < 0, following, self.finals[np.maximum(refs, 0)])
         return {
             "obs": s["obs"].copy(),
             "action": s["action"].copy(),
             "reward": s["reward"].copy(),
-            "next_obs": s["next_obs"].copy(),
+            "next_obs": next_obs,
             "status": s["status"].copy(),
-            "cursor": np.array([self._cursor[0], n, self._capacity], dtype=np.int64),
+            "cursor": np.array([self._cursor[_POS], n, self._capacity], dtype=np.int64),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Restore a :meth:`state_dict` exactly; a mismatch raises ValueError, changing nothing."""
+        """Restore a :meth:`state_dict` exactly; a mismatch raises ValueError, changing nothing.
+
+        Each slot whose ``next_obs`` has the bits of the following slot's
+        ``obs`` shares it, as :meth:`push` would have decided; the newest
+        slot keeps its own row until the next push. Sampling the restored
+        buffer gives the same transitions, with the same random draws.
+        """
         pos, n = self.check_state_dict(state)
-        for key in ("obs", "action", "reward", "next_obs", "status"):
+        for key in ("obs", "action", "reward", "status"):
             self.storage[key][:n] = state[key]
-        self._cursor[0] = pos
-        self._cursor[1] = n
+        cursor = np.zeros(CURSOR_LEN, dtype=np.int64)
+        cursor[_POS] = pos
+        if n:
+            obs = np.ascontiguousarray(state["obs"]).view(np.uint32)
+            next_obs = np.ascontiguousarray(state["next_obs"])
+            shared = (next_obs.view(np.uint32) == obs[(np.arange(n) + 1) % n]).all(axis=1)
+            shared[(pos - 1) % n] = False  # the newest slot: its successor is not stored
+            own = np.flatnonzero(~shared)
+            refs = np.full(n, -1, dtype=np.int32)
+            refs[own] = np.arange(own.size, dtype=np.int32)
+            self.storage["next_ref"][:n] = refs
+            self.finals[: own.size] = next_obs[own]
+            cursor[_SIZE], cursor[_ROWS], cursor[_PENDING] = n, own.size, 1
+        self._cursor[:] = cursor
 
     def check_state_dict(self, state: dict[str, np.ndarray]) -> tuple[int, int]:
         """Raise ValueError unless :meth:`load_state_dict` would accept ``state``.
