@@ -21,11 +21,26 @@ def test_storage_is_one_packed_structured_array():
     assert buf.storage.dtype.names == ("obs", "action", "reward", "status", "next_ref")
     f = buf.storage.dtype.fields
     assert f["obs"][0] == np.dtype((np.float32, (4,)))
-    assert f["action"][0] == np.int32 and f["reward"][0] == np.float32
+    assert f["action"][0] == np.uint8 and f["reward"][0] == np.float32
     assert f["status"][0] == np.uint8 and f["next_ref"][0] == np.int32
-    assert buf.storage.dtype.itemsize == 4 * 4 + 4 + 4 + 1 + 4 == 29
-    assert buf.nbytes_per_transition == 29.0  # no finals row used yet
+    assert buf.storage.dtype.itemsize == 4 * 4 + 1 + 4 + 1 + 4 == 26
+    assert buf.nbytes_per_transition == 26.0  # no finals row used yet
     assert buf.storage.shape == (10,)
+
+
+def test_more_than_256_actions_are_stored_as_int32_and_saved_alike():
+    small, large = CircularBuffer(4, 2, 256), CircularBuffer(4, 2, 257)
+    assert small.storage.dtype["action"] == np.uint8
+    assert large.storage.dtype["action"] == np.int32
+    obs = np.zeros(2, np.float32)
+    small.push(obs, 255, 0.0, obs, 0)
+    large.push(obs, 256, 0.0, obs, 0)
+    assert small.sample(1, Rng(0)).actions[0] == 255
+    assert large.sample(1, Rng(0)).actions[0] == 256
+    for buf in (small, large):  # the checkpoint format is the same for both
+        assert buf.state_dict()["action"].dtype == np.int32
+    with pytest.raises(ValueError, match=r"action must be in \[0, 256\), got 256"):
+        small.push(obs, 256, 0.0, obs, 0)
 
 
 def episodes(n: int, length: int, obs_size: int = 4):
@@ -49,7 +64,7 @@ def test_next_obs_is_stored_once_except_at_episode_ends():
     assert (refs >= 0).sum() == 1_000 // 50 + 1
     # finals rows are recycled: never more in use than the buffer needs at once
     assert buf._cursor[2] <= 1_000 // 50 + 2
-    assert buf.nbytes_per_transition == 29 + buf._cursor[2] * (16 + 4) / 1_000 < 29.5
+    assert buf.nbytes_per_transition == 26 + buf._cursor[2] * (16 + 4) / 1_000 < 26.5
     for slot in range(1_000):  # every slot still gives back exactly what was pushed
         obs, action, reward, next_obs, status = pushed[1_520 + (slot - 520) % 1_000]
         got = buf.transition(slot)

@@ -3,7 +3,7 @@
 Each stored transition is one record of :func:`transition_dtype`::
 
     obs       float32 (obs_size,)
-    action    int32
+    action    uint8 (int32 for more than 256 actions)
     reward    float32
     status    uint8   (EpisodeStatus: 0 continuing, 1 terminated, 2 truncated)
     next_ref  int32   where next_obs is: -1 = the next slot's obs, else a row of ``finals``
@@ -16,8 +16,8 @@ A push writes its ``next_obs`` to a finals row; the next push, if its ``obs``
 has the same bits, releases that row and marks the previous slot
 ``next_ref = -1``. Rows are recycled through a free list, so ``finals`` only
 ever holds (in memory that is touched) the rows in use at once: about one per
-episode in the buffer. A CartPole transition costs 29 bytes (41 with
-``next_obs`` in every record; SB3's ``ReplayBuffer`` 52). Unlike SB3's
+episode in the buffer. A CartPole transition costs 26 bytes (41 with
+``next_obs`` in every record and an int32 action; SB3's ``ReplayBuffer`` 52). Unlike SB3's
 ``optimize_memory_usage``, a truncated transition keeps its true final
 observation.
 
@@ -44,12 +44,16 @@ _F32 = np.dtype(np.float32)
 _TERMINATED = int(EpisodeStatus.TERMINATED)
 
 
-def transition_dtype(obs_size: int) -> np.dtype:
-    """The packed structured dtype of one stored transition."""
+def transition_dtype(obs_size: int, num_actions: int) -> np.dtype:
+    """The packed structured dtype of one stored transition.
+
+    The action index is a uint8 for up to 256 actions (nearly every env),
+    else an int32.
+    """
     return np.dtype(
         [
             ("obs", np.float32, (obs_size,)),
-            ("action", np.int32),
+            ("action", np.uint8 if num_actions <= 256 else np.int32),
             ("reward", np.float32),
             ("status", np.uint8),
             ("next_ref", np.int32),
@@ -241,7 +245,8 @@ class CircularBuffer:
         self._obs_size = _positive_int("obs_size", obs_size)
         self._num_actions = _positive_int("num_actions", num_actions)
         # np.zeros maps pages lazily: memory is committed as the buffer fills.
-        self.storage = np.zeros(self._capacity, dtype=transition_dtype(self._obs_size))
+        dtype = transition_dtype(self._obs_size, self._num_actions)
+        self.storage = np.zeros(self._capacity, dtype=dtype)
         self.finals = np.zeros((self._capacity, self._obs_size), dtype=np.float32)
         self._free = np.zeros(self._capacity, dtype=np.int32)
         self._cursor = np.zeros(CURSOR_LEN, dtype=np.int64)  # see _POS ... _PENDING
@@ -451,7 +456,7 @@ class CircularBuffer:
         next_obs = np.where(refs[:, None] < 0, following, self.finals[np.maximum(refs, 0)])
         return {
             "obs": s["obs"].copy(),
-            "action": s["action"].copy(),
+            "action": s["action"].astype(np.int32),
             "reward": s["reward"].copy(),
             "next_obs": next_obs,
             "status": s["status"].copy(),
