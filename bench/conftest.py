@@ -35,3 +35,10 @@ def buffer() -> CircularBuffer:
 @pytest.fixture
 def rng() -> Rng:
     return Rng(0)
+
+
+def pytest_benchmark_update_json(config, benchmarks, output_json) -> None:
+    """Keep the statistics, drop each round's raw timing (megabytes, and not needed
+    by ``pytest-benchmark compare``)."""
+    for bench in output_json["benchmarks"]:
+        bench["stats"].pop("data", None)
