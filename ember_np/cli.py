@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -108,13 +109,15 @@ class _Progress:
 
     def update(self, trainer: Any, steps: int, recent: Any) -> None:
         agent = trainer.agent
-        self.bar.update(steps)
+        loss = agent.last_loss
+        # The postfix first: update() redraws the line, with the postfix it has then.
         self.bar.set_postfix(
             reward=f"{recent.value():.1f}",
             eps=f"{agent.epsilon:.3f}",
-            loss=f"{agent.last_loss:.4f}",
+            loss="-" if math.isnan(loss) else f"{loss:.4f}",  # "-": no training yet
             refresh=False,
         )
+        self.bar.update(steps)
 
     def close(self) -> None:
         self.bar.close()

@@ -133,3 +133,28 @@ def test_train_runs_are_reproducible(tmp_path):
     pa = DqnAgent.from_checkpoint(a / "checkpoints" / "latest.npz").online._params
     pb = DqnAgent.from_checkpoint(b / "checkpoints" / "latest.npz").online._params
     assert np.array_equal(pa, pb)
+
+
+def test_progress_bar_shows_the_loss_of_the_chunk_it_reports(capsys):
+    """Each redraw carries the values after that chunk (it once showed the chunk before's)."""
+    from types import SimpleNamespace
+
+    from ember_np.cli import _Progress
+
+    agent = SimpleNamespace(epsilon=0.5, last_loss=float("nan"))
+    trainer = SimpleNamespace(agent=agent)
+    recent = SimpleNamespace(value=lambda: 20.0)
+    bar = _Progress(3_000, 0, disable=False)
+    bar.bar.mininterval, bar.bar.miniters, bar.bar.dynamic_miniters = 0, 1, False  # redraw always
+    bar.update(trainer, 1_000, recent)
+    agent.last_loss, agent.epsilon = 0.25, 0.1
+    bar.update(trainer, 1_000, recent)
+    agent.last_loss = 0.125
+    bar.update(trainer, 1_000, recent)
+    bar.close()
+    lines = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    shown = [line for line in lines if "loss=" in line]
+    assert "1.00k/3.00k" in shown[0] and "loss=-" in shown[0]  # no training yet
+    assert any("2.00k/3.00k" in line and "loss=0.2500" in line and "eps=0.100" in line
+               for line in shown)  # fmt: skip
+    assert any("3.00k/3.00k" in line and "loss=0.1250" in line for line in shown)
