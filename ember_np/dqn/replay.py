@@ -17,9 +17,9 @@ has the same bits, releases that row and marks the previous slot
 ``next_ref = -1``. Rows are recycled through a free list, so ``finals`` only
 ever holds (in memory that is touched) the rows in use at once: about one per
 episode in the buffer. A CartPole transition costs 26 bytes (41 with
-``next_obs`` in every record and an int32 action; SB3's ``ReplayBuffer`` 52). Unlike SB3's
-``optimize_memory_usage``, a truncated transition keeps its true final
-observation.
+``next_obs`` in every record and an int32 action; SB3's ``ReplayBuffer``
+52). Unlike SB3's ``optimize_memory_usage``, a truncated transition keeps
+its true final observation.
 
 Push and sample are ``@njit`` kernels that take the arrays themselves; numba
 compiles one version per observation size, cached on disk like every kernel.
@@ -135,7 +135,11 @@ def _push(
         # that -0.0 and 0.0 stay apart and the stored next_obs is exact.
         prev = storage[i - 1 if i > 0 else capacity - 1]
         row = prev.next_ref
-        if np.all(finals[row].view(np.uint32) == obs.view(np.uint32)):
+        parked, incoming = finals[row].view(np.uint32), obs.view(np.uint32)
+        j = 0
+        while j < obs.shape[0] and parked[j] == incoming[j]:
+            j += 1
+        if j == obs.shape[0]:
             prev.next_ref = -1
             _release(free, cursor, row)
     if cursor[_N_FREE] > 0:
