@@ -52,3 +52,18 @@ def exact_kernel(fn: F) -> F:
         error_model="numpy",
         nogil=True,
     )(fn)
+
+
+def inlined_exact_kernel(fn: F) -> F:
+    """:func:`exact_kernel`, also inlined into every compiled caller (numba ``inline="always"``).
+
+    Called with a constant argument, the inlined body lets LLVM fold every
+    branch on it: a loop written once serves each native environment as if
+    written for it alone. Still callable from Python like any kernel.
+    """
+    return numba.njit(  # type: ignore[no-any-return]
+        cache=True,
+        error_model="numpy",
+        nogil=True,
+        inline="always",
+    )(fn)

@@ -121,3 +121,29 @@ def test_unwrap_native_refuses_wrappers_that_change_steps():
     assert unwrap_native(env) is env.unwrapped
     assert unwrap_native(gym.wrappers.TimeLimit(env, 10)) is None
     assert unwrap_native(gym.make("CartPole-v1")) is None
+
+
+@pytest.mark.parametrize("env_id, cls", PAIRS)
+def test_random_rollout_is_the_env_stepped_with_the_same_draws(env_id, cls):
+    """The benchmark's compiled loop (one copy per kind) against the env stepped from Python."""
+    from ember_np.envs import _dispatch as d
+    from ember_np.rng import next_below
+
+    env = cls()
+    env.reset(seed=5)
+    n_actions = int(env.action_space.n)
+    state, counters = env.state.copy(), env.counters.copy()
+    rng, obs = env.rng.state.copy(), np.zeros(env.observation_space.shape, np.float32)
+    episodes = d.random_rollout(cls.KIND, state, counters, rng, obs, env.max_steps, n_actions,
+                                3_000)  # fmt: skip
+    expected, last = 0, None
+    for _ in range(3_000):
+        last, _, term, trunc, _ = env.step(int(next_below(env.rng.state, n_actions)))
+        if term or trunc:
+            expected += 1
+            last, _ = env.reset()
+    assert episodes == expected >= 5
+    np.testing.assert_array_equal(state, env.state)
+    np.testing.assert_array_equal(counters, env.counters)
+    np.testing.assert_array_equal(rng, env.rng.state)
+    np.testing.assert_array_equal(obs, last)

@@ -6,13 +6,19 @@ single compiled (and cached) kernel serves every environment. The time limit
 lives here, as gymnasium's ``TimeLimit`` wrapper: ``counters[0]`` counts the
 steps of the episode and ``truncated`` is set once it reaches ``max_steps``
 (even on a terminal step, as ``TimeLimit`` does).
+
+Both are inlined into their compiled callers. The loops below are written
+once and called once per kind with the kind as a constant, so LLVM drops the
+other environments' code from each copy and optimises the loop for one
+environment (native CartPole: about twice the steps per second of a loop
+that dispatches on every step).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ember_np._jit import exact_kernel
+from ember_np._jit import exact_kernel, inlined_exact_kernel
 from ember_np.envs._cartpole import cartpole_reset, cartpole_step
 from ember_np.envs._classic import (
     acrobot_reset,
@@ -26,7 +32,7 @@ CARTPOLE, ACROBOT, MOUNTAINCAR = 0, 1, 2
 STATE_SIZE = 8
 
 
-@exact_kernel
+@inlined_exact_kernel
 def env_reset(
     kind: int, state: np.ndarray, counters: np.ndarray, rng_state: np.ndarray, obs: np.ndarray
 ) -> None:
@@ -40,7 +46,7 @@ def env_reset(
         mountaincar_reset(state, rng_state, obs)
 
 
-@exact_kernel
+@inlined_exact_kernel
 def env_step(
     kind: int,
     state: np.ndarray,
@@ -59,6 +65,30 @@ def env_step(
     counters[0] += 1
     truncated = max_steps > 0 and counters[0] >= max_steps
     return reward, terminated, truncated
+
+
+@inlined_exact_kernel
+def _step_batch_of(
+    kind: int,
+    states: np.ndarray,
+    counters: np.ndarray,
+    rng_states: np.ndarray,
+    actions: np.ndarray,
+    max_steps: int,
+    obs: np.ndarray,
+    final_obs: np.ndarray,
+    rewards: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+) -> None:
+    for i in range(states.shape[0]):
+        r, term, trunc = env_step(kind, states[i], counters[i], actions[i], obs[i], max_steps)
+        rewards[i] = r
+        terminated[i] = term
+        truncated[i] = trunc
+        if term or trunc:
+            final_obs[i, :] = obs[i]
+            env_reset(kind, states[i], counters[i], rng_states[i], obs[i])
 
 
 @exact_kernel
@@ -80,14 +110,37 @@ def step_batch(
     For a finished copy ``obs[i]`` is the first observation of its next
     episode and ``final_obs[i]`` the last one of the episode that ended.
     """
-    for i in range(states.shape[0]):
-        r, term, trunc = env_step(kind, states[i], counters[i], actions[i], obs[i], max_steps)
-        rewards[i] = r
-        terminated[i] = term
-        truncated[i] = trunc
+    # One call per kind, spelled out: an inlined call cannot take *args.
+    if kind == CARTPOLE:
+        _step_batch_of(CARTPOLE, states, counters, rng_states, actions, max_steps, obs,
+                       final_obs, rewards, terminated, truncated)  # fmt: skip
+    elif kind == ACROBOT:
+        _step_batch_of(ACROBOT, states, counters, rng_states, actions, max_steps, obs,
+                       final_obs, rewards, terminated, truncated)  # fmt: skip
+    else:
+        _step_batch_of(MOUNTAINCAR, states, counters, rng_states, actions, max_steps, obs,
+                       final_obs, rewards, terminated, truncated)  # fmt: skip
+
+
+@inlined_exact_kernel
+def _random_rollout_of(
+    kind: int,
+    state: np.ndarray,
+    counters: np.ndarray,
+    rng_state: np.ndarray,
+    obs: np.ndarray,
+    max_steps: int,
+    n_actions: int,
+    n_steps: int,
+) -> int:
+    episodes = 0
+    for _ in range(n_steps):
+        _, term, trunc = env_step(kind, state, counters, next_below(rng_state, n_actions), obs,
+                                  max_steps)  # fmt: skip
         if term or trunc:
-            final_obs[i, :] = obs[i]
-            env_reset(kind, states[i], counters[i], rng_states[i], obs[i])
+            episodes += 1
+            env_reset(kind, state, counters, rng_state, obs)
+    return episodes
 
 
 @exact_kernel
@@ -105,11 +158,11 @@ def random_rollout(
 
     Returns the number of episodes finished (the speed benchmark's loop).
     """
-    episodes = 0
-    for _ in range(n_steps):
-        _, term, trunc = env_step(kind, state, counters, next_below(rng_state, n_actions), obs,
-                                  max_steps)  # fmt: skip
-        if term or trunc:
-            episodes += 1
-            env_reset(kind, state, counters, rng_state, obs)
-    return episodes
+    if kind == CARTPOLE:
+        return _random_rollout_of(CARTPOLE, state, counters, rng_state, obs, max_steps,
+                                  n_actions, n_steps)  # fmt: skip
+    if kind == ACROBOT:
+        return _random_rollout_of(ACROBOT, state, counters, rng_state, obs, max_steps,
+                                  n_actions, n_steps)  # fmt: skip
+    return _random_rollout_of(MOUNTAINCAR, state, counters, rng_state, obs, max_steps,
+                              n_actions, n_steps)  # fmt: skip
