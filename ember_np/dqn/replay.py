@@ -455,9 +455,13 @@ class CircularBuffer:
         """
         n = len(self)
         s = self.storage[:n]
-        refs = s["next_ref"]
-        following = self.storage["obs"][(np.arange(n) + 1) % self._capacity]
-        next_obs = np.where(refs[:, None] < 0, following, self.finals[np.maximum(refs, 0)])
+        # Every slot's following obs (slot n is unused or, when full, slot 0),
+        # then the rows that are not shared.
+        after = self.storage["obs"]
+        last = n % self._capacity
+        next_obs = np.concatenate([after[1:n], after[last : last + min(n, 1)]])
+        own = np.flatnonzero(s["next_ref"] >= 0)
+        next_obs[own] = self.finals[s["next_ref"][own]]
         return {
             "obs": s["obs"].copy(),
             "action": s["action"].astype(np.int32),
@@ -483,7 +487,10 @@ class CircularBuffer:
         if n:
             obs = np.ascontiguousarray(state["obs"]).view(np.uint32)
             next_obs = np.ascontiguousarray(state["next_obs"])
-            shared = (next_obs.view(np.uint32) == obs[(np.arange(n) + 1) % n]).all(axis=1)
+            bits = next_obs.view(np.uint32)
+            shared = np.empty(n, dtype=bool)  # next_obs[i] has the bits of obs[i + 1 (mod n)]
+            shared[:-1] = (bits[:-1] == obs[1:]).all(axis=1)
+            shared[-1] = (bits[-1] == obs[0]).all()
             shared[(pos - 1) % n] = False  # the newest slot: its successor is not stored
             own = np.flatnonzero(~shared)
             refs = np.full(n, -1, dtype=np.int32)
