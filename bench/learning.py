@@ -56,7 +56,7 @@ def evaluate(policy, env_id: str, episodes: int, seed: int) -> list[float]:
     return returns
 
 
-def worker(env_id: str, seed: int) -> dict:
+def worker(env_id: str, seed: int, steps: int) -> dict:
     import gymnasium as gym
 
     from ember_np import DqnAgent, DqnPolicy, DqnTrainer, TrainingRun
@@ -68,11 +68,11 @@ def worker(env_id: str, seed: int) -> dict:
         run = TrainingRun.create(env_id, "bench", root=root)
         env = gym.make(env_id)
         agent = DqnAgent.for_env(env, preset.config, seed=seed)
-        trainer = DqnTrainer(env, agent, seed=seed, run=run, checkpoint_freq=preset.steps)
+        trainer = DqnTrainer(env, agent, seed=seed, run=run, checkpoint_freq=steps)
         curve = []
-        chunk = preset.steps // 10
-        while agent.total_steps < preset.steps:
-            trainer.train(min(chunk, preset.steps - agent.total_steps))
+        chunk = steps // 10
+        while agent.total_steps < steps:
+            trainer.train(min(chunk, steps - agent.total_steps))
             curve.append((agent.total_steps, trainer.eval(EVAL_EPISODES).mean_reward))
         train_seconds = time.perf_counter() - t0
         eval_seed = 10_000 + 100 * seed  # episodes never seen in training
@@ -89,7 +89,7 @@ def worker(env_id: str, seed: int) -> dict:
     }
 
 
-def worker_sb3(env_id: str, seed: int) -> dict:
+def worker_sb3(env_id: str, seed: int, steps: int) -> dict:
     """The same protocol with Stable-Baselines3's DQN and the Zoo's own arguments."""
     import copy
 
@@ -102,7 +102,7 @@ def worker_sb3(env_id: str, seed: int) -> dict:
 
     torch.set_num_threads(1)
     preset = get_preset(env_id)
-    chunk = preset.steps // 10
+    chunk = steps // 10
     curve: list[tuple[int, float]] = []
     best: dict = {"mean": -float("inf"), "state": None}
 
@@ -128,7 +128,7 @@ def worker_sb3(env_id: str, seed: int) -> dict:
     t0 = time.perf_counter()
     model = DQN("MlpPolicy", gym.make(env_id), seed=seed, device="cpu", verbose=0,
                 **preset.sb3_kwargs)  # fmt: skip
-    model.learn(preset.steps, callback=PeriodicEval())
+    model.learn(steps, callback=PeriodicEval())
     train_seconds = time.perf_counter() - t0
     eval_seed = 10_000 + 100 * seed
     final = evaluate(Greedy(model.policy), env_id, FINAL_EPISODES, eval_seed)
@@ -144,12 +144,12 @@ def worker_sb3(env_id: str, seed: int) -> dict:
     }
 
 
-def run_worker(env_id: str, seed: int, library: str = "ember_np") -> dict:
+def run_worker(env_id: str, seed: int, library: str, steps: int) -> dict:
     # One BLAS thread per process: --jobs processes share the cores, and
     # OpenBLAS threads spinning against each other slow everything down ~10x.
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     out = subprocess.run(
-        [sys.executable, __file__, "--worker", env_id, str(seed), library],
+        [sys.executable, __file__, "--worker", env_id, str(seed), library, str(steps)],
         capture_output=True, text=True, env=env,
     )  # fmt: skip
     if out.returncode != 0:
@@ -234,12 +234,18 @@ def main() -> None:
         default="ember_np",
         help="sb3: the same protocol with Stable-Baselines3 (needs the bench extra)",
     )
-    p.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--steps",
+        type=int,
+        help="train this many steps instead of each preset's Zoo budget (a quick check: "
+        "the bars apply at the Zoo's budget)",
+    )
+    p.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        env_id, seed, library = args.worker
+        env_id, seed, library, steps = args.worker
         run = worker_sb3 if library == "sb3" else worker
-        print(json.dumps(run(env_id, int(seed))))
+        print(json.dumps(run(env_id, int(seed), int(steps))))
         return
     if args.library == "sb3":
         args.out = args.out.with_name(args.out.stem + "_sb3.md")
@@ -248,9 +254,15 @@ def main() -> None:
     skipped = [e for e in envs if not installed(e)]
     envs = [e for e in envs if e not in skipped]
     jobs = [(e, s) for e in envs for s in range(args.seeds)]
+
+    def budget(env_id: str) -> int:
+        from ember_np.presets import get_preset
+
+        return args.steps or get_preset(env_id).steps
+
     results: dict[str, list[dict]] = {e: [] for e in envs}
     with ThreadPoolExecutor(args.jobs) as pool:
-        for r in pool.map(lambda job: run_worker(*job, args.library), jobs):
+        for r in pool.map(lambda job: run_worker(*job, args.library, budget(job[0])), jobs):
             results[r["env_id"]].append(r)
             print(
                 f"{r['env_id']} seed {r['seed']}: final {r['final_mean']:.1f}, "
@@ -260,6 +272,7 @@ def main() -> None:
     lines = [
         f"Command: python bench/learning.py --seeds {args.seeds} --jobs {args.jobs}"
         + (f" --envs {args.envs}" if args.envs != ",".join(REFERENCE) else "")
+        + (f" --steps {args.steps}" if args.steps else "")
         + (" --library sb3" if args.library == "sb3" else ""),
         "",
         f"Greedy evaluation, {FINAL_EPISODES} episodes per seed; mean ± std across {args.seeds} "
@@ -270,14 +283,12 @@ def main() -> None:
         "| wall time per run |" + (" P(5-seed final mean >= bar) |" if args.seeds > 5 else ""),
         "|---|---|---|---|---|---|---|" + ("---|" if args.seeds > 5 else ""),
     ]
-    from ember_np.presets import get_preset
-
     for env_id, runs in results.items():
         ref = REFERENCE[env_id]
         finals = [r["final_mean"] for r in runs]
         bests = [r["best_mean"] for r in runs]
         wall = statistics.median(r["train_seconds"] for r in runs)
-        steps = get_preset(env_id).steps
+        steps = budget(env_id)
         ok = "meets" if statistics.fmean(finals) >= ref["bar"] else "misses"
         chance = f" {chance_of_bar(finals, ref['bar']):.2f} |" if args.seeds > 5 else ""
         lines.append(
