@@ -46,9 +46,16 @@ def exact_kernel(fn: F) -> F:
     For code that must reproduce another implementation bit for bit (the
     native environments match gymnasium's float64 dynamics): no fast-math, so
     LLVM neither reassociates nor fuses multiply-adds.
+
+    ``fastmath=False`` is spelled out because numba lets a callee that leaves
+    the option unset inherit its caller's: compiled first from a fast-math
+    kernel (the fused trainer), the env dynamics would get fast-math too, and
+    numba's cache, which keys on the signature alone, would then hand that
+    version to every later process.
     """
     return numba.njit(  # type: ignore[no-any-return]
         cache=True,
+        fastmath=False,  # explicit, or a fast-math caller's flags would be inherited
         error_model="numpy",
         nogil=True,
     )(fn)
@@ -63,6 +70,7 @@ def inlined_exact_kernel(fn: F) -> F:
     """
     return numba.njit(  # type: ignore[no-any-return]
         cache=True,
+        fastmath=False,
         error_model="numpy",
         nogil=True,
         inline="always",

@@ -147,3 +147,45 @@ def test_random_rollout_is_the_env_stepped_with_the_same_draws(env_id, cls):
     np.testing.assert_array_equal(counters, env.counters)
     np.testing.assert_array_equal(rng, env.rng.state)
     np.testing.assert_array_equal(obs, last)
+
+
+def test_env_dynamics_stay_exact_when_the_fused_trainer_compiles_them_first(tmp_path):
+    """numba lets a callee that leaves ``fastmath`` unset inherit its caller's, and its cache
+    keys on the signature alone: compiled first inside the fast-math fused kernel, the env
+    dynamics once came out with fast-math, and every later process loaded that version
+    (Acrobot and MountainCar then differed from gymnasium by an ulp). With a fresh cache:
+    the fused trainer first, then the bit-for-bit checks of test_envs_classic, in that
+    process and in a second one that loads the cache."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    script = textwrap.dedent(
+        """
+        import sys
+        import gymnasium as gym
+        from ember_np import DqnAgent, DqnConfig, DqnTrainer
+
+        if sys.argv[1] == "fused-first":
+            env = gym.make("ember_np/CartPole-v1")
+            config = DqnConfig(hidden_sizes=(8,), batch_size=4, buffer_capacity=64,
+                               min_replay_size=4)
+            trainer = DqnTrainer(env, DqnAgent.for_env(env, config, seed=0), seed=0)
+            assert trainer.fused
+            trainer.train(50)
+        sys.path.insert(0, sys.argv[2])
+        from test_envs_classic import test_one_step_from_arbitrary_states
+
+        for env_id in ("Acrobot-v1", "MountainCar-v0"):
+            test_one_step_from_arbitrary_states(env_id)
+        print("exact")
+        """
+    )
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    tests_dir = str(Path(__file__).parent)
+    for mode in ("fused-first", "from-cache"):
+        out = subprocess.run([sys.executable, "-c", script, mode, tests_dir],
+                             capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+        assert out.returncode == 0 and out.stdout.strip() == "exact", (mode, out.stderr[-2000:])
