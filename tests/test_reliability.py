@@ -422,7 +422,7 @@ def test_bad_observe_input_raises_value_error_and_stores_nothing(experience, mes
     buf = agent.buffer
 
     def state():
-        arrays = (buf.storage, buf.finals, buf._free, buf._cursor, agent.online._params)
+        arrays = (buf.storage, buf.finals, buf._cursor, agent.online._params)
         return [a.tobytes() for a in arrays] + [agent.total_steps]
 
     before = state()

@@ -64,7 +64,7 @@ def test_matches_a_list_model(capacity, ops, seed):
                     "next_obs": [0.0] * OBS_SIZE, "status": 0}  # fmt: skip
             args.update({"action": {"action": N_ACTIONS}, "nan": {"reward": float("nan")},
                          "shape": {"obs": [0.0]}, "status": {"status": 3}}[op[1]])  # fmt: skip
-            arrays = (buf.storage, buf.finals, buf._free, buf._cursor)
+            arrays = (buf.storage, buf.finals, buf._cursor)
             before = [a.tobytes() for a in arrays]
             try:
                 buf.push(**args)

@@ -136,7 +136,6 @@ def _epsilon_at(step: int, cfg_i: np.ndarray, cfg_f: np.ndarray) -> float:
 def _agent_step(
     storage: np.ndarray,
     finals: np.ndarray,
-    free: np.ndarray,
     cursor: np.ndarray,
     n_actions: int,
     obs: np.ndarray,
@@ -171,7 +170,7 @@ def _agent_step(
     Returns the next action index (0 unless ``act_next``), or -code for a
     rejected transition (nothing stored, counted or trained then).
     """
-    code = _push(storage, finals, free, cursor, n_actions, obs, action, reward, next_obs, status)
+    code = _push(storage, finals, cursor, n_actions, obs, action, reward, next_obs, status)
     if code != 0:
         return -code
     step = counters[0] + 1
@@ -456,7 +455,7 @@ class DqnAgent:
             except (TypeError, ValueError):
                 raise ValueError(f"reward must be a number, got {reward!r}") from None
             result = _agent_step(
-                buf.storage, buf.finals, buf._free, buf._cursor, buf.num_actions,
+                buf.storage, buf.finals, buf._cursor, buf.num_actions,
                 x, index, r, nx, status, act_next,
                 *self._step_args,
             )  # fmt: skip

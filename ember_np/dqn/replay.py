@@ -81,11 +81,12 @@ class Batch(NamedTuple):
 # Push error codes (0 = stored).
 _BAD_ACTION, _BAD_REWARD, _BAD_OBS, _BAD_NEXT_OBS, _BAD_STATUS = 1, 2, 3, 4, 5
 
-# cursor[]: int64 (5,), the buffer's whole mutable state besides the arrays.
+# cursor[]: int64 (CURSOR_LEN + capacity,), the buffer's mutable state besides
+# storage and finals (one array: each array argument costs ~55 ns per push call).
 #   POS      slot the next push writes to
 #   SIZE     number of transitions stored
 #   ROWS     finals rows ever used (rows [0, ROWS) have been written)
-#   N_FREE   released rows, stacked in free[:N_FREE]
+#   N_FREE   released rows, stacked in cursor[CURSOR_LEN : CURSOR_LEN + N_FREE]
 #   PENDING  1 when the newest slot's next_obs is still in its own finals row,
 #            waiting for the next push to show whether it continues
 _POS, _SIZE, _ROWS, _N_FREE, _PENDING = range(5)
@@ -93,8 +94,8 @@ CURSOR_LEN = 5
 
 
 @kernel
-def _release(free: np.ndarray, cursor: np.ndarray, row: int) -> None:
-    free[cursor[_N_FREE]] = row
+def _release(cursor: np.ndarray, row: int) -> None:
+    cursor[CURSOR_LEN + cursor[_N_FREE]] = row
     cursor[_N_FREE] += 1
 
 
@@ -102,7 +103,6 @@ def _release(free: np.ndarray, cursor: np.ndarray, row: int) -> None:
 def _push(
     storage: np.ndarray,
     finals: np.ndarray,
-    free: np.ndarray,
     cursor: np.ndarray,
     n_actions: int,
     obs: np.ndarray,
@@ -129,7 +129,7 @@ def _push(
     capacity = storage.shape[0]
     i = cursor[_POS]
     if cursor[_SIZE] == capacity and storage[i].next_ref >= 0:
-        _release(free, cursor, storage[i].next_ref)  # the overwritten transition's row
+        _release(cursor, storage[i].next_ref)  # the overwritten transition's row
     if cursor[_PENDING] != 0 and capacity > 1:
         # Does the previous transition continue into this one? Compare bits, so
         # that -0.0 and 0.0 stay apart and the stored next_obs is exact.
@@ -141,10 +141,10 @@ def _push(
             j += 1
         if j == obs.shape[0]:
             prev.next_ref = -1
-            _release(free, cursor, row)
+            _release(cursor, row)
     if cursor[_N_FREE] > 0:
         cursor[_N_FREE] -= 1
-        row = free[cursor[_N_FREE]]
+        row = cursor[CURSOR_LEN + cursor[_N_FREE]]
     else:
         row = cursor[_ROWS]
         cursor[_ROWS] = row + 1
@@ -252,8 +252,8 @@ class CircularBuffer:
         dtype = transition_dtype(self._obs_size, self._num_actions)
         self.storage = np.zeros(self._capacity, dtype=dtype)
         self.finals = np.zeros((self._capacity, self._obs_size), dtype=np.float32)
-        self._free = np.zeros(self._capacity, dtype=np.int32)
-        self._cursor = np.zeros(CURSOR_LEN, dtype=np.int64)  # see _POS ... _PENDING
+        # The counters _POS ... _PENDING, then the stack of released finals rows.
+        self._cursor = np.zeros(CURSOR_LEN + self._capacity, dtype=np.int64)
         self._obs_shape = (self._obs_size,)
 
     @property
@@ -288,9 +288,12 @@ class CircularBuffer:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of memory the buffer holds: every slot, and the finals rows used so far."""
+        """Bytes of memory the buffer holds: every slot, and the finals rows used so far.
+
+        Each finals row used also has its slot in the free-row stack (8 bytes).
+        """
         rows = int(self._cursor[_ROWS])
-        return int(self.storage.nbytes + rows * (self.finals.itemsize * self._obs_size + 4))
+        return int(self.storage.nbytes + rows * (self.finals.itemsize * self._obs_size + 8))
 
     @property
     def nbytes_per_transition(self) -> float:
@@ -354,9 +357,7 @@ class CircularBuffer:
         if o.shape != self._obs_shape or no.shape != self._obs_shape:
             _as_obs(obs, self._obs_size, "obs")
             _as_obs(next_obs, self._obs_size, "next_obs")
-        code = _push(
-            self.storage, self.finals, self._free, self._cursor, self._num_actions, o, a, r, no, s
-        )
+        code = _push(self.storage, self.finals, self._cursor, self._num_actions, o, a, r, no, s)
         if code:
             self._raise_push_error(code, a, r, o, no, s)
 
@@ -442,7 +443,7 @@ class CircularBuffer:
 
     def clear(self) -> None:
         """Forget every stored transition (finals rows are reused from the first)."""
-        self._cursor[:] = 0
+        self._cursor[:CURSOR_LEN] = 0  # the free-row stack is empty; its old rows are unread
 
     # -- state ---------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -498,7 +499,7 @@ class CircularBuffer:
             self.storage["next_ref"][:n] = refs
             self.finals[: own.size] = next_obs[own]
             cursor[_SIZE], cursor[_ROWS], cursor[_PENDING] = n, own.size, 1
-        self._cursor[:] = cursor
+        self._cursor[:CURSOR_LEN] = cursor
 
     def check_state_dict(self, state: dict[str, np.ndarray]) -> tuple[int, int]:
         """Raise ValueError unless :meth:`load_state_dict` would accept ``state``.

@@ -38,7 +38,6 @@ def fused_steps(
     step_log: np.ndarray,
     storage: np.ndarray,
     finals: np.ndarray,
-    free: np.ndarray,
     cursor: np.ndarray,
     n_actions: int,
     counters: np.ndarray,
@@ -71,7 +70,7 @@ def fused_steps(
                                                  max_steps)  # fmt: skip
         code = 1 if terminated else (2 if truncated else 0)
         next_index = _agent_step(
-            storage, finals, free, cursor, n_actions, x, index, reward, nx, code, code == 0,
+            storage, finals, cursor, n_actions, x, index, reward, nx, code, code == 0,
             counters, cfg_i, cfg_f, replay_state, explore_state,
             params, target, sizes, grads, adam_m, adam_v, adam_t, out,
         )  # fmt: skip

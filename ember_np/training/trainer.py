@@ -322,7 +322,7 @@ class DqnTrainer:
             code = fused_steps(
                 chunk, native.KIND, native.state, native.counters, native.rng.state,
                 native.max_steps, x, np.empty_like(x), loop, episode_reward, rec_reward,
-                rec_ints, step_log, buf.storage, buf.finals, buf._free, buf._cursor,
+                rec_ints, step_log, buf.storage, buf.finals, buf._cursor,
                 buf.num_actions, *agent._step_args,
             )  # fmt: skip
             self._x = x
