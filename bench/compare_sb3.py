@@ -124,12 +124,12 @@ def worker_speed(lib: str, setting: str) -> dict:
 def worker_memory(lib: str, obs_size: int) -> dict:
     """Fill a 1M-transition buffer, train 2,000 steps; report RSS and bytes/transition.
 
-    Both buffers hold the same stream: episodes of 50 steps (settings.episode_stream).
+    Both buffers hold the same stream: episodes of 50 steps (streams.episode_stream).
     ember_np's is filled through ``push``, as training fills it; SB3's arrays are
     written directly (its ``add`` is slower, and holds the same bytes).
     """
 
-    from streams import episode_stream  # bench/streams.py: NumPy only
+    from streams import episode_stream, fill  # bench/streams.py: NumPy only
 
     s = SETTINGS["S1"]
     capacity = 1_000_000 if obs_size == 4 else 100_000  # bytes/transition don't depend on it
@@ -138,16 +138,14 @@ def worker_memory(lib: str, obs_size: int) -> dict:
 
         if obs_size != 4:
             buf = CircularBuffer(capacity, obs_size, 2)
-            for transition in episode_stream(capacity, obs_size):
-                buf.push(*transition)
+            fill(buf, capacity, obs_size)
             return {"bytes_per_transition": buf.nbytes_per_transition}
         import gymnasium as gym
 
         env = gym.make("CartPole-v1")
         agent = DqnAgent.for_env(env, ember_config(s, buffer=capacity), seed=0)
         buf = agent.buffer
-        for transition in episode_stream(capacity, obs_size):
-            buf.push(*transition)
+        fill(buf, capacity, obs_size)
         DqnTrainer(env, agent, seed=0).train(2_000)
         return {"bytes_per_transition": buf.nbytes_per_transition, "peak_rss_mb": peak_rss_mb()}
     from gymnasium import spaces

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from streams import episode_stream  # noqa: E402
+from streams import fill  # noqa: E402
 
 from ember_np import CircularBuffer, Rng  # noqa: E402
 
@@ -22,8 +22,7 @@ BATCH = 64
 def filled_buffer(capacity: int = 10_000, obs_size: int = 4, n: int = 10_000) -> CircularBuffer:
     """A buffer holding ``n`` transitions in episodes of 50 steps."""
     buf = CircularBuffer(capacity, obs_size, 2)
-    for transition in episode_stream(n, obs_size):
-        buf.push(*transition)
+    fill(buf, n, obs_size)
     return buf
 
 

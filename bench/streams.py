@@ -29,3 +29,9 @@ def episode_stream(
             end = (lo + k + 1) % length == 0
             yield obs, k % 2, 1.0, next_obs, int(end)
             obs = -next_obs if end else next_obs  # a reset: not the final observation
+
+
+def fill(buffer, n: int, obs_size: int) -> None:  # noqa: ANN001 (any buffer with push)
+    """Push the first ``n`` transitions of :func:`episode_stream` into ``buffer``."""
+    for transition in episode_stream(n, obs_size):
+        buffer.push(*transition)
