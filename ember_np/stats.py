@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ember_np.types import EpisodeStatus
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "RollingMean",
     "StatsTracker",
     "Std",
+    "iqm",
 ]
 
 
@@ -284,3 +287,35 @@ class EvalReport:
     def to_dict(self) -> dict[str, Any]:
         return {"total_steps": self.total_steps, "n_episodes": self.n_episodes,
                 "stats": dict(self.stats)}  # fmt: skip
+
+
+def iqm(scores: Any) -> float:
+    """The interquartile mean: the mean of the middle 50% of ``scores``.
+
+    Defined for any count ``n >= 1`` as twice the integral of the empirical
+    quantile function over [0.25, 0.75]: the i-th smallest score (1-based)
+    covers the quantile interval ((i-1)/n, i/n] and is weighted by how much of
+    that interval lies inside [0.25, 0.75]. Where ``n`` is a multiple of 4 this
+    is ``scipy.stats.trim_mean(scores, 0.25)`` (the mean of the middle n/2
+    scores); elsewhere the two boundary scores count in part instead of being
+    rounded in or out. ``iqm([x]) == x``.
+
+    Parameters
+    ----------
+    scores : array_like of float, shape (n,)
+        One score per run (seed). Must be non-empty and finite.
+
+    Returns
+    -------
+    float
+    """
+    x = np.sort(np.asarray(scores, dtype=np.float64).ravel())
+    n = x.size
+    if n == 0:
+        raise ValueError("iqm needs at least one score (got an empty array)")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("iqm needs finite scores (got NaN or infinity); drop failed runs first")
+    lo = np.arange(n) / n
+    hi = np.arange(1, n + 1) / n
+    weights = np.clip(np.minimum(hi, 0.75) - np.maximum(lo, 0.25), 0.0, None) * 2.0
+    return float(weights @ x)

@@ -19,6 +19,7 @@ from ember_np import (
     StatsTracker,
     Std,
 )
+from ember_np.stats import iqm
 
 VALUES = [3.0, -1.0, 4.0, 1.5, 9.0, 2.0, 6.5]
 
@@ -99,3 +100,37 @@ def test_eval_report_str_and_print(capsys):
     report.print()
     assert capsys.readouterr().out.strip() == text
     assert report.mean_reward == pytest.approx(123.4567)
+
+
+def _naive_iqm(scores):
+    """Middle 50% by sorting and slicing: valid where the count is a multiple of 4."""
+    x = sorted(scores)
+    n = len(x)
+    assert n % 4 == 0
+    middle = x[n // 4 : n - n // 4]
+    return sum(middle) / len(middle)
+
+
+def test_iqm_matches_trimmed_mean_when_count_is_multiple_of_four():
+    rng = np.random.default_rng(0)
+    for n in (4, 8, 20, 100):
+        x = rng.normal(size=n) * 100
+        assert iqm(x) == pytest.approx(_naive_iqm(list(x)), rel=1e-12)
+
+
+def test_iqm_general_count_by_hand():
+    assert iqm([7.0]) == 7.0
+    # n = 2: each score covers half of [0.25, 0.75].
+    assert iqm([0.0, 10.0]) == pytest.approx(5.0)
+    # n = 5: quantile cells of width 0.2; [0.25, 0.75] takes 0.15 of x2,
+    # all of x3, 0.15 of x4 (x sorted): (0.15*2 + 0.2*3 + 0.15*4) * 2 = 3.0.
+    assert iqm([5.0, 1.0, 4.0, 3.0, 2.0]) == pytest.approx(3.0)
+    # An outlier outside the middle half does not move it.
+    assert iqm([1.0, 2.0, 3.0, 1e9]) == pytest.approx(2.5)
+
+
+def test_iqm_rejects_empty_and_nonfinite():
+    with pytest.raises(ValueError, match="at least one score"):
+        iqm([])
+    with pytest.raises(ValueError, match="finite"):
+        iqm([1.0, float("nan")])
