@@ -1,0 +1,239 @@
+"""A compiled sum tree: the index behind proportional prioritized replay.
+
+Prioritized experience replay (Schaul et al. 2016, proportional variant)
+samples transition ``i`` with probability ``p_i / sum_j p_j``. A sum tree
+keeps every partial sum of the priorities in a complete binary tree, so that
+setting one priority and drawing one index each cost O(log capacity):
+
+* the leaves ``tree[size + i]`` hold the priorities ``p_i`` (``size`` is the
+  capacity rounded up to a power of two; unused leaves hold 0);
+* each inner node ``tree[k]`` holds ``tree[2k] + tree[2k + 1]``, so
+  ``tree[1]`` is the total;
+* drawing: a mass ``m`` uniform in [0, total) walks down from the root,
+  going left when ``m < tree[2k]`` and otherwise subtracting it and going
+  right; the leaf reached is the first ``i`` whose prefix sum exceeds ``m``.
+
+The tree is float64 and every inner node is recomputed as the sum of its two
+children (never adjusted by a difference), so rounding errors do not pile up
+over millions of updates. A zero-priority leaf is never drawn.
+
+Reading map (call order): :meth:`SumTree.set` -> ``_set_many`` -> ``_set_one``;
+:meth:`SumTree.sample` -> ``_sample_stratified`` -> ``_find``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember_np._jit import kernel
+from ember_np.rng import Rng, next_double
+
+__all__ = ["SumTree"]
+
+
+@kernel
+def _set_one(tree: np.ndarray, index: int, priority: float) -> None:
+    """Set leaf ``index`` to ``priority`` and recompute its ancestors.
+
+    Parameters
+    ----------
+    tree : ndarray of float64, shape (2 * size,)
+        The tree; ``size`` is a power of two and ``tree[0]`` is unused.
+    index : int
+        Leaf index; precondition ``0 <= index < size``.
+    priority : float
+        Precondition: finite and ``>= 0``.
+    """
+    size = tree.shape[0] // 2
+    k = size + index
+    tree[k] = priority
+    k //= 2
+    while k >= 1:
+        tree[k] = tree[2 * k] + tree[2 * k + 1]
+        k //= 2
+
+
+@kernel
+def _set_many(tree: np.ndarray, indices: np.ndarray, priorities: np.ndarray) -> None:
+    """``_set_one`` for each pair, in order (a repeated index keeps its last priority).
+
+    indices : ndarray of int64, shape (n,); priorities : ndarray of float64, shape (n,).
+    Preconditions as for ``_set_one``.
+    """
+    for j in range(indices.shape[0]):
+        _set_one(tree, indices[j], priorities[j])
+
+
+@kernel
+def _find(tree: np.ndarray, mass: float) -> int:
+    """The first leaf whose prefix sum exceeds ``mass``.
+
+    Parameters
+    ----------
+    tree : ndarray of float64, shape (2 * size,)
+    mass : float
+        Precondition: ``tree[1] > 0``. A mass at or past the total (rounding)
+        lands on the last leaf with a positive priority.
+
+    Returns
+    -------
+    int
+        A leaf index in [0, size) whose priority is > 0.
+    """
+    size = tree.shape[0] // 2
+    k = 1
+    while k < size:
+        left = tree[2 * k]
+        # Go right only when the right subtree has mass: rounding can leave a
+        # mass just past a subtree's sum, and a zero leaf must never be drawn.
+        if mass < left or tree[2 * k + 1] <= 0.0:
+            if mass >= left:
+                mass = left * (1.0 - 1e-16)
+            k = 2 * k
+        else:
+            mass -= left
+            k = 2 * k + 1
+    return k - size
+
+
+@kernel
+def _sample_stratified(tree: np.ndarray, rng_state: np.ndarray, out: np.ndarray) -> None:
+    """Draw ``out.shape[0]`` leaves, one from each equal slice of the total.
+
+    Slice ``j`` covers [j, j + 1) * total / n; one uniform mass in each
+    (stratified sampling, as in Schaul et al. 2016 and Dopamine) keeps every
+    leaf's marginal probability ``p_i / total`` but spreads a batch over the
+    whole distribution.
+
+    Parameters
+    ----------
+    tree : ndarray of float64, shape (2 * size,)
+        Precondition: ``tree[1] > 0``.
+    rng_state : ndarray of uint64, shape (4,)
+        A PCG64 state (:class:`ember_np.Rng`), advanced by ``n`` draws.
+    out : ndarray of int64, shape (n,)
+        Filled with leaf indices.
+    """
+    n = out.shape[0]
+    segment = tree[1] / n
+    for j in range(n):
+        out[j] = _find(tree, (j + next_double(rng_state)) * segment)
+
+
+def _capacity(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"capacity must be a positive integer (got {value!r})")
+    return int(value)
+
+
+class SumTree:
+    """Priorities of ``capacity`` items, summed in a tree for O(log n) sampling.
+
+    Parameters
+    ----------
+    capacity : int
+        Number of items (leaves), >= 1. Every priority starts at 0.
+
+    Examples
+    --------
+    >>> tree = SumTree(4)
+    >>> tree.set([0, 2], [1.0, 3.0])
+    >>> tree.total
+    4.0
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = _capacity(capacity)
+        size = 1 << max(0, (self._capacity - 1).bit_length())
+        self._tree = np.zeros(2 * size, dtype=np.float64)
+
+    @property
+    def capacity(self) -> int:
+        """Number of items."""
+        return self._capacity
+
+    @property
+    def total(self) -> float:
+        """Sum of every priority."""
+        return float(self._tree[1])
+
+    @property
+    def tree(self) -> np.ndarray:
+        """The whole tree, float64 of shape (2 * size,) (read-only view; see module docs)."""
+        view = self._tree.view()
+        view.flags.writeable = False
+        return view
+
+    def _indices(self, indices: Any) -> np.ndarray:
+        idx = np.asarray(indices)
+        if idx.size and idx.dtype.kind not in "iu":
+            raise ValueError(f"indices must be integers (got dtype {idx.dtype})")
+        idx = np.ascontiguousarray(idx.ravel(), dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= self._capacity):
+            raise ValueError(
+                f"indices must be in [0, {self._capacity}) "
+                f"(got values from {idx.min()} to {idx.max()})"
+            )
+        return idx
+
+    def set(self, indices: Any, priorities: Any) -> None:
+        """Set the priorities of ``indices`` (later entries win for a repeated index).
+
+        Parameters
+        ----------
+        indices : array_like of int, shape (n,)
+            In [0, capacity).
+        priorities : array_like of float, shape (n,)
+            Finite and >= 0.
+
+        Raises
+        ------
+        ValueError
+            On an index out of range, a shape mismatch, or a negative or
+            non-finite priority; nothing is changed then.
+        """
+        idx = self._indices(indices)
+        p = np.ascontiguousarray(np.asarray(priorities, dtype=np.float64).ravel())
+        if p.shape != idx.shape:
+            raise ValueError(
+                f"priorities must match indices in length (got {p.size} priorities "
+                f"for {idx.size} indices)"
+            )
+        if p.size and not (np.all(np.isfinite(p)) and p.min() >= 0.0):
+            raise ValueError("priorities must be finite and >= 0 (got a negative or non-finite one)")
+        _set_many(self._tree, idx, p)
+
+    def get(self, indices: Any) -> np.ndarray:
+        """The priorities of ``indices``, float64 of shape (n,)."""
+        idx = self._indices(indices)
+        return self._tree[self._tree.shape[0] // 2 + idx]
+
+    def find(self, mass: float) -> int:
+        """The first index whose prefix sum of priorities exceeds ``mass`` (0 <= mass < total)."""
+        if not self.total > 0.0:
+            raise ValueError("cannot search a sum tree whose priorities are all 0")
+        m = float(mass)
+        if not 0.0 <= m < self.total:
+            raise ValueError(f"mass must be in [0, total={self.total}) (got {mass!r})")
+        return int(_find(self._tree, m))
+
+    def sample(self, batch_size: int, rng: Rng) -> np.ndarray:
+        """Draw ``batch_size`` indices, index ``i`` with probability ``p_i / total``.
+
+        Stratified: one draw from each of ``batch_size`` equal slices of the
+        total (see ``_sample_stratified``). Returns int64 of shape (batch_size,).
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer (got {batch_size!r})")
+        if not isinstance(rng, Rng):
+            raise ValueError(f"rng must be an ember_np.Rng (got {type(rng).__name__})")
+        if not self.total > 0.0:
+            raise ValueError("cannot sample from a sum tree whose priorities are all 0")
+        out = np.empty(int(batch_size), dtype=np.int64)
+        _sample_stratified(self._tree, rng.state, out)
+        return out
+
+    def __repr__(self) -> str:
+        return f"SumTree(capacity={self._capacity}, total={self.total:.6g})"
