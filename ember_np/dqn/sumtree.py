@@ -122,9 +122,9 @@ def _sample_stratified(tree: np.ndarray, rng_state: np.ndarray, out: np.ndarray)
         out[j] = _find(tree, (j + next_double(rng_state)) * segment)
 
 
-def _capacity(value: Any) -> int:
+def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"capacity must be a positive integer (got {value!r})")
+        raise ValueError(f"{name} must be a positive integer (got {value!r})")
     return int(value)
 
 
@@ -145,7 +145,7 @@ class SumTree:
     """
 
     def __init__(self, capacity: int) -> None:
-        self._capacity = _capacity(capacity)
+        self._capacity = _positive_int("capacity", capacity)
         size = 1 << max(0, (self._capacity - 1).bit_length())
         self._tree = np.zeros(2 * size, dtype=np.float64)
 
@@ -202,7 +202,9 @@ class SumTree:
                 f"for {idx.size} indices)"
             )
         if p.size and not (np.all(np.isfinite(p)) and p.min() >= 0.0):
-            raise ValueError("priorities must be finite and >= 0 (got a negative or non-finite one)")
+            raise ValueError(
+                "priorities must be finite and >= 0 (got a negative or non-finite one)"
+            )
         _set_many(self._tree, idx, p)
 
     def get(self, indices: Any) -> np.ndarray:
@@ -225,13 +227,12 @@ class SumTree:
         Stratified: one draw from each of ``batch_size`` equal slices of the
         total (see ``_sample_stratified``). Returns int64 of shape (batch_size,).
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer (got {batch_size!r})")
+        n = _positive_int("batch_size", batch_size)
         if not isinstance(rng, Rng):
             raise ValueError(f"rng must be an ember_np.Rng (got {type(rng).__name__})")
         if not self.total > 0.0:
             raise ValueError("cannot sample from a sum tree whose priorities are all 0")
-        out = np.empty(int(batch_size), dtype=np.int64)
+        out = np.empty(n, dtype=np.int64)
         _sample_stratified(self._tree, rng.state, out)
         return out
 
