@@ -33,7 +33,7 @@ def fused_steps(
     nx: np.ndarray,
     loop: np.ndarray,
     episode_reward: np.ndarray,
-    rec_reward: np.ndarray,
+    rec_floats: np.ndarray,
     rec_ints: np.ndarray,
     step_log: np.ndarray,
     storage: np.ndarray,
@@ -58,8 +58,9 @@ def fused_steps(
 
     x : float32 (obs_size,)
         The current observation (updated in place); ``loop[INDEX]`` its chosen action.
-    rec_reward, rec_ints : float64 (n,), int64 (n, 4)
-        Finished episodes: total reward; length, status, total_steps, episode index.
+    rec_floats, rec_ints : float64 (n, 2), int64 (n, 4)
+        Finished episodes: total reward, the latest training loss (``out[0]``,
+        NaN before the first update); length, status, total_steps, episode index.
     step_log : float64 (n, 2) or (0, 2)
         When it has n rows: each step's reward and (did_update * 4 + status).
     """
@@ -86,7 +87,8 @@ def fused_steps(
             loop[INDEX] = next_index
             continue
         r = loop[N_RECORDS]
-        rec_reward[r] = episode_reward[0]
+        rec_floats[r, 0] = episode_reward[0]
+        rec_floats[r, 1] = out[0]
         rec_ints[r, 0] = loop[EPISODE_STEP]
         rec_ints[r, 1] = code
         rec_ints[r, 2] = counters[0]

@@ -236,6 +236,18 @@ class DqnTrainer:
             self._agent.save(self.run.latest_checkpoint_path(), include_buffer=self.save_buffer)
             self.run.update_metadata(self._agent.total_steps, self._episode)
 
+    def _episode_extras(self, total_steps: int, loss: float) -> dict[str, float]:
+        """What a finished episode's log row carries besides reward and length.
+
+        ``epsilon`` is the exploration rate after the episode's last step;
+        ``loss`` the most recent training loss, left out before the first
+        update (JSON has no NaN). The dashboard charts both.
+        """
+        extras = {"epsilon": self._agent._config.epsilon_at(total_steps)}
+        if not math.isnan(loss):
+            extras["loss"] = loss
+        return extras
+
     def _reset(self) -> None:
         """Start an episode: reset the env, encode the observation, pick the first action."""
         if not self._first_reset_done:
@@ -279,7 +291,10 @@ class DqnTrainer:
                 _STATUSES[code],
             )  # fmt: skip
         if code:
-            record = EpisodeRecord(self._episode_reward, self._episode_step, _STATUSES[code])
+            record = EpisodeRecord(
+                self._episode_reward, self._episode_step, _STATUSES[code],
+                self._episode_extras(total, float(agent._out[0])),
+            )  # fmt: skip
             self.stats.update(record)
             if self.run is not None:
                 self.run.log_train_episode(record, self._episode, total)
@@ -315,13 +330,13 @@ class DqnTrainer:
             x = np.array(self._x, dtype=np.float32)
             loop = np.array([self._index, self._episode_step, self._episode, 0], dtype=np.int64)
             episode_reward = np.array([self._episode_reward])
-            rec_reward = np.empty(chunk)
+            rec_floats = np.empty((chunk, 2))
             rec_ints = np.empty((chunk, 4), dtype=np.int64)
             step_log = np.empty((chunk if record else 0, 2))
             start = (self._episode, self._episode_step, self._episode_reward)
             code = fused_steps(
                 chunk, native.KIND, native.state, native.counters, native.rng.state,
-                native.max_steps, x, np.empty_like(x), loop, episode_reward, rec_reward,
+                native.max_steps, x, np.empty_like(x), loop, episode_reward, rec_floats,
                 rec_ints, step_log, buf.storage, buf.finals, buf._cursor,
                 buf.num_actions, *agent._step_args,
             )  # fmt: skip
@@ -332,7 +347,10 @@ class DqnTrainer:
             self._episode_reward = float(episode_reward[0])
             for r in range(int(loop[3])):
                 length, status, steps, episode = (int(v) for v in rec_ints[r])
-                record_ = EpisodeRecord(float(rec_reward[r]), length, _STATUSES[status])
+                record_ = EpisodeRecord(
+                    float(rec_floats[r, 0]), length, _STATUSES[status],
+                    self._episode_extras(steps, float(rec_floats[r, 1])),
+                )  # fmt: skip
                 self.stats.update(record_)
                 if self.run is not None:
                     self.run.log_train_episode(record_, episode, steps)
