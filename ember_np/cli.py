@@ -8,6 +8,7 @@ Subcommands::
     ember-np eval RUN_PATH [--episodes K] [--checkpoint best|latest|step_N] [--seed S]
     ember-np resume RUN_PATH --steps N
     ember-np plot RUN_PATH [RUN_PATH ...] -o FILE.png
+    ember-np dashboard [RUNS_ROOT] [--host 127.0.0.1] [--port 6006]
 
 Bad arguments print one line and exit with status 2.
 """
@@ -352,6 +353,18 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from ember_np.dashboard import serve
+
+    if args.port > 65535:
+        raise UsageError(f"--port must be 0..65535 (0 picks a free port), got {args.port}")
+    try:
+        serve(args.runs_root, host=args.host, port=args.port)
+    except (FileNotFoundError, OSError) as exc:
+        raise UsageError(f"dashboard: {exc}") from None
+    return 0
+
+
 # -- parser -----------------------------------------------------------------------
 
 
@@ -415,6 +428,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output image, e.g. curves.png")
     p.add_argument("--smooth", type=_positive, default=20, help="episodes in the moving mean")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("dashboard", help="live training charts in the browser")
+    p.add_argument("runs_root", nargs="?", default="runs", help="runs directory (default: runs)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    p.add_argument("--port", type=_non_negative, default=6006, help="0 picks a free port")
+    p.set_defaults(func=cmd_dashboard)
     return parser
 
 

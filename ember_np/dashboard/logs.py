@@ -1,0 +1,520 @@
+"""Reading a runs root for the dashboard: run discovery, incremental JSONL reads, series.
+
+Layouts found under the root (``TrainingRun``'s, and the multi-seed one)::
+
+    <root>/<name>/<version>/<run_id>/metadata.json              one run
+    <root>/<name>/<version>/<run_id>/seed_<s>/metadata.json     one run per seed
+
+A run's id is ``"<name>/<version>/<run_id>"``. Only directories found by
+walking the root are ever read: a directory or log file that is a symlink
+resolving outside the root is ignored, so no request can reach outside it.
+
+Each log file is read incrementally (:class:`JsonlTail`): the byte offset of
+the last complete line is kept, and a refresh reads only what was appended
+after it. A last line without its newline (a writer mid-``write``) stays
+unread until it is completed; a line that is not a JSON object with the
+expected numbers is skipped.
+
+A run is *still training* when
+
+1. its directory holds a lock file (``*.lock``) on which some process holds a
+   ``flock`` (read from ``/proc/locks``, without taking the lock, so a trainer
+   starting at that moment never finds it busy), or, when there is no lock
+   file or no ``/proc/locks``,
+2. one of its log files or ``metadata.json`` was modified within the last
+   :data:`LIVE_WINDOW` seconds.
+
+A multi-seed run is still training while any of its seeds is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LIVE_WINDOW", "JsonlTail", "RunStore", "iqm_rows", "bootstrap_iqm_band"]
+
+LIVE_WINDOW = 60.0  # seconds since the last write for a run without a lock to count as live
+SMOOTH_EPISODES = 20  # episodes in each seed's moving mean before the IQM across seeds
+IQM_POINTS = 200  # env-step grid of the multi-seed reward curve
+BOOTSTRAP_RESAMPLES = 1_000
+CONFIDENCE = 0.95
+
+_SEED_DIR = re.compile(r"^seed_(\d+)$")
+_NUMBER = (int, float)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, _NUMBER) and not isinstance(v, bool)
+
+
+def _finite_or_none(v: Any) -> float | None:
+    if not _is_number(v):
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+# -- incremental JSONL ------------------------------------------------------------
+
+
+class JsonlTail:
+    """The rows of a growing JSONL file, read incrementally.
+
+    :meth:`refresh` reads only the bytes appended since the last call. A file
+    that shrank or was replaced (another inode: ``TrainingRun.rewind_logs``
+    rewrites the logs atomically) is read again from the start.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows: list[dict[str, Any]] = []
+        self.offset = 0  # bytes up to the end of the last complete line
+        self.skipped = 0  # malformed lines seen
+        self._inode: int | None = None
+        self.mtime = 0.0
+
+    def refresh(self) -> bool:
+        """Read what was appended; returns whether rows changed."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            changed = bool(self.rows)
+            self.__init__(self.path)  # the file is gone: so are its rows
+            return changed
+        self.mtime = st.st_mtime
+        reset = st.st_ino != self._inode or st.st_size < self.offset
+        if reset:
+            had_rows = bool(self.rows)
+            self.rows, self.offset, self.skipped, self._inode = [], 0, 0, st.st_ino
+        if st.st_size == self.offset:
+            return reset and had_rows
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read(st.st_size - self.offset)
+        except OSError:
+            return False
+        end = chunk.rfind(b"\n")
+        if end < 0:  # only a torn line so far: wait for its newline
+            return reset and had_rows
+        self.offset += end + 1
+        before = len(self.rows)
+        for line in chunk[:end].split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except (ValueError, UnicodeDecodeError):
+                self.skipped += 1
+                continue
+            if isinstance(row, dict):
+                self.rows.append(row)
+            else:
+                self.skipped += 1
+        return len(self.rows) != before or (reset and had_rows)
+
+
+# -- one run (one seed) -----------------------------------------------------------
+
+
+def _train_columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Columns of the training log; rows without a numeric reward and length are skipped.
+
+    ``steps`` is the row's ``total_steps``, or the running sum of lengths for
+    logs written without it.
+    """
+    steps: list[int] = []
+    reward: list[float | None] = []
+    length: list[int] = []
+    epsilon: list[float | None] = []
+    loss: list[float | None] = []
+    total = 0
+    for row in rows:
+        r, n = row.get("total_reward"), row.get("length")
+        if not (_is_number(r) and _is_number(n)):
+            continue
+        total += int(n)
+        s = row.get("total_steps")
+        steps.append(int(s) if _is_number(s) else total)
+        reward.append(_finite_or_none(r))
+        length.append(int(n))
+        extras = row.get("extras")
+        extras = extras if isinstance(extras, dict) else {}
+        epsilon.append(_finite_or_none(extras.get("epsilon")))
+        loss.append(_finite_or_none(extras.get("loss")))
+    return {"steps": steps, "reward": reward, "length": length, "epsilon": epsilon, "loss": loss}
+
+
+def _eval_columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Mean greedy reward at each evaluation step (episodes grouped by ``total_steps_at_eval``)."""
+    sums: dict[int, list[float]] = {}
+    for row in rows:
+        s, r = row.get("total_steps_at_eval"), _finite_or_none(row.get("total_reward"))
+        if not _is_number(s) or r is None:
+            continue
+        acc = sums.setdefault(int(s), [0.0, 0])
+        acc[0] += r
+        acc[1] += 1
+    steps = sorted(sums)
+    return {
+        "steps": steps,
+        "reward": [sums[s][0] / sums[s][1] for s in steps],
+        "episodes": [sums[s][1] for s in steps],
+    }
+
+
+def _lock_held(lock_files: list[Path]) -> bool | None:
+    """Whether a process holds a flock on any of ``lock_files`` (None: cannot tell)."""
+    try:
+        with open("/proc/locks", encoding="ascii") as f:
+            table = f.read()
+    except OSError:
+        return None
+    held = set()
+    for line in table.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; "1: -> FLOCK ..." is a waiter.
+        # The device is major:minor in hex, the inode in decimal.
+        parts = line.split()
+        if len(parts) < 6 or parts[1] == "->":
+            continue
+        dev = parts[5].split(":")
+        if len(dev) != 3:
+            continue
+        try:
+            held.add((int(dev[0], 16), int(dev[1], 16), int(dev[2])))
+        except ValueError:
+            continue
+    for path in lock_files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in held:
+            return True
+    return False
+
+
+@dataclass
+class SeedRun:
+    """One run directory (a single run, or one seed of a multi-seed run)."""
+
+    dir: Path
+    seed: int | None
+    train: JsonlTail = field(init=False)
+    eval: JsonlTail = field(init=False)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    _meta_mtime: float = -1.0
+    _train_cols: dict[str, list[Any]] | None = None
+    _eval_cols: dict[str, list[Any]] | None = None
+
+    def __post_init__(self) -> None:
+        self.train = JsonlTail(self.dir / "train_episodes.jsonl")
+        self.eval = JsonlTail(self.dir / "eval_episodes.jsonl")
+
+    def refresh(self) -> None:
+        if self.train.refresh() or self._train_cols is None:
+            self._train_cols = _train_columns(self.train.rows)
+        if self.eval.refresh() or self._eval_cols is None:
+            self._eval_cols = _eval_columns(self.eval.rows)
+        try:
+            mtime = os.stat(self.dir / "metadata.json").st_mtime
+        except OSError:
+            return
+        if mtime != self._meta_mtime:
+            try:
+                meta = json.loads((self.dir / "metadata.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return  # keep the last good metadata
+            if isinstance(meta, dict):
+                self.metadata, self._meta_mtime = meta, mtime
+
+    @property
+    def train_columns(self) -> dict[str, list[Any]]:
+        assert self._train_cols is not None
+        return self._train_cols
+
+    @property
+    def eval_columns(self) -> dict[str, list[Any]]:
+        assert self._eval_cols is not None
+        return self._eval_cols
+
+    def total_steps(self) -> int:
+        steps = self.train_columns["steps"]
+        logged = steps[-1] if steps else 0
+        meta = self.metadata.get("total_steps")
+        return max(logged, int(meta) if _is_number(meta) else 0)
+
+    def last_update(self) -> float:
+        times = [self.train.mtime, self.eval.mtime, max(self._meta_mtime, 0.0)]
+        return max(times)
+
+    def training(self, now: float) -> bool:
+        locks = sorted(self.dir.glob("*.lock"))
+        if locks:
+            held = _lock_held(locks)
+            if held is not None:
+                return held
+        return now - self.last_update() < LIVE_WINDOW
+
+    def best_eval(self) -> float | None:
+        best = _finite_or_none(self.metadata.get("best_eval_reward"))
+        evals = self.eval_columns["reward"]
+        if evals:
+            top = max(evals)
+            best = top if best is None else max(best, top)
+        return best
+
+
+# -- multi-seed statistics ----------------------------------------------------------
+
+
+def iqm_rows(x: np.ndarray) -> np.ndarray:
+    """The interquartile mean of each row of ``x``, as :func:`ember_np.stats.iqm` defines it.
+
+    Vectorised over leading axes (``ember_np.stats.iqm`` takes one sample):
+    the sorted scores weighted by how much of each one's quantile interval
+    ((i-1)/n, i/n] lies in [0.25, 0.75], times 2.
+
+    Parameters
+    ----------
+    x : ndarray of float64, shape (..., n)
+
+    Returns
+    -------
+    ndarray of float64, shape (...)
+    """
+    n = x.shape[-1]
+    lo = np.arange(n) / n
+    hi = np.arange(1, n + 1) / n
+    weights = np.clip(np.minimum(hi, 0.75) - np.maximum(lo, 0.25), 0.0, None) * 2.0
+    return np.sort(x, axis=-1) @ weights
+
+
+def bootstrap_iqm_band(
+    scores: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """IQM across seeds at each point, with a percentile-bootstrap band over seeds.
+
+    Seeds are resampled with replacement (runs, not episodes, as Agarwal et
+    al. 2021 recommend); the generator is seeded, so a band does not jitter
+    between refreshes of unchanged data.
+
+    Parameters
+    ----------
+    scores : ndarray of float64, shape (points, seeds)
+
+    Returns
+    -------
+    iqm, lo, hi : ndarray of float64, shape (points,)
+    """
+    n = scores.shape[1]
+    point = iqm_rows(scores)
+    if n < 2:
+        return point, point.copy(), point.copy()
+    rng = np.random.default_rng(0)
+    pick = rng.integers(0, n, size=(resamples, n))
+    boot = iqm_rows(scores[:, pick])  # (points, resamples)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(boot, [alpha, 1.0 - alpha], axis=1)
+    return point, lo, hi
+
+
+def _moving_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Mean of the last ``window`` values at each index (fewer at the start)."""
+    c = np.cumsum(np.concatenate(([0.0], values)))
+    idx = np.arange(1, values.size + 1)
+    start = np.maximum(idx - window, 0)
+    return (c[idx] - c[start]) / (idx - start)
+
+
+def _iqm_curves(seeds: list[SeedRun]) -> dict[str, Any]:
+    """IQM and band of the seeds' smoothed training reward and of their eval reward.
+
+    Training: each seed's moving mean of :data:`SMOOTH_EPISODES` episode
+    rewards, read at :data:`IQM_POINTS` env steps between the first step all
+    seeds have reached and the last one all have reached (the latest episode
+    at or before each). Evaluation: the steps every seed was evaluated at.
+    """
+    out: dict[str, Any] = {"train": None, "eval": None}
+    curves = []
+    for s in seeds:
+        cols = s.train_columns
+        pairs = [(x, y) for x, y in zip(cols["steps"], cols["reward"]) if y is not None]
+        if not pairs:
+            curves = []
+            break
+        xs = np.array([p[0] for p in pairs], dtype=np.float64)
+        ys = _moving_mean(np.array([p[1] for p in pairs], dtype=np.float64), SMOOTH_EPISODES)
+        curves.append((xs, ys))
+    if curves:
+        start = max(xs[0] for xs, _ in curves)
+        stop = min(xs[-1] for xs, _ in curves)
+        if stop >= start:
+            grid = np.unique(np.linspace(start, stop, IQM_POINTS).round())
+            table = np.empty((grid.size, len(curves)))
+            for j, (xs, ys) in enumerate(curves):
+                table[:, j] = ys[np.searchsorted(xs, grid, side="right") - 1]
+            mid, lo, hi = bootstrap_iqm_band(table)
+            out["train"] = {"steps": grid.astype(int).tolist(), "iqm": mid.tolist(),
+                            "lo": lo.tolist(), "hi": hi.tolist()}  # fmt: skip
+    evals = [dict(zip(s.eval_columns["steps"], s.eval_columns["reward"])) for s in seeds]
+    common = sorted(set.intersection(*(set(e) for e in evals))) if evals else []
+    if common:
+        table = np.array([[e[x] for e in evals] for x in common], dtype=np.float64)
+        mid, lo, hi = bootstrap_iqm_band(table)
+        out["eval"] = {"steps": common, "iqm": mid.tolist(), "lo": lo.tolist(),
+                       "hi": hi.tolist()}  # fmt: skip
+    return out
+
+
+# -- the root -----------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """What the dashboard lists: a single run, or a multi-seed run (its seeds' runs)."""
+
+    id: str
+    name: str
+    version: str
+    run_id: str
+    seeds: list[SeedRun]
+    multi_seed: bool
+
+    def summary(self, now: float) -> dict[str, Any]:
+        bests = [b for b in (s.best_eval() for s in self.seeds) if b is not None]
+        return {
+            "id": self.id,
+            "name": self.name,
+            "version": self.version,
+            "run_id": self.run_id,
+            "seeds": [s.seed for s in self.seeds] if self.multi_seed else None,
+            "total_steps": min(s.total_steps() for s in self.seeds),
+            "episodes": sum(len(s.train_columns["steps"]) for s in self.seeds),
+            "last_update": max(s.last_update() for s in self.seeds),
+            "training": any(s.training(now) for s in self.seeds),
+            "best_eval": max(bests) if bests else None,
+        }
+
+    def series(self) -> dict[str, Any]:
+        members = [
+            {"seed": s.seed, "train": s.train_columns, "eval": s.eval_columns}
+            for s in self.seeds
+        ]
+        return {
+            "id": self.id,
+            "members": members,
+            "iqm": _iqm_curves(self.seeds) if self.multi_seed else None,
+        }
+
+
+class RunStore:
+    """The runs under one root, with every log file's reading state kept between requests.
+
+    Thread-safe: the HTTP server's threads share one store.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        root_path = Path(root)
+        if not root_path.is_dir():
+            raise FileNotFoundError(
+                f"runs root {str(root_path)!r} is not a directory; pass the directory that "
+                "`ember-np train --root` wrote to (default: runs)"
+            )
+        self.root = root_path.resolve()
+        self._lock = threading.Lock()
+        self._seed_runs: dict[Path, SeedRun] = {}
+        self._runs: dict[str, Run] = {}
+
+    def _inside(self, path: Path) -> bool:
+        try:
+            return path.resolve().is_relative_to(self.root)
+        except OSError:
+            return False
+
+    def _subdirs(self, path: Path) -> list[Path]:
+        try:
+            entries = sorted(os.scandir(path), key=lambda e: e.name)
+        except OSError:
+            return []
+        out = []
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            p = Path(e.path)
+            try:
+                if not e.is_dir():
+                    continue
+            except OSError:
+                continue
+            if e.is_symlink() and not self._inside(p):
+                continue
+            out.append(p)
+        return out
+
+    def _seed_run(self, path: Path, seed: int | None) -> SeedRun:
+        run = self._seed_runs.get(path)
+        if run is None:
+            run = self._seed_runs[path] = SeedRun(path, seed)
+        return run
+
+    def _is_run_dir(self, path: Path) -> bool:
+        meta = path / "metadata.json"
+        return meta.is_file() and self._inside(meta)
+
+    def _scan(self) -> None:
+        runs: dict[str, Run] = {}
+        for name in self._subdirs(self.root):
+            for version in self._subdirs(name):
+                for run_dir in self._subdirs(version):
+                    rid = f"{name.name}/{version.name}/{run_dir.name}"
+                    if self._is_run_dir(run_dir):
+                        runs[rid] = Run(rid, name.name, version.name, run_dir.name,
+                                        [self._seed_run(run_dir, None)], False)  # fmt: skip
+                        continue
+                    seeds = []
+                    for sub in self._subdirs(run_dir):
+                        m = _SEED_DIR.match(sub.name)
+                        if m and self._is_run_dir(sub):
+                            seeds.append(self._seed_run(sub, int(m.group(1))))
+                    if seeds:
+                        seeds.sort(key=lambda s: s.seed)
+                        runs[rid] = Run(rid, name.name, version.name, run_dir.name, seeds, True)
+        live = {s.dir for r in runs.values() for s in r.seeds}
+        self._seed_runs = {p: s for p, s in self._seed_runs.items() if p in live}
+        self._runs = runs
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        """Every run under the root, newest first, after reading what was appended."""
+        with self._lock:
+            self._scan()
+            now = time.time()
+            for run in self._runs.values():
+                for s in run.seeds:
+                    s.refresh()
+            out = [r.summary(now) for r in self._runs.values()]
+        out.sort(key=lambda r: (r["run_id"], r["id"]), reverse=True)
+        return out
+
+    def series(self, run_id: str) -> dict[str, Any] | None:
+        """The training and evaluation series of ``run_id`` (None: no such run under the root)."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:  # not seen yet: a run created since the last listing
+                self._scan()
+                run = self._runs.get(run_id)
+            if run is None:
+                return None
+            for s in run.seeds:
+                s.refresh()
+            return run.series()
