@@ -408,8 +408,7 @@ class Run:
 
     def series(self) -> dict[str, Any]:
         members = [
-            {"seed": s.seed, "train": s.train_columns, "eval": s.eval_columns}
-            for s in self.seeds
+            {"seed": s.seed, "train": s.train_columns, "eval": s.eval_columns} for s in self.seeds
         ]
         return {
             "id": self.id,

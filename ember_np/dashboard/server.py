@@ -132,9 +132,7 @@ def make_server(
     return _Server((host, port), RunStore(root), verbose)
 
 
-def serve(
-    root: str | os.PathLike[str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
-) -> None:
+def serve(root: str | os.PathLike[str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
     """Serve the dashboard until interrupted, after printing one line with its address."""
     server = make_server(root, host, port)
     print(f"ember-np dashboard: {server.url} (runs root {server.store.root}; Ctrl-C stops it)")
