@@ -72,11 +72,13 @@ class JsonlTail:
 
     :meth:`refresh` reads only the bytes appended since the last call. A file
     that shrank or was replaced (another inode: ``TrainingRun.rewind_logs``
-    rewrites the logs atomically) is read again from the start.
+    rewrites the logs atomically) is read again from the start. With ``root``,
+    a file that resolves outside it (a symlink out) reads as absent.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, root: Path | None = None) -> None:
         self.path = path
+        self.root = root
         self.rows: list[dict[str, Any]] = []
         self.offset = 0  # bytes up to the end of the last complete line
         self.skipped = 0  # malformed lines seen
@@ -86,10 +88,12 @@ class JsonlTail:
     def refresh(self) -> bool:
         """Read what was appended; returns whether rows changed."""
         try:
+            if self.root is not None and not self.path.resolve().is_relative_to(self.root):
+                raise FileNotFoundError(self.path)
             st = os.stat(self.path)
         except OSError:
             changed = bool(self.rows)
-            self.__init__(self.path)  # the file is gone: so are its rows
+            self.__init__(self.path, self.root)  # the file is gone: so are its rows
             return changed
         self.mtime = st.st_mtime
         reset = st.st_ino != self._inode or st.st_size < self.offset
@@ -210,6 +214,7 @@ class SeedRun:
 
     dir: Path
     seed: int | None
+    root: Path
     train: JsonlTail = field(init=False)
     eval: JsonlTail = field(init=False)
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -218,8 +223,8 @@ class SeedRun:
     _eval_cols: dict[str, list[Any]] | None = None
 
     def __post_init__(self) -> None:
-        self.train = JsonlTail(self.dir / "train_episodes.jsonl")
-        self.eval = JsonlTail(self.dir / "eval_episodes.jsonl")
+        self.train = JsonlTail(self.dir / "train_episodes.jsonl", self.root)
+        self.eval = JsonlTail(self.dir / "eval_episodes.jsonl", self.root)
 
     def refresh(self) -> None:
         if self.train.refresh() or self._train_cols is None:
@@ -464,7 +469,7 @@ class RunStore:
     def _seed_run(self, path: Path, seed: int | None) -> SeedRun:
         run = self._seed_runs.get(path)
         if run is None:
-            run = self._seed_runs[path] = SeedRun(path, seed)
+            run = self._seed_runs[path] = SeedRun(path, seed, self.root)
         return run
 
     def _is_run_dir(self, path: Path) -> bool:

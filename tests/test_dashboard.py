@@ -1,0 +1,477 @@
+"""The dashboard: its JSON API over real run directories, path safety, and the page in chromium."""
+
+from __future__ import annotations
+
+import fcntl
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ember_np import DqnConfig, EpisodeRecord, EpisodeStatus, TrainingRun
+from ember_np.cli import main
+from ember_np.dashboard import make_server
+from ember_np.dashboard.logs import (
+    SMOOTH_EPISODES,
+    JsonlTail,
+    RunStore,
+    bootstrap_iqm_band,
+    iqm_rows,
+)
+from ember_np.stats import iqm
+
+STEPS = 3_000
+CHROMIUM = "/usr/bin/chromium"
+
+
+# -- fixtures ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained_root(tmp_path_factory):
+    """A runs root holding one run written by a real short training (native CartPole)."""
+    root = tmp_path_factory.mktemp("runs")
+    code = main(
+        ["train", "ember_np/CartPole-v1", "--preset", "ember", "--steps", str(STEPS),
+         "--eval-every", "1000", "--eval-episodes", "2", "--checkpoint-freq", "1000",
+         "--root", str(root), "--name", "CartPole-v1", "--quiet", "--set", "min_replay_size=200", "hidden_sizes=[32]"]
+    )  # fmt: skip
+    assert code == 0
+    return root
+
+
+@pytest.fixture
+def root(trained_root, tmp_path):
+    """A private copy of the trained root (tests append to its logs)."""
+    dst = tmp_path / "runs"
+    shutil.copytree(trained_root, dst)
+    return dst
+
+
+def only_run_dir(root: Path) -> Path:
+    (run_dir,) = (root / "CartPole-v1" / "ember").iterdir()
+    return run_dir
+
+
+def run_id_of(run_dir: Path) -> str:
+    return f"CartPole-v1/ember/{run_dir.name}"
+
+
+class Served:
+    """A dashboard server on a free loopback port, in a thread."""
+
+    def __init__(self, root: Path) -> None:
+        self.server = make_server(root, port=0)
+        self.host, self.port = self.server.server_address[:2]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        """GET ``path`` exactly as given (no client-side normalisation of ``..``)."""
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def json(self, path: str):
+        status, body = self.get(path)
+        assert status == 200, (path, status, body[:200])
+        return json.loads(body)
+
+    def series(self, run_id: str):
+        from urllib.parse import quote
+
+        return self.json("/api/series?run=" + quote(run_id, safe=""))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def served(root):
+    s = Served(root)
+    yield s
+    s.close()
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def naive_eval_means(rows: list[dict]) -> tuple[list[int], list[float]]:
+    by_step: dict[int, list[float]] = {}
+    for r in rows:
+        by_step.setdefault(r["total_steps_at_eval"], []).append(r["total_reward"])
+    steps = sorted(by_step)
+    return steps, [float(np.mean(by_step[s])) for s in steps]
+
+
+def naive_moving_mean(values, window):
+    return [float(np.mean(values[max(0, i + 1 - window) : i + 1])) for i in range(len(values))]
+
+
+def append_episodes(run_dir: Path, rewards, start_steps: int, start_episode: int) -> None:
+    run = TrainingRun.resume(run_dir)
+    steps = start_steps
+    for k, reward in enumerate(rewards):
+        steps += 10
+        record = EpisodeRecord(reward, 10, EpisodeStatus.TERMINATED, {"epsilon": 0.5, "loss": 0.25})
+        run.log_train_episode(record, start_episode + k, steps)
+
+
+# -- the API against a real run ------------------------------------------------------
+
+
+def test_api_lists_the_run_and_serves_its_logs(served, root):
+    run_dir = only_run_dir(root)
+    meta = json.loads((run_dir / "metadata.json").read_text())
+    train = read_jsonl(run_dir / "train_episodes.jsonl")
+    evals = read_jsonl(run_dir / "eval_episodes.jsonl")
+    listing = served.json("/api/runs")
+    assert listing["root"] == str(root.resolve())
+    (run,) = listing["runs"]
+    assert run["id"] == run_id_of(run_dir)
+    assert (run["name"], run["version"], run["run_id"]) == ("CartPole-v1", "ember", run_dir.name)
+    assert run["seeds"] is None
+    assert run["total_steps"] == meta["total_steps"] == STEPS
+    assert run["episodes"] == len(train) == meta["total_episodes"]
+    assert run["best_eval"] == pytest.approx(meta["best_eval_reward"])
+    assert run["training"] is True  # written seconds ago, no lock file: the mtime rule
+    series = served.series(run["id"])
+    (member,) = series["members"]
+    assert series["iqm"] is None and member["seed"] is None
+    t = member["train"]
+    assert t["steps"] == [r["total_steps"] for r in train]
+    assert t["reward"] == [r["total_reward"] for r in train]
+    assert t["length"] == [r["length"] for r in train]
+    # epsilon and loss come from the training itself (the trainer's extras)
+    config = DqnConfig.from_dict(json.loads((run_dir / "config.json").read_text())["dqn"])
+    assert t["epsilon"] == [config.epsilon_at(r["total_steps"]) for r in train]
+    assert t["loss"] == [r["extras"].get("loss") for r in train]
+    assert t["loss"][0] is None and t["loss"][-1] > 0  # no loss before min_replay_size
+    steps, means = naive_eval_means(evals)
+    assert member["eval"]["steps"] == steps == [1000, 2000, 3000]
+    assert member["eval"]["reward"] == pytest.approx(means)
+    # the CLI's periodic eval at 3,000 and its final one: 4 episodes at that step
+    assert member["eval"]["episodes"] == [2, 2, 4]
+
+
+def test_half_written_and_malformed_lines(served, root):
+    run_dir = only_run_dir(root)
+    log = run_dir / "train_episodes.jsonl"
+    run_id = run_id_of(run_dir)
+    n = len(served.series(run_id)["members"][0]["train"]["steps"])
+    line = json.dumps({"total_reward": 77.0, "length": 7, "status": "TERMINATED",
+                       "extras": {}, "episode": n, "total_steps": STEPS + 7})  # fmt: skip
+    with open(log, "a") as f:  # a writer caught mid-line
+        f.write(line[:20])
+    t = served.series(run_id)["members"][0]["train"]
+    assert len(t["steps"]) == n  # the torn line is not read yet
+    with open(log, "a") as f:
+        f.write(line[20:] + "\n")
+        f.write("not json at all\n")
+        f.write("[1, 2, 3]\n")
+        f.write('{"total_reward": "high", "length": 3}\n')
+        f.write('{"total_reward": NaN, "length": 5, "total_steps": 3012}\n')
+        f.write("\n")
+    t = served.series(run_id)["members"][0]["train"]
+    assert t["steps"][n:] == [STEPS + 7, 3012]
+    assert t["reward"][n:] == [77.0, None]  # a NaN reward is kept as a gap, not sent as NaN
+    assert served.json("/api/runs")["runs"][0]["total_steps"] == 3012
+    with open(run_dir / "eval_episodes.jsonl", "a") as f:
+        f.write('{"total_reward": 1.0}\n{"total_steps_at_eval": 9, "total_reward": null}\n{"tot')
+    assert served.series(run_id)["members"][0]["eval"]["steps"] == [1000, 2000, 3000]
+    (run_dir / "metadata.json").write_text("{ half")  # a reader never sees this (atomic writes)
+    assert served.json("/api/runs")["runs"][0]["best_eval"] is not None  # last good metadata
+
+
+def test_reads_only_the_appended_part_and_rereads_a_replaced_file(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"a": 1}\n{"a": 2}\n{"a"')
+    tail = JsonlTail(log)
+    assert tail.refresh() and [r["a"] for r in tail.rows] == [1, 2]
+    assert tail.offset == len('{"a": 1}\n{"a": 2}\n')
+    # Overwrite the bytes already read in place (same inode, same size): a reader
+    # that re-read the file would see the change; an incremental one must not.
+    with open(log, "r+b") as f:
+        f.write(b'{"a": 8}\n{"a": 9}\n')
+    with open(log, "a") as f:
+        f.write(': 3}\n{"a": 4}\n')
+    assert tail.refresh() and [r["a"] for r in tail.rows] == [1, 2, 3, 4]
+    assert not tail.refresh()  # nothing new
+    replacement = tmp_path / "new.jsonl"
+    replacement.write_text('{"a": 5}\n')
+    os.replace(replacement, log)  # what TrainingRun.rewind_logs does
+    assert tail.refresh() and [r["a"] for r in tail.rows] == [5]
+
+
+def test_rewound_logs_show_up_shorter(served, root):
+    run_dir = only_run_dir(root)
+    run_id = run_id_of(run_dir)
+    assert served.series(run_id)["members"][0]["train"]["steps"][-1] > 1500
+    kept = TrainingRun.resume(run_dir).rewind_logs(1500)
+    t = served.series(run_id)["members"][0]["train"]
+    assert len(t["steps"]) == kept and t["steps"][-1] <= 1500
+    assert served.series(run_id)["members"][0]["eval"]["steps"] == [1000]
+
+
+WRITER = textwrap.dedent(
+    """
+    import fcntl, json, sys, time
+    run_dir, n = sys.argv[1], int(sys.argv[2])
+    lock = open(run_dir + "/run.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    print("locked", flush=True)
+    log = open(run_dir + "/train_episodes.jsonl", "a")
+    for k in range(n):
+        line = json.dumps({"total_reward": 1000.0 + k, "length": 1, "total_steps": 10**6 + k})
+        log.write(line[:9]); log.flush(); time.sleep(0.002)   # a torn line, for a moment
+        log.write(line[9:] + "\\n"); log.flush(); time.sleep(0.002)
+    sys.stdin.readline()  # hold the lock until told to stop
+    """
+)
+
+
+def test_a_run_written_by_another_process(served, root):
+    run_dir = only_run_dir(root)
+    run_id = run_id_of(run_dir)
+    base = served.series(run_id)["members"][0]["train"]
+    n0, n = len(base["steps"]), 300
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(run_dir), str(n)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert writer.stdout.readline().strip() == "locked"
+        seen = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            rows = served.series(run_id)["members"][0]["train"]["reward"]
+            seen.append(len(rows))
+            assert rows[:n0] == base["reward"]
+            assert rows[n0:] == [1000.0 + k for k in range(len(rows) - n0)]  # whole rows only
+            if len(rows) == n0 + n:
+                break
+        assert seen[-1] == n0 + n and seen == sorted(seen)
+        if os.path.exists("/proc/locks"):
+            assert served.json("/api/runs")["runs"][0]["training"] is True
+    finally:
+        writer.communicate("stop\n", timeout=10)
+    if os.path.exists("/proc/locks"):
+        # The lock file is still there but nobody holds it: the run has stopped,
+        # however recent its last write.
+        assert served.json("/api/runs")["runs"][0]["training"] is False
+
+
+def test_lock_rule_holds_and_releases(served, root):
+    run_dir = only_run_dir(root)
+    if not os.path.exists("/proc/locks"):
+        pytest.skip("no /proc/locks here: the dashboard falls back to the mtime rule")
+    lock_path = run_dir / ".lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert served.json("/api/runs")["runs"][0]["training"] is True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        assert served.json("/api/runs")["runs"][0]["training"] is False
+
+
+# -- path safety ---------------------------------------------------------------------
+
+
+def test_requests_outside_the_root_are_refused(served, root, tmp_path):
+    run_dir = only_run_dir(root)
+    outside = tmp_path / "outside"
+    shutil.copytree(run_dir, outside / "n" / "v" / "20260101_000000")
+    # a symlinked run directory and a symlinked name directory, both leading out
+    os.symlink(outside / "n" / "v" / "20260101_000000", run_dir.parent / "20260101_000001")
+    os.symlink(outside / "n", root / "escape")
+    # a log inside a real run that links out of the root
+    inside = root / "n2" / "v" / "20260101_000002"
+    inside.mkdir(parents=True)
+    shutil.copy(run_dir / "metadata.json", inside / "metadata.json")
+    os.symlink(outside / "n" / "v" / "20260101_000000" / "train_episodes.jsonl",
+               inside / "train_episodes.jsonl")  # fmt: skip
+    ids = {r["id"] for r in served.json("/api/runs")["runs"]}
+    assert ids == {run_id_of(run_dir), "n2/v/20260101_000002"}
+    assert served.series("n2/v/20260101_000002")["members"][0]["train"]["steps"] == []
+    refused = [
+        "/api/series?run=CartPole-v1/ember/20260101_000001",
+        "/api/series?run=escape/v/20260101_000000",
+        "/api/series?run=../outside/n/v/20260101_000000",
+        "/api/series?run=CartPole-v1/ember/..%2F..%2F..%2F..%2Foutside%2Fn%2Fv%2F20260101_000000",
+        "/api/series?run=" + str(outside / "n" / "v" / "20260101_000000"),
+        "/api/series?run=%2Fetc%2Fpasswd",
+        "/api/series?run=CartPole-v1/ember",
+        "/api/series?run=CartPole-v1/ember/" + run_dir.name + "/..",
+        "/api/series",
+        "/../../../../etc/passwd",
+        "/%2e%2e/%2e%2e/etc/passwd",
+        "/app.js/../server.py",
+        "/static/app.js",
+        "/logs.py",
+        "/api/runs/../../etc/passwd",
+        "//etc/passwd",
+    ]
+    for path in refused:
+        status, body = served.get(path)
+        assert status == 404, path
+        assert b"passwd" not in body or b"not found" in body
+        assert b"total_reward" not in body
+
+
+def test_root_must_exist(tmp_path):
+    with pytest.raises(FileNotFoundError, match="runs root .* is not a directory"):
+        RunStore(tmp_path / "missing")
+
+
+# -- multi-seed runs -----------------------------------------------------------------
+
+
+def test_iqm_rows_agrees_with_stats_iqm():
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3, 4, 5, 7, 8, 13):
+        x = rng.normal(size=(6, n))
+        np.testing.assert_allclose(iqm_rows(x), [iqm(row) for row in x], rtol=1e-12)
+
+
+def test_bootstrap_band_brackets_the_iqm_and_is_stable():
+    rng = np.random.default_rng(4)
+    scores = rng.normal(size=(5, 6)) * 10 + 100
+    mid, lo, hi = bootstrap_iqm_band(scores)
+    np.testing.assert_allclose(mid, [iqm(row) for row in scores])
+    assert np.all(lo <= mid + 1e-9) and np.all(mid <= hi + 1e-9) and np.all(lo < hi)
+    assert np.all(lo >= scores.min(axis=1)) and np.all(hi <= scores.max(axis=1))
+    again = bootstrap_iqm_band(scores)
+    assert all(np.array_equal(a, b) for a, b in zip((mid, lo, hi), again))
+    same = np.full((3, 4), 7.0)
+    assert all(np.all(v == 7.0) for v in bootstrap_iqm_band(same))
+
+
+def make_multi_seed(root: Path, rewards_by_seed: dict[int, list[float]], evals) -> str:
+    """``root/multi/v1/<run_id>/seed_<s>/``: ordinary runs with the given episodes."""
+    group = root / "multi" / "v1" / "20260102_000000"
+    for seed, rewards in rewards_by_seed.items():
+        d = group / f"seed_{seed}"
+        d.parent.mkdir(parents=True, exist_ok=True)
+        tmp = TrainingRun.create("tmp", "v", root=root / ".staging")
+        tmp.dir.rename(d)
+        run = TrainingRun.resume(d)
+        steps = 0
+        for k, r in enumerate(rewards):
+            steps += 10 + seed  # seeds end their episodes at different steps
+            run.log_train_episode(EpisodeRecord(r, 10 + seed), k, steps)
+        for step, reward in evals[seed]:
+            run.log_eval_episode(EpisodeRecord(reward, 10), step)
+        run.update_metadata(steps, len(rewards), best_eval_reward=max(r for _, r in evals[seed]))
+    shutil.rmtree(root / ".staging")
+    return "multi/v1/20260102_000000"
+
+
+def test_multi_seed_run_has_an_iqm_curve_with_a_band(tmp_path):
+    rng = np.random.default_rng(5)
+    rewards = {s: list(rng.integers(0, 500, size=60).astype(float)) for s in range(4)}
+    evals = {s: [(200, 10.0 * s), (400, 100.0 + s), (600 + s, 1.0)] for s in range(4)}
+    run_id = make_multi_seed(tmp_path, rewards, evals)
+    served = Served(tmp_path)
+    try:
+        (run,) = served.json("/api/runs")["runs"]
+        assert run["id"] == run_id and run["seeds"] == [0, 1, 2, 3]
+        assert run["total_steps"] == 60 * 10  # every seed has reached it
+        assert run["best_eval"] == 103.0
+        series = served.series(run_id)
+    finally:
+        served.close()
+    assert [m["seed"] for m in series["members"]] == [0, 1, 2, 3]
+    curve = series["iqm"]["train"]
+    steps = np.array(curve["steps"])
+    assert steps[0] == 13 and steps[-1] == 600  # from the last first episode to the first last
+    for x, mid, lo, hi in list(zip(steps, curve["iqm"], curve["lo"], curve["hi"]))[::17]:
+        at = []
+        for s in range(4):
+            ends = np.cumsum(np.full(60, 10 + s))
+            smoothed = naive_moving_mean(rewards[s], SMOOTH_EPISODES)
+            at.append(smoothed[np.searchsorted(ends, x, side="right") - 1])
+        assert mid == pytest.approx(iqm(at))
+        assert lo <= mid <= hi
+    ev = series["iqm"]["eval"]
+    assert ev["steps"] == [200, 400]  # 600+s is not a step every seed was evaluated at
+    assert ev["iqm"] == pytest.approx([iqm([0, 10, 20, 30]), iqm([100, 101, 102, 103])])
+
+
+# -- the command line and the installed package ---------------------------------------
+
+
+def test_cli_prints_one_line_and_serves(root):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ember_np", "dashboard", str(root), "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("ember-np dashboard: http://127.0.0.1:")
+        url = line.split()[2]
+        host, port = url.removeprefix("http://").rstrip("/").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("GET", "/api/runs")
+        runs = json.loads(conn.getresponse().read())["runs"]
+        assert [r["id"] for r in runs] == [run_id_of(only_run_dir(root))]
+        conn.request("GET", "/")
+        page = conn.getresponse().read()
+        assert b'<script src="app.js">' in page
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_cli_bad_arguments(tmp_path, capsys):
+    assert main(["dashboard", str(tmp_path / "nope"), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a directory" in err and "--root" in err
+    assert main(["dashboard", str(tmp_path), "--port", "70000"]) == 2
+    assert "--port must be 0..65535" in capsys.readouterr().err
+
+
+def test_static_files_ship_in_a_non_editable_build(tmp_path):
+    """setuptools' build step (what a wheel holds) copies the page along with the code."""
+    repo = Path(__file__).resolve().parent.parent
+    src = tmp_path / "src"
+    shutil.copytree(repo / "ember_np", src / "ember_np",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))  # fmt: skip
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo / name, src / name)
+    lib = tmp_path / "lib"
+    subprocess.run(
+        [sys.executable, "-c", "from setuptools import setup; setup()", "-q", "build_py",
+         "--build-lib", str(lib)],
+        cwd=src, check=True, capture_output=True,
+    )  # fmt: skip
+    for f in ("index.html", "app.js", "style.css"):
+        assert (lib / "ember_np" / "dashboard" / "static" / f).is_file(), f
+    probe = (
+        "import ember_np.dashboard.server as s; print(s.__file__); "
+        "print(len(s._static('app.js')), len(s._static('index.html')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(lib)},
+        cwd=tmp_path, check=True, capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    assert out[0].startswith(str(lib))
+    assert int(out[1]) > 1000 and int(out[2]) > 100
