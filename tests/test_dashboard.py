@@ -475,3 +475,129 @@ def test_static_files_ship_in_a_non_editable_build(tmp_path):
     ).stdout.split()  # fmt: skip
     assert out[0].startswith(str(lib))
     assert int(out[1]) > 1000 and int(out[2]) > 100
+
+
+# -- the page in a real browser --------------------------------------------------------
+
+
+def sync_playwright_or_skip():
+    """Playwright and Debian's chromium; missing in CI is a failure, elsewhere a skip."""
+    missing = None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing = "the playwright package (pip install -e '.[test]')"
+    if missing is None and not os.access(CHROMIUM, os.X_OK):
+        missing = f"{CHROMIUM} (apt-get install chromium)"
+    if missing is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the browser test needs {missing}; .ci/run installs it")
+        pytest.skip(f"needs {missing}")
+    return sync_playwright
+
+
+def test_page_plots_the_logs_and_follows_a_growing_run(served, root, tmp_path):
+    sync_playwright = sync_playwright_or_skip()
+    run_dir = only_run_dir(root)
+    run_id = run_id_of(run_dir)
+    train = read_jsonl(run_dir / "train_episodes.jsonl")
+    evals = read_jsonl(run_dir / "eval_episodes.jsonl")
+    n = len(train)
+    from urllib.parse import quote
+
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"),  # a fresh user data dir
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--no-first-run"],
+            viewport={"width": 1400, "height": 900},
+        )  # fmt: skip
+        try:
+            page = context.new_page()
+            elsewhere = []  # any request not to our server (a CDN, a font...) fails the test
+            origin = served.url.rstrip("/")
+
+            def route(r):
+                if r.request.url.startswith(origin):
+                    r.continue_()
+                else:
+                    elsewhere.append(r.request.url)
+                    r.abort()
+
+            page.route("**/*", route)
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(served.url + "#runs=" + quote(run_id, safe=""))
+            page.wait_for_function(
+                "n => (window.__dashboard.plotted.reward || []).some("
+                "t => t.kind === 'raw' && t.x.length === n)",
+                arg=n, timeout=15_000,
+            )  # fmt: skip
+            plotted = page.evaluate("window.__dashboard.plotted")
+
+            def trace(chart, kind):
+                (t,) = [t for t in plotted[chart] if t["kind"] == kind and t["run"] == run_id]
+                return t
+
+            raw = trace("reward", "raw")
+            assert raw["x"] == [r["total_steps"] for r in train]
+            assert raw["y"] == [r["total_reward"] for r in train]
+            smoothed = trace("reward", "smoothed")
+            assert smoothed["y"] == pytest.approx(
+                naive_moving_mean([r["total_reward"] for r in train], 20)
+            )
+            length = trace("length", "smoothed")
+            assert length["y"] == pytest.approx(naive_moving_mean([r["length"] for r in train], 20))
+            eps = trace("epsilon", "epsilon")
+            assert eps["y"] == [r["extras"]["epsilon"] for r in train]
+            loss = trace("loss", "loss")
+            with_loss = [r for r in train if "loss" in r["extras"]]
+            assert loss["x"] == [r["total_steps"] for r in with_loss]
+            assert loss["y"] == [r["extras"]["loss"] for r in with_loss]
+            # what is on screen: one path vertex per episode, eval dots carry their values
+            vertices = page.evaluate(
+                "document.querySelector('svg[data-chart=reward] path[data-kind=raw]')"
+                ".getAttribute('d').split(/[ML]/).filter(Boolean).length"
+            )
+            assert vertices == n
+            dots = page.evaluate(
+                "[...document.querySelectorAll('svg[data-chart=eval] circle')]"
+                ".map(c => [+c.dataset.x, +c.dataset.y])"
+            )
+            steps, means = naive_eval_means(evals)
+            assert [d[0] for d in dots] == steps
+            assert [d[1] for d in dots] == pytest.approx(means)
+
+            # zoom by dragging across the reward chart
+            box = page.locator("svg[data-chart=reward]").bounding_box()
+            y = box["y"] + box["height"] / 2
+            page.mouse.move(box["x"] + box["width"] * 0.3, y)
+            page.mouse.down()
+            page.mouse.move(box["x"] + box["width"] * 0.7, y, steps=5)
+            page.mouse.up()
+            zoom = page.evaluate("window.__dashboard.state.zoom")
+            assert zoom is not None and 0 < zoom[0] < zoom[1] < STEPS
+            page.evaluate("window.__same_page = true")
+
+            # the run grows: the page shows the new episodes by itself
+            new = [400.0 + k for k in range(5)]
+            append_episodes(run_dir, new, train[-1]["total_steps"], n)
+            page.wait_for_function(
+                "n => window.__dashboard.plotted.reward.some("
+                "t => t.kind === 'raw' && t.x.length === n)",
+                arg=n + 5, timeout=10_000,
+            )  # fmt: skip
+            plotted = page.evaluate("window.__dashboard.plotted")
+            assert trace("reward", "raw")["y"][n:] == new
+            assert page.evaluate("window.__same_page") is True  # no reload
+            assert page.evaluate("window.__dashboard.state.zoom") == zoom  # zoom kept
+            checked = page.locator(f"#runs li[data-run='{run_id}'] input").is_checked()
+            assert checked  # selection kept
+            assert not errors and not elsewhere
+            shot = tmp_path / "dashboard.png"
+            page.screenshot(path=str(shot), full_page=True)
+            assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        finally:
+            context.close()

@@ -263,6 +263,9 @@ function render() {
     const old = box.querySelector("svg");
     if (old) old.replaceWith(svg); else box.appendChild(svg);
   }
+  document.getElementById("zoom").textContent = state.zoom
+    ? `zoomed to steps ${fmt(state.zoom[0])}–${fmt(state.zoom[1])} · double-click a chart to zoom out`
+    : "";
   window.__dashboard.renders++;
 }
 
