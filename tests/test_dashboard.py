@@ -206,7 +206,8 @@ def test_reads_only_the_appended_part_and_rereads_a_replaced_file(tmp_path):
     log = tmp_path / "log.jsonl"
     log.write_text('{"a": 1}\n{"a": 2}\n{"a"')
     tail = JsonlTail(log)
-    assert tail.refresh() and [r["a"] for r in tail.rows] == [1, 2]
+    tail.refresh()
+    assert [r["a"] for r in tail.rows] == [1, 2]
     assert tail.offset == len('{"a": 1}\n{"a": 2}\n')
     # Overwrite the bytes already read in place (same inode, same size): a reader
     # that re-read the file would see the change; an incremental one must not.
@@ -214,12 +215,21 @@ def test_reads_only_the_appended_part_and_rereads_a_replaced_file(tmp_path):
         f.write(b'{"a": 8}\n{"a": 9}\n')
     with open(log, "a") as f:
         f.write(': 3}\n{"a": 4}\n')
-    assert tail.refresh() and [r["a"] for r in tail.rows] == [1, 2, 3, 4]
-    assert not tail.refresh()  # nothing new
+    tail.refresh()
+    assert [r["a"] for r in tail.rows] == [1, 2, 3, 4] and tail.generation == 0
+    # lines that only parse together, or that hold two objects, are each skipped
+    with open(log, "a") as f:
+        f.write('{"a": 5},{"a": 6}\n{"a": [7,\n8]}\n{"a": 9}\n')
+    tail.refresh()
+    assert [r["a"] for r in tail.rows] == [1, 2, 3, 4, 9] and tail.skipped == 3
     replacement = tmp_path / "new.jsonl"
     replacement.write_text('{"a": 5}\n')
     os.replace(replacement, log)  # what TrainingRun.rewind_logs does
-    assert tail.refresh() and [r["a"] for r in tail.rows] == [5]
+    tail.refresh()
+    assert [r["a"] for r in tail.rows] == [5] and tail.generation == 1
+    log.unlink()
+    tail.refresh()
+    assert tail.rows == [] and tail.generation == 2
 
 
 def test_rewound_logs_show_up_shorter(served, root):

@@ -35,7 +35,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +72,10 @@ class JsonlTail:
 
     :meth:`refresh` reads only the bytes appended since the last call. A file
     that shrank or was replaced (another inode: ``TrainingRun.rewind_logs``
-    rewrites the logs atomically) is read again from the start. With ``root``,
-    a file that resolves outside it (a symlink out) reads as absent.
+    rewrites the logs atomically) is read again from the start, and
+    ``generation`` goes up so that whatever was built from the old rows is
+    rebuilt. With ``root``, a file that resolves outside it (a symlink out)
+    reads as absent.
     """
 
     def __init__(self, path: Path, root: Path | None = None) -> None:
@@ -82,40 +84,56 @@ class JsonlTail:
         self.rows: list[dict[str, Any]] = []
         self.offset = 0  # bytes up to the end of the last complete line
         self.skipped = 0  # malformed lines seen
-        self._inode: int | None = None
+        self.generation = 0
         self.mtime = 0.0
+        self._inode: int | None = None
 
-    def refresh(self) -> bool:
-        """Read what was appended; returns whether rows changed."""
+    def _reset(self, inode: int | None) -> None:
+        if self.rows or self.offset:
+            self.generation += 1
+        self.rows, self.offset, self.skipped, self._inode = [], 0, 0, inode
+
+    def refresh(self) -> None:
+        """Read the complete lines appended since the last call."""
         try:
             if self.root is not None and not self.path.resolve().is_relative_to(self.root):
                 raise FileNotFoundError(self.path)
             st = os.stat(self.path)
         except OSError:
-            changed = bool(self.rows)
-            self.__init__(self.path, self.root)  # the file is gone: so are its rows
-            return changed
+            self._reset(None)  # the file is gone: so are its rows
+            self.mtime = 0.0
+            return
         self.mtime = st.st_mtime
-        reset = st.st_ino != self._inode or st.st_size < self.offset
-        if reset:
-            had_rows = bool(self.rows)
-            self.rows, self.offset, self.skipped, self._inode = [], 0, 0, st.st_ino
+        if st.st_ino != self._inode or st.st_size < self.offset:
+            self._reset(st.st_ino)
         if st.st_size == self.offset:
-            return reset and had_rows
+            return
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
                 chunk = f.read(st.st_size - self.offset)
         except OSError:
-            return False
+            return
         end = chunk.rfind(b"\n")
         if end < 0:  # only a torn line so far: wait for its newline
-            return reset and had_rows
+            return
         self.offset += end + 1
-        before = len(self.rows)
-        for line in chunk[:end].split(b"\n"):
-            if not line.strip():
-                continue
+        self._parse([line for line in chunk[:end].split(b"\n") if line.strip()])
+
+    def _parse(self, lines: list[bytes]) -> None:
+        # Whole lines that each look like one object are parsed in one call (a
+        # few times faster than a call per line); any doubt, and each line is
+        # parsed on its own, the malformed ones skipped.
+        if all(line.lstrip()[:1] == b"{" and line.rstrip()[-1:] == b"}" for line in lines):
+            try:
+                rows = json.loads(b"[" + b",".join(lines) + b"]")
+            except (ValueError, UnicodeDecodeError):
+                rows = None
+            if rows is not None and len(rows) == len(lines):
+                if all(isinstance(r, dict) for r in rows):
+                    self.rows.extend(rows)
+                    return
+        for line in lines:
             try:
                 row = json.loads(line)
             except (ValueError, UnicodeDecodeError):
@@ -125,56 +143,87 @@ class JsonlTail:
                 self.rows.append(row)
             else:
                 self.skipped += 1
-        return len(self.rows) != before or (reset and had_rows)
 
 
-# -- one run (one seed) -----------------------------------------------------------
+class _Columns:
+    """Columns built from a :class:`JsonlTail`'s rows, extended as rows arrive."""
+
+    def __init__(self) -> None:
+        self._generation = -1
+        self._consumed = 0
+
+    def update(self, tail: JsonlTail) -> None:
+        if tail.generation != self._generation:
+            self.__init__()
+            self._generation = tail.generation
+        for row in tail.rows[self._consumed :]:
+            self._add(row)
+        self._consumed = len(tail.rows)
+
+    def _add(self, row: dict[str, Any]) -> None:
+        raise NotImplementedError
 
 
-def _train_columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Columns of the training log; rows without a numeric reward and length are skipped.
+class TrainColumns(_Columns):
+    """The training log as columns; rows without a numeric reward and length are skipped.
 
     ``steps`` is the row's ``total_steps``, or the running sum of lengths for
-    logs written without it.
+    logs written without it. Missing or non-finite values are None.
     """
-    steps: list[int] = []
-    reward: list[float | None] = []
-    length: list[int] = []
-    epsilon: list[float | None] = []
-    loss: list[float | None] = []
-    total = 0
-    for row in rows:
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[int] = []
+        self.reward: list[float | None] = []
+        self.length: list[int] = []
+        self.epsilon: list[float | None] = []
+        self.loss: list[float | None] = []
+        self._total = 0
+
+    def _add(self, row: dict[str, Any]) -> None:
         r, n = row.get("total_reward"), row.get("length")
         if not (_is_number(r) and _is_number(n)):
-            continue
-        total += int(n)
+            return
+        self._total += int(n)
         s = row.get("total_steps")
-        steps.append(int(s) if _is_number(s) else total)
-        reward.append(_finite_or_none(r))
-        length.append(int(n))
+        self.steps.append(int(s) if _is_number(s) else self._total)
+        self.reward.append(_finite_or_none(r))
+        self.length.append(int(n))
         extras = row.get("extras")
         extras = extras if isinstance(extras, dict) else {}
-        epsilon.append(_finite_or_none(extras.get("epsilon")))
-        loss.append(_finite_or_none(extras.get("loss")))
-    return {"steps": steps, "reward": reward, "length": length, "epsilon": epsilon, "loss": loss}
+        self.epsilon.append(_finite_or_none(extras.get("epsilon")))
+        self.loss.append(_finite_or_none(extras.get("loss")))
+
+    def to_dict(self) -> dict[str, list[Any]]:
+        return {"steps": self.steps, "reward": self.reward, "length": self.length,
+                "epsilon": self.epsilon, "loss": self.loss}  # fmt: skip
 
 
-def _eval_columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+class EvalColumns(_Columns):
     """Mean greedy reward at each evaluation step (episodes grouped by ``total_steps_at_eval``)."""
-    sums: dict[int, list[float]] = {}
-    for row in rows:
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sums: dict[int, list[float]] = {}
+
+    def _add(self, row: dict[str, Any]) -> None:
         s, r = row.get("total_steps_at_eval"), _finite_or_none(row.get("total_reward"))
         if not _is_number(s) or r is None:
-            continue
-        acc = sums.setdefault(int(s), [0.0, 0])
+            return
+        acc = self._sums.setdefault(int(s), [0.0, 0])
         acc[0] += r
         acc[1] += 1
-    steps = sorted(sums)
-    return {
-        "steps": steps,
-        "reward": [sums[s][0] / sums[s][1] for s in steps],
-        "episodes": [sums[s][1] for s in steps],
-    }
+
+    def means(self) -> list[float]:
+        return [total / count for total, count in self._sums.values()]
+
+    def to_dict(self) -> dict[str, list[Any]]:
+        steps = sorted(self._sums)
+        return {
+            "steps": steps,
+            "reward": [self._sums[s][0] / self._sums[s][1] for s in steps],
+            "episodes": [int(self._sums[s][1]) for s in steps],
+        }
 
 
 def _lock_held(lock_files: list[Path]) -> bool | None:
@@ -208,29 +257,28 @@ def _lock_held(lock_files: list[Path]) -> bool | None:
     return False
 
 
-@dataclass
 class SeedRun:
-    """One run directory (a single run, or one seed of a multi-seed run)."""
+    """One run directory (a single run, or one seed of a multi-seed run).
 
-    dir: Path
-    seed: int | None
-    root: Path
-    train: JsonlTail = field(init=False)
-    eval: JsonlTail = field(init=False)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    _meta_mtime: float = -1.0
-    _train_cols: dict[str, list[Any]] | None = None
-    _eval_cols: dict[str, list[Any]] | None = None
+    :meth:`refresh` reads what was appended to its logs and a changed
+    ``metadata.json``; the columns are brought up to date only when a series
+    is asked for, so listing runs costs reading their logs and no more.
+    """
 
-    def __post_init__(self) -> None:
-        self.train = JsonlTail(self.dir / "train_episodes.jsonl", self.root)
-        self.eval = JsonlTail(self.dir / "eval_episodes.jsonl", self.root)
+    def __init__(self, directory: Path, seed: int | None, root: Path) -> None:
+        self.dir = directory
+        self.seed = seed
+        self.train = JsonlTail(directory / "train_episodes.jsonl", root)
+        self.eval = JsonlTail(directory / "eval_episodes.jsonl", root)
+        self.metadata: dict[str, Any] = {}
+        self._meta_mtime = -1.0
+        self._train_cols = TrainColumns()
+        self._eval_cols = EvalColumns()
 
     def refresh(self) -> None:
-        if self.train.refresh() or self._train_cols is None:
-            self._train_cols = _train_columns(self.train.rows)
-        if self.eval.refresh() or self._eval_cols is None:
-            self._eval_cols = _eval_columns(self.eval.rows)
+        self.train.refresh()
+        self.eval.refresh()
+        self._eval_cols.update(self.eval)  # small: kept current for best_eval
         try:
             mtime = os.stat(self.dir / "metadata.json").st_mtime
         except OSError:
@@ -243,25 +291,28 @@ class SeedRun:
             if isinstance(meta, dict):
                 self.metadata, self._meta_mtime = meta, mtime
 
-    @property
-    def train_columns(self) -> dict[str, list[Any]]:
-        assert self._train_cols is not None
+    def train_columns(self) -> TrainColumns:
+        self._train_cols.update(self.train)
         return self._train_cols
 
-    @property
-    def eval_columns(self) -> dict[str, list[Any]]:
-        assert self._eval_cols is not None
+    def eval_columns(self) -> EvalColumns:
         return self._eval_cols
 
+    def episodes(self) -> int:
+        return len(self.train.rows)
+
     def total_steps(self) -> int:
-        steps = self.train_columns["steps"]
-        logged = steps[-1] if steps else 0
+        logged = 0
+        for row in reversed(self.train.rows):
+            s = row.get("total_steps")
+            if _is_number(s):
+                logged = int(s)
+                break
         meta = self.metadata.get("total_steps")
         return max(logged, int(meta) if _is_number(meta) else 0)
 
     def last_update(self) -> float:
-        times = [self.train.mtime, self.eval.mtime, max(self._meta_mtime, 0.0)]
-        return max(times)
+        return max(self.train.mtime, self.eval.mtime, max(self._meta_mtime, 0.0))
 
     def training(self, now: float) -> bool:
         locks = sorted(self.dir.glob("*.lock"))
@@ -273,7 +324,7 @@ class SeedRun:
 
     def best_eval(self) -> float | None:
         best = _finite_or_none(self.metadata.get("best_eval_reward"))
-        evals = self.eval_columns["reward"]
+        evals = self._eval_cols.means()
         if evals:
             top = max(evals)
             best = top if best is None else max(best, top)
@@ -353,14 +404,14 @@ def _iqm_curves(seeds: list[SeedRun]) -> dict[str, Any]:
     out: dict[str, Any] = {"train": None, "eval": None}
     curves = []
     for s in seeds:
-        cols = s.train_columns
-        pairs = [(x, y) for x, y in zip(cols["steps"], cols["reward"]) if y is not None]
-        if not pairs:
+        cols = s.train_columns()
+        ys = np.array([np.nan if y is None else y for y in cols.reward], dtype=np.float64)
+        keep = ~np.isnan(ys)
+        if not keep.any():
             curves = []
             break
-        xs = np.array([p[0] for p in pairs], dtype=np.float64)
-        ys = _moving_mean(np.array([p[1] for p in pairs], dtype=np.float64), SMOOTH_EPISODES)
-        curves.append((xs, ys))
+        xs = np.asarray(cols.steps, dtype=np.float64)[keep]
+        curves.append((xs, _moving_mean(ys[keep], SMOOTH_EPISODES)))
     if curves:
         start = max(xs[0] for xs, _ in curves)
         stop = min(xs[-1] for xs, _ in curves)
@@ -372,7 +423,10 @@ def _iqm_curves(seeds: list[SeedRun]) -> dict[str, Any]:
             mid, lo, hi = bootstrap_iqm_band(table)
             out["train"] = {"steps": grid.astype(int).tolist(), "iqm": mid.tolist(),
                             "lo": lo.tolist(), "hi": hi.tolist()}  # fmt: skip
-    evals = [dict(zip(s.eval_columns["steps"], s.eval_columns["reward"])) for s in seeds]
+    evals = []
+    for s in seeds:
+        cols = s.eval_columns().to_dict()
+        evals.append(dict(zip(cols["steps"], cols["reward"])))
     common = sorted(set.intersection(*(set(e) for e in evals))) if evals else []
     if common:
         table = np.array([[e[x] for e in evals] for x in common], dtype=np.float64)
@@ -405,21 +459,24 @@ class Run:
             "run_id": self.run_id,
             "seeds": [s.seed for s in self.seeds] if self.multi_seed else None,
             "total_steps": min(s.total_steps() for s in self.seeds),
-            "episodes": sum(len(s.train_columns["steps"]) for s in self.seeds),
+            "episodes": sum(s.episodes() for s in self.seeds),
             "last_update": max(s.last_update() for s in self.seeds),
             "training": any(s.training(now) for s in self.seeds),
             "best_eval": max(bests) if bests else None,
         }
 
-    def series(self) -> dict[str, Any]:
+    def state(self) -> tuple[tuple[int, int, int, int], ...]:
+        """Changes whenever a log of a seed gains or loses rows."""
+        return tuple((s.train.generation, len(s.train.rows), s.eval.generation, len(s.eval.rows))
+                     for s in self.seeds)  # fmt: skip
+
+    def series(self, iqm: dict[str, Any] | None) -> dict[str, Any]:
         members = [
-            {"seed": s.seed, "train": s.train_columns, "eval": s.eval_columns} for s in self.seeds
-        ]
-        return {
-            "id": self.id,
-            "members": members,
-            "iqm": _iqm_curves(self.seeds) if self.multi_seed else None,
-        }
+            {"seed": s.seed, "train": s.train_columns().to_dict(),
+             "eval": s.eval_columns().to_dict()}
+            for s in self.seeds
+        ]  # fmt: skip
+        return {"id": self.id, "members": members, "iqm": iqm}
 
 
 class RunStore:
@@ -439,6 +496,7 @@ class RunStore:
         self._lock = threading.Lock()
         self._seed_runs: dict[Path, SeedRun] = {}
         self._runs: dict[str, Run] = {}
+        self._iqm: dict[str, tuple[Any, dict[str, Any]]] = {}  # run id -> (Run.state(), curves)
 
     def _inside(self, path: Path) -> bool:
         try:
@@ -521,4 +579,11 @@ class RunStore:
                 return None
             for s in run.seeds:
                 s.refresh()
-            return run.series()
+            iqm = None
+            if run.multi_seed:
+                state = run.state()
+                cached = self._iqm.get(run_id)
+                if cached is None or cached[0] != state:
+                    cached = self._iqm[run_id] = (state, _iqm_curves(run.seeds))
+                iqm = cached[1]
+            return run.series(iqm)
