@@ -25,6 +25,9 @@ A run is *still training* when
    :data:`LIVE_WINDOW` seconds.
 
 A multi-seed run is still training while any of its seeds is.
+
+Listing runs reads each training log's last line only (its ``total_steps``
+and ``episode``); a run's series reads the whole log once, then what is appended.
 """
 
 from __future__ import annotations
@@ -257,28 +260,51 @@ def _lock_held(lock_files: list[Path]) -> bool | None:
     return False
 
 
+def _last_row(data: bytes) -> dict[str, Any] | None:
+    """The last complete line of ``data`` that is a JSON object (None: there is none)."""
+    end = data.rfind(b"\n")
+    while end > 0:
+        start = data.rfind(b"\n", 0, end) + 1
+        try:
+            row = json.loads(data[start:end])
+        except (ValueError, UnicodeDecodeError):
+            row = None
+        if isinstance(row, dict):
+            return row
+        end = start - 1
+    return None
+
+
 class SeedRun:
     """One run directory (a single run, or one seed of a multi-seed run).
 
-    :meth:`refresh` reads what was appended to its logs and a changed
-    ``metadata.json``; the columns are brought up to date only when a series
-    is asked for, so listing runs costs reading their logs and no more.
+    Listing a run (:meth:`refresh_summary`) reads its metadata, its small
+    evaluation log and only the last line of its training log; the training
+    log is read whole (then incrementally) when a series is asked for
+    (:meth:`train_columns`).
     """
+
+    TAIL_BYTES = 16_384  # enough for the last line of a training log
 
     def __init__(self, directory: Path, seed: int | None, root: Path) -> None:
         self.dir = directory
         self.seed = seed
+        self.root = root
         self.train = JsonlTail(directory / "train_episodes.jsonl", root)
         self.eval = JsonlTail(directory / "eval_episodes.jsonl", root)
         self.metadata: dict[str, Any] = {}
         self._meta_mtime = -1.0
         self._train_cols = TrainColumns()
         self._eval_cols = EvalColumns()
+        self._train_stat: tuple[int, int] | None = None  # (inode, size) of the last tail read
+        self._train_mtime = 0.0
+        self._last_train_row: dict[str, Any] | None = None
 
-    def refresh(self) -> None:
-        self.train.refresh()
+    def refresh_summary(self) -> None:
+        """Read a changed metadata.json, the new evaluation rows and the training log's end."""
+        self._read_train_tail()
         self.eval.refresh()
-        self._eval_cols.update(self.eval)  # small: kept current for best_eval
+        self._eval_cols.update(self.eval)
         try:
             mtime = os.stat(self.dir / "metadata.json").st_mtime
         except OSError:
@@ -291,28 +317,53 @@ class SeedRun:
             if isinstance(meta, dict):
                 self.metadata, self._meta_mtime = meta, mtime
 
+    def _read_train_tail(self) -> None:
+        path = self.train.path
+        try:
+            if not path.resolve().is_relative_to(self.root):
+                raise FileNotFoundError(path)
+            st = os.stat(path)
+        except OSError:
+            self._train_stat, self._train_mtime, self._last_train_row = None, 0.0, None
+            return
+        self._train_mtime = st.st_mtime
+        if (st.st_ino, st.st_size) == self._train_stat:
+            return
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, st.st_size - self.TAIL_BYTES))
+                data = f.read(self.TAIL_BYTES)
+        except OSError:
+            return
+        self._train_stat = (st.st_ino, st.st_size)
+        self._last_train_row = _last_row(b"\n" + data)
+
     def train_columns(self) -> TrainColumns:
+        """The training log as columns, after reading what was appended to it."""
+        self.train.refresh()
         self._train_cols.update(self.train)
         return self._train_cols
 
     def eval_columns(self) -> EvalColumns:
         return self._eval_cols
 
+    def _from_last_row_or_metadata(self, row_key: str, meta_key: str, offset: int) -> int:
+        row = self._last_train_row or {}
+        logged = row.get(row_key)
+        meta = self.metadata.get(meta_key)
+        return max(int(logged) + offset if _is_number(logged) else 0,
+                   int(meta) if _is_number(meta) else 0)  # fmt: skip
+
     def episodes(self) -> int:
-        return len(self.train.rows)
+        """Episodes trained: the last logged episode index + 1 (or metadata's count)."""
+        return self._from_last_row_or_metadata("episode", "total_episodes", 1)
 
     def total_steps(self) -> int:
-        logged = 0
-        for row in reversed(self.train.rows):
-            s = row.get("total_steps")
-            if _is_number(s):
-                logged = int(s)
-                break
-        meta = self.metadata.get("total_steps")
-        return max(logged, int(meta) if _is_number(meta) else 0)
+        """Env steps trained: the last logged ``total_steps`` (or metadata's, if later)."""
+        return self._from_last_row_or_metadata("total_steps", "total_steps", 0)
 
     def last_update(self) -> float:
-        return max(self.train.mtime, self.eval.mtime, max(self._meta_mtime, 0.0))
+        return max(self._train_mtime, self.eval.mtime, max(self._meta_mtime, 0.0))
 
     def training(self, now: float) -> bool:
         locks = sorted(self.dir.glob("*.lock"))
@@ -563,7 +614,7 @@ class RunStore:
             now = time.time()
             for run in self._runs.values():
                 for s in run.seeds:
-                    s.refresh()
+                    s.refresh_summary()
             out = [r.summary(now) for r in self._runs.values()]
         out.sort(key=lambda r: (r["run_id"], r["id"]), reverse=True)
         return out
@@ -578,7 +629,7 @@ class RunStore:
             if run is None:
                 return None
             for s in run.seeds:
-                s.refresh()
+                s.refresh_summary()
             iqm = None
             if run.multi_seed:
                 state = run.state()
