@@ -54,6 +54,7 @@ CONFIDENCE = 0.95
 
 _SEED_DIR = re.compile(r"^seed_(\d+)$")
 _NUMBER = (int, float)
+_JSON_NUMBERS = frozenset((int, float))  # exact types: a JSON true/false (bool) is not a number
 
 
 def _is_number(v: Any) -> bool:
@@ -184,18 +185,25 @@ class TrainColumns(_Columns):
         self._total = 0
 
     def _add(self, row: dict[str, Any]) -> None:
+        # Called once per episode of every run shown: type() tests, not helpers
+        # (json gives exactly int, float, bool, str, None, list or dict).
         r, n = row.get("total_reward"), row.get("length")
-        if not (_is_number(r) and _is_number(n)):
+        if type(r) not in _JSON_NUMBERS or type(n) not in _JSON_NUMBERS:
             return
-        self._total += int(n)
+        n = int(n)
+        self._total += n
         s = row.get("total_steps")
-        self.steps.append(int(s) if _is_number(s) else self._total)
-        self.reward.append(_finite_or_none(r))
-        self.length.append(int(n))
+        self.steps.append(int(s) if type(s) in _JSON_NUMBERS else self._total)
+        self.reward.append(float(r) if r - r == 0 else None)  # r - r is NaN for inf and NaN
+        self.length.append(n)
         extras = row.get("extras")
-        extras = extras if isinstance(extras, dict) else {}
-        self.epsilon.append(_finite_or_none(extras.get("epsilon")))
-        self.loss.append(_finite_or_none(extras.get("loss")))
+        if type(extras) is dict:
+            e, q = extras.get("epsilon"), extras.get("loss")
+            self.epsilon.append(float(e) if type(e) in _JSON_NUMBERS and e - e == 0 else None)
+            self.loss.append(float(q) if type(q) in _JSON_NUMBERS and q - q == 0 else None)
+        else:
+            self.epsilon.append(None)
+            self.loss.append(None)
 
     def to_dict(self) -> dict[str, list[Any]]:
         return {"steps": self.steps, "reward": self.reward, "length": self.length,
