@@ -189,12 +189,19 @@ def test_half_written_and_malformed_lines(served, root):
         f.write("not json at all\n")
         f.write("[1, 2, 3]\n")
         f.write('{"total_reward": "high", "length": 3}\n')
+        f.write('{"total_reward": 1.0, "length": Infinity, "total_steps": -Infinity}\n')
+        f.write('{"total_reward": true, "length": 2}\n')
         f.write('{"total_reward": NaN, "length": 5, "total_steps": 3012}\n')
         f.write("\n")
     t = served.series(run_id)["members"][0]["train"]
     assert t["steps"][n:] == [STEPS + 7, 3012]
     assert t["reward"][n:] == [77.0, None]  # a NaN reward is kept as a gap, not sent as NaN
     assert served.json("/api/runs")["runs"][0]["total_steps"] == 3012
+    with open(log, "a") as f:  # a last line whose numbers are not finite
+        f.write('{"total_reward": 2.0, "length": 1e999, "total_steps": Infinity, "episode": NaN}\n')
+    (run,) = served.json("/api/runs")["runs"]
+    assert (run["total_steps"], run["episodes"]) == (STEPS, n)  # metadata's, then
+    assert served.series(run_id)["members"][0]["train"]["steps"][n:] == [STEPS + 7, 3012]
     with open(run_dir / "eval_episodes.jsonl", "a") as f:
         f.write('{"total_reward": 1.0}\n{"total_steps_at_eval": 9, "total_reward": null}\n{"tot')
     assert served.series(run_id)["members"][0]["eval"]["steps"] == [1000, 2000, 3000]
@@ -230,6 +237,59 @@ def test_reads_only_the_appended_part_and_rereads_a_replaced_file(tmp_path):
     log.unlink()
     tail.refresh()
     assert tail.rows == [] and tail.generation == 2
+
+
+def naive_train_columns(rows):
+    """The training columns, written for clarity (the reference for TrainColumns)."""
+
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    def finite(v):
+        return float(v) if number(v) and np.isfinite(v) else None
+
+    out = {k: [] for k in ("steps", "reward", "length", "epsilon", "loss")}
+    total = 0
+    for row in rows:
+        if not (number(row.get("total_reward")) and finite(row.get("length")) is not None):
+            continue
+        total += int(row["length"])
+        steps = finite(row.get("total_steps"))
+        out["steps"].append(int(steps) if steps is not None else total)
+        out["reward"].append(finite(row["total_reward"]))
+        out["length"].append(int(row["length"]))
+        extras = row.get("extras") if isinstance(row.get("extras"), dict) else {}
+        out["epsilon"].append(finite(extras.get("epsilon")))
+        out["loss"].append(finite(extras.get("loss")))
+    return out
+
+
+def test_train_columns_match_a_plain_reference(tmp_path):
+    odd = [1, 2.5, -3, float("inf"), float("-inf"), float("nan"), True, False, None, "7", [1], {}]
+    rng = np.random.default_rng(6)
+    rows = []
+    for k in range(400):
+        pick = rng.integers(len(odd), size=5)
+        row = {"total_reward": odd[pick[0]] if k % 3 == 0 else float(k),
+               "length": odd[pick[1]] if k % 5 == 0 else 10,
+               "total_steps": odd[pick[2]] if k % 7 == 0 else 10 * k}  # fmt: skip
+        if k % 11:
+            row["extras"] = {"epsilon": odd[pick[3]], "loss": odd[pick[4]]}
+        elif k % 2:
+            row["extras"] = odd[pick[3]]
+        rows.append(row)
+    log = tmp_path / "train_episodes.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tail = JsonlTail(log)
+    tail.refresh()
+    from ember_np.dashboard.logs import TrainColumns
+
+    cols = TrainColumns()
+    cols.update(tail)
+    got = cols.to_dict()
+    want = naive_train_columns(rows)
+    assert got == want
+    assert len(want["steps"]) > 250 and None in want["reward"] and None in want["epsilon"]
 
 
 def test_rewound_logs_show_up_shorter(served, root):

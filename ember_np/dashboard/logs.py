@@ -33,7 +33,6 @@ and ``episode``); a run's series reads the whole log once, then what is appended
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import threading
@@ -53,19 +52,16 @@ BOOTSTRAP_RESAMPLES = 1_000
 CONFIDENCE = 0.95
 
 _SEED_DIR = re.compile(r"^seed_(\d+)$")
-_NUMBER = (int, float)
 _JSON_NUMBERS = frozenset((int, float))  # exact types: a JSON true/false (bool) is not a number
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, _NUMBER) and not isinstance(v, bool)
+    """A finite JSON number (not a bool; ``v - v`` is NaN for infinities and NaN)."""
+    return type(v) in _JSON_NUMBERS and v - v == 0
 
 
 def _finite_or_none(v: Any) -> float | None:
-    if not _is_number(v):
-        return None
-    v = float(v)
-    return v if math.isfinite(v) else None
+    return float(v) if _is_number(v) else None
 
 
 # -- incremental JSONL ------------------------------------------------------------
@@ -169,7 +165,7 @@ class _Columns:
 
 
 class TrainColumns(_Columns):
-    """The training log as columns; rows without a numeric reward and length are skipped.
+    """The training log as columns; rows without a numeric reward and a finite length are skipped.
 
     ``steps`` is the row's ``total_steps``, or the running sum of lengths for
     logs written without it. Missing or non-finite values are None.
@@ -188,12 +184,12 @@ class TrainColumns(_Columns):
         # Called once per episode of every run shown: type() tests, not helpers
         # (json gives exactly int, float, bool, str, None, list or dict).
         r, n = row.get("total_reward"), row.get("length")
-        if type(r) not in _JSON_NUMBERS or type(n) not in _JSON_NUMBERS:
+        if type(r) not in _JSON_NUMBERS or type(n) not in _JSON_NUMBERS or n - n != 0:
             return
         n = int(n)
         self._total += n
         s = row.get("total_steps")
-        self.steps.append(int(s) if type(s) in _JSON_NUMBERS else self._total)
+        self.steps.append(int(s) if type(s) in _JSON_NUMBERS and s - s == 0 else self._total)
         self.reward.append(float(r) if r - r == 0 else None)  # r - r is NaN for inf and NaN
         self.length.append(n)
         extras = row.get("extras")
