@@ -587,7 +587,10 @@ class RunStore:
 
     def _is_run_dir(self, path: Path) -> bool:
         meta = path / "metadata.json"
-        return meta.is_file() and self._inside(meta)
+        try:
+            return meta.is_file() and self._inside(meta)
+        except OSError:  # e.g. a directory we may not read
+            return False
 
     def _scan(self) -> None:
         runs: dict[str, Run] = {}

@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -55,9 +56,9 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        if self.server.verbose:
-            super().log_message(format, *args)
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        if self.server.verbose:  # one line per request only when asked; errors always
+            super().log_request(code, size)
 
     def _send(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
@@ -77,6 +78,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._json({"error": f"not found: {what}"}, HTTPStatus.NOT_FOUND)
 
     def do_GET(self) -> None:  # noqa: N802
+        try:
+            self._route()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the page went away mid-answer
+        except Exception as exc:  # a bug: say so, keep serving
+            self.log_error("%s", traceback.format_exc())
+            self._json({"error": f"internal error: {exc!r}"}, HTTPStatus.INTERNAL_SERVER_ERROR)
+
+    def _route(self) -> None:
         url = urlsplit(self.path)
         store = self.server.store
         if url.path in _STATIC:
