@@ -13,7 +13,7 @@ const CHARTS = [
   {id: "eval", title: "Eval reward", note: "mean greedy reward; multi-seed: IQM, 95% CI"},
   {id: "length", title: "Episode length", note: "smoothed"},
   {id: "epsilon", title: "Epsilon", note: ""},
-  {id: "loss", title: "Loss", note: "latest loss at each episode end"},
+  {id: "loss", title: "Loss", note: "latest loss at each episode end: raw and smoothed"},
 ];
 
 const state = {
@@ -87,8 +87,12 @@ function traces() {
       out.length.push({...tag, kind: "smoothed", x: lx, y: ly, width: thin, opacity: op});
       const [px, py] = pairs(t.steps, t.epsilon);
       out.epsilon.push({...tag, kind: "epsilon", x: px, y: py, width: thin, opacity: op});
-      const [qx, qy] = pairs(t.steps, t.loss);
-      out.loss.push({...tag, kind: "loss", x: qx, y: qy, width: thin, opacity: op});
+      if (!multi) {
+        const [qx, qy] = pairs(t.steps, t.loss);
+        out.loss.push({...tag, kind: "loss", x: qx, y: qy, width: 0.8, opacity: 0.3});
+      }
+      const [mx, my] = movingMean(t.steps, t.loss, state.smooth);
+      out.loss.push({...tag, kind: "smoothed", x: mx, y: my, width: thin, opacity: op});
     }
     if (multi) {
       for (const [chart, curve] of [["reward", s.iqm.train], ["eval", s.iqm.eval]]) {
@@ -356,7 +360,8 @@ async function refresh() {
     renderList();
     if (stale.length || !window.__dashboard.renders) render();
     const live = state.runs.filter(r => r.training).length;
-    status.textContent = `${state.runs.length} runs, ${live} training · updated ` +
+    const n = state.runs.length;
+    status.textContent = `${n} run${n === 1 ? "" : "s"}, ${live} training · updated ` +
       new Date().toLocaleTimeString();
   } catch (err) {
     window.__dashboard.errors++;
