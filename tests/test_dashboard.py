@@ -665,6 +665,30 @@ def test_page_plots_the_logs_and_follows_a_growing_run(served, root, tmp_path):
             assert page.evaluate("window.__dashboard.state.zoom") == zoom  # zoom kept
             checked = page.locator(f"#runs li[data-run='{run_id}'] input").is_checked()
             assert checked  # selection kept
+
+            # a multi-seed run appears in the list; ticked, it is overlaid as IQM + band
+            rng = np.random.default_rng(7)
+            rewards = {s: list(rng.integers(0, 200, size=40).astype(float)) for s in range(3)}
+            multi = make_multi_seed(root, rewards, {s: [(100, 5.0 * s)] for s in range(3)})
+            box = page.locator(f"#runs li[data-run='{multi}'] input")
+            box.wait_for(timeout=10_000)
+            box.check()
+            page.wait_for_function(
+                "id => window.__dashboard.plotted.reward.some(t => t.run === id && t.kind === 'iqm')",
+                arg=multi, timeout=10_000,
+            )  # fmt: skip
+            plotted = page.evaluate("window.__dashboard.plotted")
+            curve = served.series(multi)["iqm"]["train"]
+            mine = {t["kind"]: t for t in plotted["reward"] if t["run"] == multi}
+            assert (mine["iqm"]["x"], mine["iqm"]["y"]) == (curve["steps"], curve["iqm"])
+            assert (mine["band"]["lo"], mine["band"]["hi"]) == (curve["lo"], curve["hi"])
+            band = f"svg[data-chart=reward] path[data-kind=band][data-run='{multi}']"
+            assert page.locator(band).count() == 1
+            assert trace("reward", "raw")["y"][n:] == new  # the first run is still drawn
+            assert {t["seed"] for t in plotted["length"] if t["run"] == multi} == {0, 1, 2}
+            assert quote(multi, safe="") in page.evaluate("location.hash")
+            page.locator("svg[data-chart=eval]").dblclick()
+            assert page.evaluate("window.__dashboard.state.zoom") is None  # zoomed out
             assert not errors and not elsewhere
             shot = tmp_path / "dashboard.png"
             page.screenshot(path=str(shot), full_page=True)
