@@ -4,39 +4,107 @@ A Python port of the Rust crate ember-rl: ``DqnAgent``, ``CircularBuffer``,
 ``DqnTrainer`` (step iterator, ``train``, ``eval``), ``TrainingRun``
 directories with checkpoint rotation, stats and the inference-only
 ``DqnPolicy``.
+
+The public names are imported on first use (PEP 562 module ``__getattr__``),
+so ``import ember_np`` costs NumPy alone and a deployed ``DqnPolicy`` never
+loads numba or gymnasium; ``from ember_np import X`` works as usual. The
+native environments (``ember_np/CartPole-v1``, ...) are registered with
+gymnasium when gymnasium is imported (see ``ember_np/_registration.py``).
+(Hand-written rather than the ``lazy_loader`` package: a dozen lines are not
+worth a dependency.)
 """
 
-from ember_np.checkpoint import CheckpointError
-from ember_np.dqn.agent import DqnAgent
-from ember_np.dqn.config import DqnConfig
-from ember_np.dqn.network import QNetwork
-from ember_np.dqn.policy import DqnPolicy
-from ember_np.dqn.replay import Batch, CircularBuffer, transition_dtype
-from ember_np.encoding import (
-    DiscreteActionMapper,
-    IndexActionMapper,
-    ObservationEncoder,
-    VecEncoder,
-)
-from ember_np.rng import Rng
-from ember_np.stats import (
-    Aggregator,
-    EpisodeRecord,
-    EvalReport,
-    Last,
-    Max,
-    Mean,
-    Min,
-    RollingMean,
-    StatsTracker,
-    Std,
-)
-from ember_np.training.run import TrainingRun
-from ember_np.training.trainer import DqnTrainer, StepMetrics
-from ember_np.types import EpisodeStatus, Experience, Policy, ReplayBuffer
+from __future__ import annotations
 
-# Registers the native environments (ember_np/CartPole-v1, ...) with gymnasium.
-from ember_np import envs  # noqa: E402  isort: skip
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ember_np._registration import register_when_gymnasium_loads
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports
+    from ember_np import envs
+    from ember_np.checkpoint import CheckpointError
+    from ember_np.dqn.agent import DqnAgent
+    from ember_np.dqn.config import DqnConfig
+    from ember_np.dqn.network import QNetwork
+    from ember_np.dqn.policy import DqnPolicy
+    from ember_np.dqn.replay import Batch, CircularBuffer, transition_dtype
+    from ember_np.encoding import (
+        DiscreteActionMapper,
+        IndexActionMapper,
+        ObservationEncoder,
+        VecEncoder,
+    )
+    from ember_np.rng import Rng
+    from ember_np.stats import (
+        Aggregator,
+        EpisodeRecord,
+        EvalReport,
+        Last,
+        Max,
+        Mean,
+        Min,
+        RollingMean,
+        StatsTracker,
+        Std,
+    )
+    from ember_np.training.run import TrainingRun
+    from ember_np.training.trainer import DqnTrainer, StepMetrics
+    from ember_np.types import EpisodeStatus, Experience, Policy, ReplayBuffer
+
+#: Where each public name lives (imported on first access).
+_HOMES = {
+    "CheckpointError": "ember_np.checkpoint",
+    "DqnAgent": "ember_np.dqn.agent",
+    "DqnConfig": "ember_np.dqn.config",
+    "QNetwork": "ember_np.dqn.network",
+    "DqnPolicy": "ember_np.dqn.policy",
+    "Batch": "ember_np.dqn.replay",
+    "CircularBuffer": "ember_np.dqn.replay",
+    "transition_dtype": "ember_np.dqn.replay",
+    "DiscreteActionMapper": "ember_np.encoding",
+    "IndexActionMapper": "ember_np.encoding",
+    "ObservationEncoder": "ember_np.encoding",
+    "VecEncoder": "ember_np.encoding",
+    "Rng": "ember_np.rng",
+    "Aggregator": "ember_np.stats",
+    "EpisodeRecord": "ember_np.stats",
+    "EvalReport": "ember_np.stats",
+    "Last": "ember_np.stats",
+    "Max": "ember_np.stats",
+    "Mean": "ember_np.stats",
+    "Min": "ember_np.stats",
+    "RollingMean": "ember_np.stats",
+    "StatsTracker": "ember_np.stats",
+    "Std": "ember_np.stats",
+    "TrainingRun": "ember_np.training.run",
+    "DqnTrainer": "ember_np.training.trainer",
+    "StepMetrics": "ember_np.training.trainer",
+    "EpisodeStatus": "ember_np.types",
+    "Experience": "ember_np.types",
+    "Policy": "ember_np.types",
+    "ReplayBuffer": "ember_np.types",
+}
+_SUBMODULES = {"envs"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later accesses skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+# ``import ember_np; gymnasium.make("ember_np/CartPole-v1")`` keeps working.
+register_when_gymnasium_loads()
 
 __all__ = [
     "Aggregator",

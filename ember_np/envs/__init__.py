@@ -10,8 +10,7 @@ Importing this package registers ``ember_np/CartPole-v1``,
 
 from __future__ import annotations
 
-import gymnasium as gym
-
+from ember_np._registration import register_native_envs
 from ember_np.envs.native import (
     NATIVE_ENVS,
     AcrobotEnv,
@@ -31,7 +30,5 @@ __all__ = [
     "unwrap_native",
 ]
 
-for _env_id, _cls in NATIVE_ENVS.items():
-    if _env_id not in gym.registry:
-        # The time limit is the env's own (max_steps), so no TimeLimit wrapper.
-        gym.register(id=_env_id, entry_point=f"{_cls.__module__}:{_cls.__name__}")
+# Also done when gymnasium is imported after ``import ember_np``; idempotent.
+register_native_envs()
