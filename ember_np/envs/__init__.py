@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from ember_np._registration import register_native_envs
 from ember_np.envs.native import (
-    NATIVE_ENVS,
     AcrobotEnv,
     CartPoleEnv,
     MountainCarEnv,
