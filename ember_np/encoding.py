@@ -25,6 +25,7 @@ __all__ = [
     "encode_for_network",
     "encoder_from_description",
     "mapper_from_description",
+    "nonfinite_observation",
 ]
 
 _F32 = np.dtype(np.float32)
@@ -203,6 +204,11 @@ def encode_for_network(encoder: ObservationEncoder, obs: Any, shape: tuple[int])
     if x.shape != shape:
         raise ValueError(f"the encoder returned shape {x.shape}; the network expects {shape}")
     return x
+
+
+def nonfinite_observation(x: np.ndarray) -> ValueError:
+    """The error for an encoded observation holding NaN or inf (agent and policy raise it)."""
+    return ValueError(f"observation must be finite (no NaN or inf), got {x.tolist()}")
 
 
 def describe(obj: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from ember_np._blas import gemm
 from ember_np._jit import kernel
+from ember_np.encoding import nonfinite_observation as _nonfinite_observation
 from ember_np.rng import Rng
 
 __all__ = ["QNetwork"]
@@ -156,10 +157,6 @@ def _greedy_unchecked(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> i
 def _greedy_action(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
     """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf (callers raise)."""
     return _greedy_unchecked(params, sizes, x) if _all_finite(x) else -1
-
-
-def _nonfinite_observation(x: np.ndarray) -> ValueError:
-    return ValueError(f"observation must be finite (no NaN or inf), got {x.tolist()}")
 
 
 @kernel

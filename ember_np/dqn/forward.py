@@ -1,0 +1,221 @@
+"""The two forward passes behind :class:`~ember_np.DqnPolicy`: plain NumPy, or compiled.
+
+Both read the same flat float32 parameter array (layer l: ``W_l`` row-major
+``(in, out)``, then ``b_l`` ``(out,)``; see ``network.py``) and compute
+
+    h_0 = x;  h_{l+1} = ReLU(h_l @ W_l + b_l);  Q = h_{L-1} @ W_{L-1} + b_{L-1}
+
+* :class:`NumpyForward` uses NumPy alone (``np.dot`` is NumPy's BLAS
+  ``sgemv`` / ``sgemm`` in float32). Importing this module never imports numba, so a
+  deployed policy starts in about a tenth of a second with a small memory
+  footprint.
+* :class:`CompiledForward` calls the numba kernels of ``network.py``; numba
+  is imported when one is built. About 3x faster per single observation.
+
+They agree on actions (the same argmax rule, :func:`greedy_index`) and on
+Q-values up to float32 rounding (the sums run in a different order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CompiledForward", "NumpyForward", "greedy_index", "greedy_indices"]
+
+
+def greedy_index(q: np.ndarray) -> int:
+    """Index of the first maximum of ``q`` (n_actions,), as ``network._argmax``.
+
+    Ties go to the lowest index (``np.argmax``'s rule too). NaN never wins,
+    except that a NaN in slot 0 keeps slot 0 (the kernel starts from slot 0
+    and ``x > NaN`` is always false); ``np.argmax`` would return the first
+    NaN, so that rare case is redone by the kernel's rule.
+    """
+    i = int(q.argmax())
+    if q[i] == q[i]:  # not NaN: then q holds no NaN at all
+        return i
+    if q[0] != q[0]:
+        return 0
+    return int(np.where(np.isnan(q), -np.inf, q).argmax())
+
+
+def greedy_indices(q: np.ndarray) -> np.ndarray:
+    """:func:`greedy_index` of every row of ``q`` (batch, n_actions): int64 (batch,)."""
+    best = q.argmax(axis=1)
+    picked = q[np.arange(q.shape[0]), best]
+    bad = np.flatnonzero(picked != picked)
+    for r in bad:
+        best[r] = greedy_index(q[r])
+    return best
+
+
+def _layers(layer_sizes: Sequence[int], params: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(W_l, b_l) views into the flat ``params``, W_l of shape (in, out), b_l (out,)."""
+    out = []
+    offset = 0
+    for n_in, n_out in zip(layer_sizes[:-1], layer_sizes[1:]):
+        w = params[offset : offset + n_in * n_out].reshape(n_in, n_out)
+        offset += n_in * n_out
+        out.append((w, params[offset : offset + n_out]))
+        offset += n_out
+    return out
+
+
+class NumpyForward:
+    """Q-values and greedy actions with NumPy alone (float32 matrix products and ReLU).
+
+    Parameters
+    ----------
+    layer_sizes : sequence of int
+        ``(obs_size, hidden..., n_actions)``.
+    params : ndarray of float32, shape (n_params,)
+        The flat parameter array (read once: the pass keeps its own copy).
+
+    At batch 1 each NumPy call costs about a microsecond whatever its size,
+    so the pass is written to make few calls: every hidden activation carries
+    a constant 1 as an extra last unit, and each following layer's bias is one
+    more row of its weight matrix, which makes ``h @ W + b`` one product::
+
+        [h, 1] @ [[W, 0],    = [h @ W + b, 1]      (ReLU keeps the 1)
+                  [b, 1]]
+
+    That extra unit also checks the observation for free: it is
+    ``x @ 0 + 1``, which is NaN when ``x`` holds NaN or inf (``inf * 0`` is
+    NaN) and then makes every Q-value NaN. So a finite Q means a finite
+    observation, and only a NaN Q leads to a real check. (NumPy then warns
+    "invalid value encountered in dot" before ``act`` raises its ValueError;
+    silencing that with ``np.errstate`` would cost more than the check saves.)
+
+    The pass is split where later network variants plug in: :meth:`_trunk`
+    (the hidden layers), :meth:`_head` (Q-values from the last hidden layer;
+    a dueling head would combine its value and advantage streams here) and
+    :func:`greedy_index` (where an action mask would exclude actions).
+    """
+
+    name = "numpy"
+
+    def __init__(self, layer_sizes: Sequence[int], params: np.ndarray) -> None:
+        layers = _layers(layer_sizes, params)
+        f32 = np.float32
+        w, b = layers[0]
+        if len(layers) == 1:  # no hidden layer: Q = x @ W + b, the plain way
+            self._w0, self._b0 = w.copy(), b.copy()
+            self._hidden: list[np.ndarray] = []
+            self._head_w = None
+            return
+        # first layer: x @ [W | 0] + [b, 1] = [x @ W + b, x @ 0 + 1]
+        self._w0 = np.concatenate([w, np.zeros((w.shape[0], 1), f32)], axis=1)
+        self._b0 = np.append(b, f32(1.0)).astype(f32)
+        self._hidden = []
+        for w, b in layers[1:-1]:
+            aug = np.zeros((w.shape[0] + 1, w.shape[1] + 1), f32)
+            aug[:-1, :-1] = w
+            aug[-1, :-1] = b
+            aug[-1, -1] = 1.0
+            self._hidden.append(aug)
+        w, b = layers[-1]
+        self._head_w = np.concatenate([w, b[None, :]], axis=0)
+
+    def _trunk(self, x: np.ndarray) -> np.ndarray:
+        h = np.dot(x, self._w0)
+        h += self._b0
+        if self._head_w is None:
+            return h  # already the Q-values (no hidden layer)
+        np.maximum(h, 0.0, out=h)  # ReLU, in place
+        for w in self._hidden:
+            h = np.dot(h, w)
+            np.maximum(h, 0.0, out=h)
+        return h
+
+    def _head(self, h: np.ndarray) -> np.ndarray:
+        if self._head_w is None:
+            return h
+        return np.dot(h, self._head_w)
+
+    def q_one(self, x: np.ndarray) -> np.ndarray:
+        """Q-values of one observation: x float32 (obs_size,) -> float32 (n_actions,)."""
+        return self._head(self._trunk(x))
+
+    def q_batch(self, x: np.ndarray) -> np.ndarray:
+        """Q-values of a batch: x float32 (batch, obs_size) -> float32 (batch, n_actions)."""
+        return self._head(self._trunk(x))
+
+    def greedy_one(self, x: np.ndarray) -> int:
+        """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf (callers raise)."""
+        if self._head_w is None and not np.isfinite(x).all():
+            return -1  # no carried unit to flag a non-finite x
+        q = self._head(self._trunk(x))
+        i = int(q.argmax())
+        if q[i] == q[i]:  # no NaN in q, so x was finite (see the class docstring)
+            return i
+        if not np.isfinite(x).all():
+            return -1
+        return greedy_index(q)
+
+    def greedy_batch(self, x: np.ndarray) -> np.ndarray:
+        """argmax_a Q(x_i, a) of every row: int64 (batch,)."""
+        return greedy_indices(self.q_batch(x))
+
+
+_kernels: ModuleType | None = None
+
+
+def _network_kernels() -> ModuleType:
+    """``ember_np.dqn.network`` (imports numba, loads or compiles the kernels on first use)."""
+    global _kernels
+    if _kernels is None:
+        try:
+            from ember_np.dqn import network
+        except ImportError as exc:
+            raise ImportError(
+                f"backend='numba' needs numba, which cannot be imported ({exc}); "
+                "install it (pip install numba) or use backend='numpy'"
+            ) from exc
+
+        _kernels = network
+    return _kernels
+
+
+class CompiledForward:
+    """The same pass through the numba kernels of ``network.py`` (same parameters).
+
+    Building one imports numba (about 0.3 s and 100 MB resident); the first
+    call of each kernel loads it from numba's cache (or compiles it, a few
+    seconds, when no cache is writable).
+    """
+
+    name = "numba"
+
+    def __init__(self, layer_sizes: Sequence[int], params: np.ndarray) -> None:
+        _network_kernels()
+        self._params = params
+        self._sizes = np.array(layer_sizes, dtype=np.int64)
+        self._n_actions = int(layer_sizes[-1])
+
+    def __setstate__(self, state: dict[str, Any]) -> None:  # unpickled in a new process
+        _network_kernels()
+        self.__dict__.update(state)
+
+    def q_one(self, x: np.ndarray) -> np.ndarray:
+        q = np.empty(self._n_actions, dtype=np.float32)
+        _kernels._forward_one(self._params, self._sizes, x, q)  # type: ignore[union-attr]
+        return q
+
+    def q_batch(self, x: np.ndarray) -> np.ndarray:
+        q = np.empty((x.shape[0], self._n_actions), dtype=np.float32)
+        if x.shape[0]:
+            _kernels._forward_batch(self._params, self._sizes, x, q)  # type: ignore[union-attr]
+        return q
+
+    def greedy_one(self, x: np.ndarray) -> int:
+        return int(_kernels._greedy_action(self._params, self._sizes, x))  # type: ignore[union-attr]
+
+    def greedy_batch(self, x: np.ndarray) -> np.ndarray:
+        out = np.empty(x.shape[0], dtype=np.int64)
+        if x.shape[0]:
+            _kernels._greedy_actions(self._params, self._sizes, x, out)  # type: ignore[union-attr]
+        return out
