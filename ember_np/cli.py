@@ -9,6 +9,7 @@ Subcommands::
     ember-np resume RUN_PATH --steps N
     ember-np plot RUN_PATH [RUN_PATH ...] -o FILE.png
     ember-np dashboard [RUNS_ROOT] [--host 127.0.0.1] [--port 6006]
+    ember-np export RUN_PATH_OR_CHECKPOINT [--checkpoint best|latest|step_N] -o FILE.onnx
 
 Bad arguments print one line and exit with status 2.
 """
@@ -365,6 +366,19 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from ember_np.export import export_onnx, resolve_checkpoint
+
+    try:
+        meta = export_onnx(resolve_checkpoint(args.source, args.checkpoint), args.output)
+    except (ImportError, ValueError) as exc:  # no onnx; bad path; CheckpointError
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    print(f"wrote {args.output} ({meta['obs_size']} inputs -> {meta['n_actions']} Q-values)")
+    return 0
+
+
 # -- parser -----------------------------------------------------------------------
 
 
@@ -434,6 +448,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument("--port", type=_non_negative, default=6006, help="0 picks a free port")
     p.set_defaults(func=cmd_dashboard)
+
+    p = sub.add_parser("export", help="write a checkpoint's Q-network as an ONNX model")
+    p.add_argument("source", metavar="RUN_PATH_OR_CHECKPOINT")
+    p.add_argument("--checkpoint", help="best, latest or step_N of a run (default: best)")
+    p.add_argument("-o", "--output", required=True, help="output model, e.g. policy.onnx")
+    p.set_defaults(func=cmd_export)
     return parser
 
 

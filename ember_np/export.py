@@ -1,0 +1,182 @@
+"""ONNX export of a trained policy: ``ember-np export RUN_OR_CHECKPOINT -o policy.onnx``.
+
+The graph is built with the ``onnx`` package's helpers (no torch): one
+``Gemm`` per layer (``Y = X @ W + b``, the checkpoint's ``(in, out)`` weights
+as they are) with a ``Relu`` after each hidden one::
+
+    obs (batch, obs_size) -> Gemm -> Relu -> ... -> Gemm -> q_values (batch, n_actions), float32
+
+``batch`` is a dynamic dimension. The greedy action is
+``action_offset + argmax(q_values)`` (the first maximum on ties, as
+``DqnPolicy.act``). Everything a caller needs to feed the model and read its
+output is stored in the model's ``metadata_props``: ``obs_size``,
+``obs_shape`` (flattened row-major into ``obs``), ``n_actions``,
+``action_offset``, ``layer_sizes``, the ``encoder`` and ``action_mapper``
+descriptions (JSON) and the source checkpoint.
+
+The file is written atomically (``checkpoint.atomic_write``): on any error,
+including a corrupted or foreign checkpoint (:class:`CheckpointError`), no
+partial ``.onnx`` is left and an existing file is untouched. Needs the
+``onnx`` extra: ``pip install "ember-np[onnx]"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ember_np.checkpoint import CheckpointError, atomic_write
+from ember_np.dqn.policy import DqnPolicy
+from ember_np.encoding import IndexActionMapper, describe
+
+__all__ = ["INSTALL_HINT", "export_onnx", "policy_to_onnx", "resolve_checkpoint"]
+
+#: The one line printed when the onnx package is missing.
+INSTALL_HINT = 'ember-np export needs the onnx package: pip install "ember-np[onnx]"'
+#: ai.onnx opset 17 and IR version 8 (onnx 1.12, 2022): read by every current onnxruntime.
+OPSET = 17
+IR_VERSION = 8
+
+
+def _onnx() -> Any:
+    try:
+        import onnx
+    except ImportError as exc:
+        raise ImportError(INSTALL_HINT) from exc
+    return onnx
+
+
+def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
+    """The ONNX model (``onnx.ModelProto``) computing ``policy``'s Q-values.
+
+    Parameters
+    ----------
+    policy : DqnPolicy
+    source : str
+        Where the weights came from, recorded in the metadata.
+
+    Raises
+    ------
+    ImportError
+        If the onnx package is missing (the message says how to install it).
+    ValueError
+        If the policy's action mapper is not an ``IndexActionMapper`` (the
+        model could not record how indices map to actions).
+    """
+    onnx = _onnx()
+    from onnx import TensorProto, helper, numpy_helper
+
+    mapper = policy.action_mapper
+    if not isinstance(mapper, IndexActionMapper):
+        raise ValueError(
+            f"ONNX export records actions as offset + index and needs an IndexActionMapper, "
+            f"got {type(mapper).__name__}"
+        )
+    sizes = policy.layer_sizes
+    initializers, nodes = [], []
+    h = "obs"
+    for l, (w, b) in enumerate(_weights(policy)):
+        initializers += [numpy_helper.from_array(w, f"w{l}"), numpy_helper.from_array(b, f"b{l}")]
+        last = l == len(sizes) - 2
+        z = "q_values" if last else f"z{l}"
+        # Gemm: Y = alpha * A @ B + beta * C with alpha = beta = 1, no transposes.
+        nodes.append(helper.make_node("Gemm", [h, f"w{l}", f"b{l}"], [z], name=f"dense{l}"))
+        if not last:
+            h = f"h{l}"
+            nodes.append(helper.make_node("Relu", [z], [h], name=f"relu{l}"))
+    # A dueling head would add its value and advantage Gemms and their
+    # combination (Q = V + A - mean(A)) here, in place of the last Gemm.
+    graph = helper.make_graph(
+        nodes,
+        "ember_np_dqn_policy",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", sizes[0]])],
+        [helper.make_tensor_value_info("q_values", TensorProto.FLOAT, ["batch", sizes[-1]])],
+        initializers,
+    )
+    from ember_np import __version__
+
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        ir_version=IR_VERSION,
+        producer_name="ember_np",
+        producer_version=__version__,
+        doc_string="DQN Q-network; greedy action = action_offset + argmax(q_values, axis=1)",
+    )
+    encoder = describe(policy.encoder)
+    helper.set_model_props(
+        model,
+        {
+            "obs_size": str(sizes[0]),
+            "obs_shape": json.dumps(encoder.get("shape", [sizes[0]])),
+            "n_actions": str(sizes[-1]),
+            "action_offset": str(mapper.start),
+            "layer_sizes": json.dumps(list(sizes)),
+            "encoder": json.dumps(encoder, sort_keys=True),
+            "action_mapper": json.dumps(describe(mapper), sort_keys=True),
+            "greedy_action": "action_offset + argmax(q_values, axis=1), first maximum on ties",
+            "source": source,
+        },
+    )
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _weights(policy: DqnPolicy) -> list[tuple[Any, Any]]:
+    """(W_l (in, out), b_l (out,)) float32 copies of the policy's layers."""
+    params, sizes = policy._params, policy.layer_sizes
+    out, offset = [], 0
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        w = params[offset : offset + n_in * n_out].reshape(n_in, n_out).copy()
+        offset += n_in * n_out
+        out.append((w, params[offset : offset + n_out].copy()))
+        offset += n_out
+    return out
+
+
+def resolve_checkpoint(path: str | os.PathLike[str], which: str | None = None) -> Path:
+    """The checkpoint file named by a ``.npz`` path, or by a run directory and ``which``.
+
+    ``which`` is ``best`` (default for a run), ``latest`` or ``step_N``; it
+    only applies to a run directory. Raises ValueError naming what is wrong.
+    """
+    p = Path(path)
+    if p.is_file():
+        if which is not None:
+            raise ValueError(f"--checkpoint applies to a run directory; {p} is a file")
+        return p
+    if not p.is_dir():
+        raise ValueError(f"no checkpoint file or run directory at {p}")
+    which = "best" if which is None else which
+    if which in ("best", "latest"):
+        name = f"{which}.npz"
+    elif which.startswith("step_") and which[5:].isdigit():
+        name = f"step_{int(which[5:])}.npz"
+    else:
+        raise ValueError(f"--checkpoint must be best, latest or step_N, got {which!r}")
+    found = p / "checkpoints" / name
+    if not found.is_file():
+        raise ValueError(f"no checkpoint {found} (is {p} a run directory?)")
+    return found
+
+
+def export_onnx(
+    checkpoint: str | os.PathLike[str], output: str | os.PathLike[str]
+) -> dict[str, str]:
+    """Write the ONNX model of an agent checkpoint's online network to ``output``.
+
+    Returns the model's metadata. Raises ImportError without onnx,
+    :class:`CheckpointError` for a corrupted or foreign checkpoint, OSError if
+    ``output`` cannot be written; in every case no partial file is left.
+    """
+    _onnx()  # the install hint before any work
+    policy = DqnPolicy.load(checkpoint, backend="numpy")
+    try:
+        model = policy_to_onnx(policy, source=str(checkpoint))
+    except ValueError as exc:  # a mapper the model cannot describe
+        raise CheckpointError(checkpoint, str(exc)) from None
+    data = model.SerializeToString()
+    atomic_write(output, lambda f: f.write(data))
+    return {p.key: p.value for p in model.metadata_props}
