@@ -242,3 +242,10 @@ def test_backend_choice():
     with pytest.raises(ValueError, match=r"backend must be one of \('auto', 'numpy', 'numba'\)"):
         make_policy((4, 8, 2), 0, "torch")
     assert "backend='numpy'" in repr(make_policy((4, 8, 2), 0, "numpy"))
+
+
+def test_load_refuses_a_bad_backend_name_before_reading(tmp_path):
+    missing = tmp_path / "missing.npz"
+    with pytest.raises(ValueError, match="backend must be one of") as info:
+        DqnPolicy.load(missing, backend="gpu")
+    assert not isinstance(info.value, ember_np.CheckpointError)

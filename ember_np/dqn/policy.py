@@ -113,7 +113,10 @@ class DqnPolicy:
         ------
         CheckpointError
             If the file is not a valid agent checkpoint.
+        ValueError
+            If ``backend`` is not one of the three names.
         """
+        _resolve_backend(backend)  # a bad name is the caller's error, not the file's
         reader = Reader(path)
         reader.check_format(AGENT_FORMAT)
         sizes = tuple(reader.array("online/layer_sizes", np.int64, ndim=1).tolist())
