@@ -131,12 +131,15 @@ def test_import_ember_np_is_light_and_native_env_ids_still_work():
             "env = gymnasium.make('ember_np/CartPole-v1')\n"
             "obs, _ = env.reset(seed=0)\n"
             "print(type(env.unwrapped).__module__, 'numba' in sys.modules)\n"
+            # the hook is gone and gymnasium keeps its own loader
+            "print(any(type(f).__module__ == 'ember_np._registration' for f in sys.meta_path))\n"
+            "print(type(gymnasium.__spec__.loader).__name__)\n"
         )
         out = subprocess.run(
             [sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True
         )
         assert out.returncode == 0, out.stderr
-        assert out.stdout.split() == ["ember_np.envs.native", "True"]
+        assert out.stdout.split() == ["ember_np.envs.native", "True", "False", "SourceFileLoader"]
 
 
 def test_every_public_name_resolves_lazily():
