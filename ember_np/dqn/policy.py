@@ -38,7 +38,7 @@ def _resolve_backend(backend: str) -> str:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
     if backend == "auto":
         # Compiled code only where numba is already paid for (a training
-        # process); elsewhere NumPy starts 0.4 s sooner with ~100 MB less.
+        # process); elsewhere NumPy acts ~0.4 s sooner in ~130 MB less memory.
         return "numba" if "numba" in sys.modules else "numpy"
     return backend
 
@@ -54,9 +54,11 @@ class DqnPolicy:
     Q-values equal up to float32 rounding:
 
     * ``"numpy"``: NumPy alone (``ember_np/dqn/forward.py``). A fresh process
-      acts within about 0.1 s, in about 30 MB, at about 5 µs per ``act``.
-    * ``"numba"``: the compiled kernels. About 2 µs per ``act``, but importing
-      numba costs about 0.4 s and 100 MB (and it needs numba installed).
+      acts within a few tenths of a second, in about 30 MB, at 5 to 7 µs per
+      ``act``.
+    * ``"numba"``: the compiled kernels. About 2 µs per ``act``, but numba
+      and its compiled code cost about 0.4 s more and 130 MB more in a fresh
+      process (and numba must be installed).
     * ``"auto"`` (default): ``"numba"`` when numba is already imported in the
       process (a training process, ``agent.into_policy()``), else ``"numpy"``.
     """
