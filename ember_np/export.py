@@ -77,7 +77,7 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
     sizes = policy.layer_sizes
     initializers, nodes = [], []
     h = "obs"
-    for l, (w, b) in enumerate(_weights(policy)):
+    for l, (w, b) in enumerate(policy.layers()):
         initializers += [numpy_helper.from_array(w, f"w{l}"), numpy_helper.from_array(b, f"b{l}")]
         last = l == len(sizes) - 2
         z = "q_values" if last else f"z{l}"
@@ -122,18 +122,6 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
     )
     onnx.checker.check_model(model, full_check=True)
     return model
-
-
-def _weights(policy: DqnPolicy) -> list[tuple[Any, Any]]:
-    """(W_l (in, out), b_l (out,)) float32 copies of the policy's layers."""
-    params, sizes = policy._params, policy.layer_sizes
-    out, offset = [], 0
-    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-        w = params[offset : offset + n_in * n_out].reshape(n_in, n_out).copy()
-        offset += n_in * n_out
-        out.append((w, params[offset : offset + n_out].copy()))
-        offset += n_out
-    return out
 
 
 def resolve_checkpoint(path: str | os.PathLike[str], which: str | None = None) -> Path:

@@ -252,3 +252,26 @@ def test_load_refuses_a_bad_backend_name_before_reading(tmp_path):
     with pytest.raises(ValueError, match="backend must be one of") as info:
         DqnPolicy.load(missing, backend="gpu")
     assert not isinstance(info.value, ember_np.CheckpointError)
+
+
+def test_layers_are_copies_in_the_checkpoint_layout():
+    policy = make_policy((5, 7, 3), seed=5, backend="numpy")
+    weights, biases = naive.unflatten(policy._params, policy.layer_sizes)
+    layers = policy.layers()
+    assert [w.shape for w, _ in layers] == [(5, 7), (7, 3)]
+    for (w, b), w_ref, b_ref in zip(layers, weights, biases):
+        assert np.array_equal(w, w_ref) and np.array_equal(b, b_ref)
+    layers[0][0][:] = 0.0  # a copy: the policy is unchanged
+    assert np.array_equal(policy.layers()[0][0], weights[0])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_pickled_policy_acts_the_same(backend):
+    import pickle
+
+    policy = make_policy((4, 16, 3), seed=6, backend=backend)
+    copy = pickle.loads(pickle.dumps(policy))
+    x = np.random.default_rng(7).standard_normal((50, 4)).astype(np.float32)
+    assert copy.backend == backend
+    assert copy.act_batch(x).tolist() == policy.act_batch(x).tolist()
+    assert [copy.act(o) for o in x] == [policy.act(o) for o in x]

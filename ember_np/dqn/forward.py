@@ -24,7 +24,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CompiledForward", "NumpyForward", "greedy_index", "greedy_indices"]
+__all__ = [
+    "CompiledForward",
+    "NumpyForward",
+    "greedy_index",
+    "greedy_indices",
+    "layer_views",
+]
 
 
 def greedy_index(q: np.ndarray) -> int:
@@ -53,7 +59,9 @@ def greedy_indices(q: np.ndarray) -> np.ndarray:
     return best
 
 
-def _layers(layer_sizes: Sequence[int], params: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+def layer_views(
+    layer_sizes: Sequence[int], params: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """(W_l, b_l) views into the flat ``params``, W_l of shape (in, out), b_l (out,)."""
     out = []
     offset = 0
@@ -99,7 +107,7 @@ class NumpyForward:
     name = "numpy"
 
     def __init__(self, layer_sizes: Sequence[int], params: np.ndarray) -> None:
-        layers = _layers(layer_sizes, params)
+        layers = layer_views(layer_sizes, params)
         f32 = np.float32
         w, b = layers[0]
         if len(layers) == 1:  # no hidden layer: Q = x @ W + b, the plain way

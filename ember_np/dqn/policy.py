@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ember_np.checkpoint import AGENT_FORMAT, CheckpointError, Reader
-from ember_np.dqn.forward import CompiledForward, NumpyForward
+from ember_np.dqn.forward import CompiledForward, NumpyForward, layer_views
 from ember_np.encoding import (
     DiscreteActionMapper,
     IndexActionMapper,
@@ -98,6 +98,14 @@ class DqnPolicy:
     def backend(self) -> str:
         """The forward pass in use: ``"numpy"`` or ``"numba"``."""
         return self._forward.name
+
+    def layers(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Copies of each layer's ``(W, b)``: float32 ``(in, out)`` and ``(out,)``.
+
+        Q(x) = h_{L-1} @ W_{L-1} + b_{L-1} with h_0 = x and
+        h_{l+1} = ReLU(h_l @ W_l + b_l) (what ``ember-np export`` writes as ONNX).
+        """
+        return [(w.copy(), b.copy()) for w, b in layer_views(self.layer_sizes, self._params)]
 
     @classmethod
     def load(
