@@ -22,8 +22,9 @@ Columns, the median over ``--runs`` processes:
 * installed: the files of the distributions the path needs (RECORD of each, with
   their required dependencies, recursively; ember_np's own sources counted once);
 * per call: one ``act`` / ``run`` / ``predict`` on a single observation, from a
-  Python loop after 1,000 warm-up calls (the fastest of 20 blocks, since
-  other processes on the machine only ever add time).
+  Python loop after 1,000 warm-up calls: the mean of the fastest block of
+  200 calls (``--calls`` / 200 blocks), since other processes on the machine
+  only ever add time.
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ _TIMING = """
 def _per_call_us(fn, calls):
     for _ in range(1000):
         fn()
-    block = max(1, calls // 20)
+    block = min(200, calls)  # short blocks: some escape the other processes' time slices
     means = []
-    for _ in range(20):
+    for _ in range(max(1, calls // block)):
         t = time.perf_counter()
         for _ in range(block):
             fn()

@@ -52,10 +52,9 @@ def greedy_index(q: np.ndarray) -> int:
 def greedy_indices(q: np.ndarray) -> np.ndarray:
     """:func:`greedy_index` of every row of ``q`` (batch, n_actions): int64 (batch,)."""
     best = q.argmax(axis=1)
-    picked = q[np.arange(q.shape[0]), best]
-    bad = np.flatnonzero(picked != picked)
-    for r in bad:
-        best[r] = greedy_index(q[r])
+    if np.isnan(q).any():  # rare: redo the rows holding a NaN by the kernel's rule
+        for r in np.flatnonzero(np.isnan(q).any(axis=1)):
+            best[r] = greedy_index(q[r])
     return best
 
 
