@@ -10,6 +10,9 @@ Subcommands::
     ember-np plot RUN_PATH [RUN_PATH ...] -o FILE.png
     ember-np dashboard [RUNS_ROOT] [--host 127.0.0.1] [--port 6006]
     ember-np export RUN_PATH_OR_CHECKPOINT [--checkpoint best|latest|step_N] -o FILE.onnx
+    ember-np tune ENV_ID [--trials N] [--seeds K] [--steps N] [--workers W] [--storage URL]
+                  [--study NAME] [--sampler tpe|random] [--pruner median|none] [--timeout S]
+                  (ember_np/tune.py; needs the tune extra)
 
 Bad arguments print one line and exit with status 2.
 """
@@ -409,7 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train DQN on a gymnasium env, with a TrainingRun")
     p.add_argument("env_id", help="gymnasium id, e.g. CartPole-v1")
     p.add_argument(
-        "--preset", help="a name from ember_np.presets (default: the env's RL Zoo preset)"
+        "--preset",
+        help="a name from ember_np.presets or a preset FILE.json, e.g. from ember-np tune "
+        "(default: the env's RL Zoo preset)",
     )
     p.add_argument("--steps", type=_positive, help="env steps (default: the preset's budget)")
     p.add_argument("--seed", type=_non_negative, default=0)
@@ -454,6 +459,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", help="best, latest or step_N of a run (default: best)")
     p.add_argument("-o", "--output", required=True, help="output model, e.g. policy.onnx")
     p.set_defaults(func=cmd_export)
+
+    from ember_np.tune import add_tune_parser  # its logic lives there; Optuna loads lazily
+
+    add_tune_parser(sub)
     return parser
 
 

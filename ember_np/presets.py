@@ -26,12 +26,14 @@ n_timesteps                Preset.steps
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ember_np.dqn.config import DqnConfig
 
-__all__ = ["PRESETS", "Preset", "get_preset", "preset_for_env"]
+__all__ = ["PRESETS", "Preset", "get_preset", "load_preset_file", "preset_for_env"]
 
 
 @dataclass(frozen=True)
@@ -135,11 +137,41 @@ PRESETS: dict[str, Preset] = {
 
 
 def get_preset(name: str) -> Preset:
-    """The preset called ``name``; an unknown name raises ValueError listing the known ones."""
+    """The preset called ``name``, or read from ``name`` if it ends in ``.json``.
+
+    An unknown name raises ValueError listing the known ones.
+    """
+    if name.endswith(".json"):
+        return load_preset_file(name)
     try:
         return PRESETS[name]
     except KeyError:
         raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}") from None
+
+
+def load_preset_file(path: str | Path) -> Preset:
+    """A preset from a JSON file: ``{"dqn": {DqnConfig fields}, "env_id": ..., "steps": N}``
+    (what ``ember-np tune`` writes; ``env_id`` and ``steps`` optional) or a plain
+    ``DqnConfig.to_dict()``. Anything else raises ValueError naming the file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read preset file {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"preset file {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"preset file {path} must hold a JSON object, got {type(data).__name__}")
+    body = data.get("dqn", data)
+    steps = data.get("steps", 100_000) if "dqn" in data else 100_000
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"preset file {path}: steps must be a positive integer, got {steps!r}")
+    try:
+        config = DqnConfig.from_dict(body)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"preset file {path}: {exc}") from None
+    env_id = data.get("env_id", "") if "dqn" in data else ""
+    return Preset(path.stem, str(env_id), config, steps, str(data.get("source", path)))
 
 
 def preset_for_env(env_id: str) -> Preset | None:

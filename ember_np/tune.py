@@ -1,0 +1,752 @@
+"""``ember-np tune``: hyperparameter search on Optuna, from one process to many machines.
+
+ember_np does not schedule trials itself: Optuna does (its samplers, pruners,
+storages and heartbeat), and this module only supplies what is ours:
+
+* the search space (:func:`suggest_config`): the RL Zoo's DQN space, mapped
+  onto :class:`~ember_np.DqnConfig` fields, each searched only if the field
+  exists (the Rainbow switches ``n_step``, ``prioritized_replay`` and
+  ``dueling`` join by themselves once DqnConfig has them) and not fixed
+  with ``--set``;
+* the objective (:func:`evaluate_config`): K seeds trained side by side, a
+  greedy evaluation of each after every 1/E of the budget, the IQM of the K
+  evaluations reported to Optuna (so the pruner can stop a bad trial) and the
+  IQM of the final ones returned; the K seeds come from the study seed and the
+  trial's parameters, so the same parameters always give the same value;
+* the workers (:func:`work`): W processes on this machine, each with one BLAS
+  thread, each running trials against the shared storage until the study
+  holds ``--trials`` finished (complete or pruned) trials; every machine that
+  runs the same command with the same ``--storage`` and ``--study`` joins;
+* the results (:func:`summary`, :func:`best_preset`): the best trials, the
+  hyperparameter importances (PED-ANOVA, which needs only NumPy) and the best
+  trial as a preset file for ``ember-np train --preset FILE.json``.
+
+Why not ``MaxTrialsCallback``: it stops a worker only after the worker's
+trial ends, so W workers can finish up to W - 1 trials too many. Here a trial
+that starts when ``--trials`` trials numbered before it are already
+complete, pruned, running or waiting is "surplus": it ends at once as failed
+(user attribute ``surplus``), before it samples anything. Optuna numbers
+trials in the order it creates them (under a lock on the study row in an
+RDB), so the study never finishes more than ``--trials`` trials. A worker
+killed mid-trial stops its heartbeat; the next worker that looks fails that
+trial and :class:`~optuna.storages.RetryHeartbeatStaleTrialCallback` enqueues
+a copy with the same parameters, which the next free worker runs: the count
+is reached, and nothing is counted twice.
+
+Optuna is an optional dependency (``pip install "ember-np[tune]"``); nothing
+here imports it at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember_np.cli import UsageError, _int_at_least, _make_env, _parse_sets
+from ember_np.dqn.config import DqnConfig
+
+__all__ = [
+    "INSTALL_HINT",
+    "TuneSettings",
+    "add_tune_parser",
+    "best_preset",
+    "evaluate_config",
+    "open_storage",
+    "suggest_config",
+    "summary",
+    "trial_seeds",
+    "work",
+]
+
+INSTALL_HINT = 'ember-np tune needs Optuna: pip install "ember-np[tune]"'
+SETTINGS_ATTR = "ember_np.tune"  # study user attribute holding the TuneSettings
+TRAIN_CHUNK = 1_000  # env steps per compiled call: the heartbeat thread needs the GIL between
+DEFAULT_STEPS = 100_000  # trial budget for an env without a preset
+DEFAULT_HEARTBEAT = 10  # seconds; a dead worker's trial is failed after 3x this
+MAX_RETRY = 3  # a trial whose worker died is run again at most this often
+MAX_CONSECUTIVE_FAILURES = 5  # a worker whose trials keep raising stops
+
+_positive = _int_at_least(1)
+_non_negative = _int_at_least(0)
+
+
+class _Surplus(Exception):
+    """The study already has its trials: this one ends without running."""
+
+
+# -- settings ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneSettings:
+    """What every trial of a study does; stored in the study, checked by joiners.
+
+    Two commands that join one study must agree on all of these, or the
+    trials would not be comparable.
+    """
+
+    env_id: str
+    """The environment as given on the command line (the preset and the report use it)."""
+    train_env_id: str
+    """The environment trials train on: ``ember_np/<env_id>`` (compiled, bit for bit
+    gymnasium's dynamics, fused training loop) when there is one, else ``env_id``."""
+    steps: int
+    """Env steps per seed per trial."""
+    seeds: int
+    """K: seeds trained per trial; the objective is the IQM of their final evaluations."""
+    evals: int
+    """E: greedy evaluations per seed, after every 1/E of the budget (the last is final)."""
+    eval_episodes: int
+    """Greedy episodes per evaluation."""
+    seed: int
+    """Study seed: with a trial's parameters it fixes the trial's K training seeds."""
+    fixed: dict[str, Any]
+    """DqnConfig fields fixed with ``--set`` (not searched)."""
+    base: dict[str, Any]
+    """The DqnConfig the search starts from (the env's preset): fields neither
+    searched nor fixed keep these values."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TuneSettings:
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+
+
+# -- search space ------------------------------------------------------------------
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(DqnConfig))
+
+
+def suggest_config(trial: Any, settings: TuneSettings) -> DqnConfig:
+    """Sample a DqnConfig for ``trial`` (an ``optuna.Trial``): the RL Zoo's DQN space.
+
+    Parameters (Optuna name: values -> DqnConfig field)::
+
+        learning_rate: log-uniform [1e-5, 1e-2]
+        batch_size: 32, 64, 128, 256
+        buffer_capacity: 1e4, 5e4, 1e5, 1e6
+        learning_starts_fraction: 0, 0.02, 0.05, 0.1, 0.2 of the budget -> min_replay_size
+        train_freq: 1, 4, 8, 16, 64, 256
+        subsample_steps: 1, 2, 4, 8 -> gradient_steps = max(train_freq // subsample, 1)
+        target_update_freq: 1, 10, 100, 250, 1000, 5000
+        exploration_fraction: uniform [0, 0.5] of the budget -> epsilon_decay_steps
+        epsilon_end: uniform [0, 0.2]
+        width: 64, 128, 256; depth: 1-3 -> hidden_sizes = (width,) * depth
+        gamma: 0.9, 0.95, 0.98, 0.99, 0.995, 0.999
+        double_dqn: False, True
+        n_step: 1, 3, 5; prioritized_replay, dueling: False, True (once DqnConfig has them)
+
+    A field fixed in ``settings.fixed`` is not searched; one DqnConfig does not
+    have is skipped. ``min_replay_size`` is kept within [batch_size,
+    buffer_capacity] so every sample is a valid config.
+    """
+    fixed = settings.fixed
+    steps = settings.steps
+    values: dict[str, Any] = {}
+
+    def searched(*fields: str) -> bool:
+        return all(f in _FIELDS and f not in fixed for f in fields)
+
+    if searched("learning_rate"):
+        values["learning_rate"] = trial.suggest_float("learning_rate", 1e-5, 1e-2, log=True)
+    if searched("batch_size"):
+        values["batch_size"] = trial.suggest_categorical("batch_size", [32, 64, 128, 256])
+    if searched("buffer_capacity"):
+        values["buffer_capacity"] = trial.suggest_categorical(
+            "buffer_capacity", [10_000, 50_000, 100_000, 1_000_000]
+        )
+    if searched("min_replay_size"):
+        fraction = trial.suggest_categorical(
+            "learning_starts_fraction", [0.0, 0.02, 0.05, 0.1, 0.2]
+        )
+        values["min_replay_size"] = int(fraction * steps)
+    if searched("train_freq"):
+        values["train_freq"] = trial.suggest_categorical("train_freq", [1, 4, 8, 16, 64, 256])
+    if searched("gradient_steps"):
+        subsample = trial.suggest_categorical("subsample_steps", [1, 2, 4, 8])
+        train_freq = values.get("train_freq", fixed.get("train_freq", settings.base["train_freq"]))
+        values["gradient_steps"] = max(int(train_freq) // subsample, 1)
+    if searched("target_update_freq"):
+        values["target_update_freq"] = trial.suggest_categorical(
+            "target_update_freq", [1, 10, 100, 250, 1_000, 5_000]
+        )
+    if searched("epsilon_decay_steps"):
+        fraction = trial.suggest_float("exploration_fraction", 0.0, 0.5)
+        values["epsilon_decay_steps"] = int(fraction * steps)
+    if searched("epsilon_end"):
+        values["epsilon_end"] = trial.suggest_float("epsilon_end", 0.0, 0.2)
+    if searched("hidden_sizes"):
+        width = trial.suggest_categorical("width", [64, 128, 256])
+        depth = trial.suggest_int("depth", 1, 3)
+        values["hidden_sizes"] = (width,) * depth
+    if searched("gamma"):
+        values["gamma"] = trial.suggest_categorical("gamma", [0.9, 0.95, 0.98, 0.99, 0.995, 0.999])
+    if searched("double_dqn"):
+        values["double_dqn"] = trial.suggest_categorical("double_dqn", [False, True])
+    # The Rainbow switches: searched as soon as DqnConfig has the field.
+    if searched("n_step"):
+        values["n_step"] = trial.suggest_categorical("n_step", [1, 3, 5])
+    for switch in ("prioritized_replay", "dueling"):
+        if searched(switch):
+            values[switch] = trial.suggest_categorical(switch, [False, True])
+    return _config(settings, values)
+
+
+def _config(settings: TuneSettings, values: Mapping[str, Any]) -> DqnConfig:
+    """base <- sampled values <- fixed values, with min_replay_size made consistent."""
+    merged = {**settings.base, **values, **settings.fixed}
+    if "min_replay_size" not in settings.fixed:
+        merged["min_replay_size"] = max(int(merged["min_replay_size"]), int(merged["batch_size"]))
+        if "buffer_capacity" not in settings.fixed:
+            merged["buffer_capacity"] = max(merged["buffer_capacity"], merged["min_replay_size"])
+        merged["min_replay_size"] = min(merged["min_replay_size"], merged["buffer_capacity"])
+    return DqnConfig.from_dict(merged)
+
+
+def trial_seeds(study_seed: int, params: Mapping[str, Any], k: int) -> list[int]:
+    """The K training seeds of a trial: a function of the study seed and the parameters only.
+
+    So a trial run again (a retry after its worker died, or the same
+    parameters enqueued twice) trains the same K runs, and gets the same value.
+    """
+    digest = hashlib.sha256(json.dumps(dict(params), sort_keys=True).encode()).digest()
+    entropy = [int(study_seed), int.from_bytes(digest[:8], "little")]
+    return [int(s) for s in np.random.SeedSequence(entropy).generate_state(k, dtype=np.uint32)]
+
+
+# -- the objective -----------------------------------------------------------------
+
+
+def evaluate_config(
+    settings: TuneSettings,
+    config: DqnConfig,
+    seeds: list[int],
+    report: Callable[[int, float], bool] | None = None,
+) -> list[float]:
+    """Train one agent per seed and return each one's final greedy evaluation.
+
+    The K agents train side by side: after every 1/E of ``settings.steps``
+    each is evaluated greedily (``settings.eval_episodes`` episodes, the mean
+    reward), and ``report(step, iqm of the K means)`` is called for every
+    evaluation but the last; if it returns True the trial stops
+    (``optuna.TrialPruned``). Training runs in chunks of ``TRAIN_CHUNK`` env
+    steps so other threads (Optuna's heartbeat) get the interpreter between
+    compiled calls. Results do not depend on the chunking.
+
+    Returns
+    -------
+    list of float, length K
+        The mean reward of each seed's final evaluation.
+    """
+    import gymnasium as gym
+
+    import ember_np  # noqa: F401  registers the native envs
+    from ember_np.dqn.agent import DqnAgent
+    from ember_np.stats import iqm
+    from ember_np.training.trainer import DqnTrainer
+
+    trainers = []
+    for seed in seeds:
+        env = gym.make(settings.train_env_id)
+        trainers.append(DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed))
+    marks = [settings.steps * (i + 1) // settings.evals for i in range(settings.evals)]
+    done = 0
+    scores: list[float] = []
+    for mark in marks:
+        scores = []
+        for trainer in trainers:
+            remaining = mark - done
+            while remaining > 0:
+                chunk = min(TRAIN_CHUNK, remaining)
+                trainer.train(chunk)
+                remaining -= chunk
+            scores.append(float(trainer.eval(settings.eval_episodes).mean_reward))
+        done = mark
+        if report is not None and mark < settings.steps and report(mark, iqm(scores)):
+            import optuna
+
+            raise optuna.TrialPruned(f"pruned at step {mark}")
+    return scores
+
+
+def _objective(settings: TuneSettings, n_trials: int, quiet: bool) -> Callable[[Any], float]:
+    import optuna
+    from optuna.trial import TrialState
+
+    from ember_np.stats import iqm
+
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+
+    def objective(trial: optuna.Trial) -> float:
+        ahead = sum(
+            1
+            for t in trial.study.get_trials(deepcopy=False)
+            if t.number < trial.number and t.state != TrialState.FAIL
+        )
+        if ahead >= n_trials:
+            trial.set_user_attr("surplus", True)
+            raise _Surplus
+        trial.set_user_attr("worker", worker)
+        t0 = time.perf_counter()
+        config = suggest_config(trial, settings)
+        seeds = trial_seeds(settings.seed, trial.params, settings.seeds)
+        trial.set_user_attr("seeds", seeds)
+        trial.set_user_attr("config", config.to_dict())
+
+        def report(step: int, value: float) -> bool:
+            trial.report(value, step)
+            if trial.should_prune():
+                _say(quiet, f"trial {trial.number}: pruned at step {step:,} (IQM {value:.2f})")
+                return True
+            return False
+
+        scores = evaluate_config(settings, config, seeds, report)
+        value = iqm(scores)
+        trial.set_user_attr("scores", scores)
+        each = ", ".join(f"{s:.1f}" for s in scores)
+        elapsed = time.perf_counter() - t0
+        _say(quiet, f"trial {trial.number}: IQM {value:.2f} (seeds {each}) in {elapsed:.1f} s")
+        return value
+
+    return objective
+
+
+def _say(quiet: bool, line: str) -> None:
+    if not quiet:
+        print(line, flush=True)
+
+
+# -- storage and study -------------------------------------------------------------
+
+
+def open_storage(storage: str, heartbeat: int | None = None) -> Any:
+    """An Optuna storage for ``storage``: an SQLAlchemy URL, or a journal file path (``.log``).
+
+    With ``heartbeat`` (seconds), an RDB storage records a heartbeat per
+    running trial; a trial whose heartbeat is older than 3x that is failed and
+    enqueued again with the same parameters (at most ``MAX_RETRY`` times).
+    Journal files have no heartbeat in Optuna: a dead worker's trial stays
+    "running" there.
+    """
+    import optuna
+    from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    if "://" not in storage:
+        if not storage.endswith(".log"):
+            raise UsageError(
+                f"--storage must be an SQLAlchemy URL (sqlite:///FILE.db, "
+                f"postgresql://USER@HOST/DB, mysql://...) or an Optuna journal file ending in "
+                f".log, got {storage!r}"
+            )
+        path = Path(storage)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(path)))
+    kwargs: dict[str, Any] = {}
+    if storage.startswith("sqlite"):
+        # Workers wait for each other's writes instead of failing after SQLite's 5 s.
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 120}}
+    if heartbeat is not None:
+        kwargs.update(
+            heartbeat_interval=heartbeat,
+            grace_period=3 * heartbeat,
+        )
+    try:
+        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna since 2.8
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if heartbeat is not None:
+                kwargs["heartbeat_stale_trial_callback"] = RetryHeartbeatStaleTrialCallback(
+                    max_retry=MAX_RETRY
+                )
+            return RDBStorage(storage, **kwargs)
+    except (ImportError, ModuleNotFoundError) as exc:
+        raise UsageError(
+            f"cannot open {_masked(storage)}: {exc} (PostgreSQL needs a driver: "
+            "pip install psycopg2-binary)"
+        ) from None
+    except optuna.exceptions.StorageInternalError as exc:
+        raise UsageError(f"cannot open {_masked(storage)}: {exc}") from None
+    except Exception as exc:  # SQLAlchemy's errors for bad URLs and unreachable servers
+        raise UsageError(f"cannot open {_masked(storage)}: {exc}") from None
+
+
+def _masked(storage: str) -> str:
+    """The storage URL with any password replaced by ***."""
+    if "://" not in storage or "@" not in storage:
+        return storage
+    scheme, rest = storage.split("://", 1)
+    credentials, host = rest.rsplit("@", 1)
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}{':***' if ':' in credentials else ''}@{host}"
+
+
+def _open_study(storage: Any, name: str, settings: TuneSettings | None) -> Any:
+    """Create or join study ``name``; with ``settings``, check they match the study's."""
+    import optuna
+
+    if settings is None:
+        try:
+            study = optuna.load_study(study_name=name, storage=storage)
+        except KeyError:
+            raise UsageError(f"no study {name!r} in that storage (check --study)") from None
+    else:
+        study = optuna.create_study(
+            study_name=name, storage=storage, direction="maximize", load_if_exists=True
+        )
+        stored = study.user_attrs.get(SETTINGS_ATTR)
+        mine = settings.to_dict()
+        if stored is None:
+            study.set_user_attr(SETTINGS_ATTR, mine)
+        elif stored != mine:
+            diff = sorted(k for k in mine if stored.get(k) != mine[k])
+            details = "; ".join(f"{k}: study {stored.get(k)!r}, here {mine[k]!r}" for k in diff)
+            raise UsageError(
+                f"study {name!r} was created with other settings ({details}): run the same "
+                "command as its other workers, or choose another --study"
+            )
+    if SETTINGS_ATTR not in study.user_attrs:
+        raise UsageError(f"study {name!r} was not made by ember-np tune")
+    return study
+
+
+def _sampler(kind: str, seed: int, worker: int) -> Any:
+    import optuna
+
+    # Each worker draws its own stream: the same seed everywhere would make
+    # every worker (and every machine) sample the same parameters.
+    host = int.from_bytes(hashlib.sha256(socket.gethostname().encode()).digest()[:8], "little")
+    entropy = [seed, worker, os.getpid(), host]
+    sampler_seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=sampler_seed)
+    return optuna.samplers.TPESampler(n_startup_trials=10, seed=sampler_seed)
+
+
+def _pruner(kind: str, steps: int) -> Any:
+    import optuna
+
+    if kind == "none":
+        return optuna.pruners.NopPruner()
+    # Nothing is pruned before a third of the budget, nor before 5 trials finished.
+    return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=steps // 3)
+
+
+# -- the worker --------------------------------------------------------------------
+
+
+def work(
+    study: Any,
+    settings: TuneSettings,
+    n_trials: int,
+    timeout: float | None = None,
+    quiet: bool = False,
+    poll: float = 1.0,
+) -> int:
+    """Run trials of ``study`` until it holds ``n_trials`` complete or pruned trials.
+
+    A worker waits (polling every ``poll`` seconds) while the missing trials
+    are running elsewhere, since one of them may die and be enqueued again;
+    without a heartbeat (journal storage) it leaves instead. With
+    ``timeout`` (seconds) it starts no trial after that. Returns the number
+    of trials this worker finished.
+    """
+    import optuna
+    from optuna.storages import fail_stale_trials
+    from optuna.storages._heartbeat import is_heartbeat_enabled
+    from optuna.trial import TrialState
+
+    objective = _objective(settings, n_trials, quiet)
+    heartbeat = is_heartbeat_enabled(study._storage)
+    start = time.monotonic()
+    finished = 0
+    failures = 0
+    while timeout is None or time.monotonic() - start < timeout:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            fail_stale_trials(study)
+        states = [t.state for t in study.get_trials(deepcopy=False)]
+        if sum(s in (TrialState.COMPLETE, TrialState.PRUNED) for s in states) >= n_trials:
+            break
+        live = sum(s != TrialState.FAIL for s in states)
+        if live >= n_trials and TrialState.WAITING not in states:
+            if not heartbeat:
+                break  # nobody can tell whether the running ones will finish
+            time.sleep(poll)
+            continue
+        try:
+            study.optimize(objective, n_trials=1)
+        except _Surplus:
+            continue
+        except Exception:  # a trial that raised: Optuna marked it failed
+            failures += 1
+            traceback.print_exc()
+            if failures >= MAX_CONSECUTIVE_FAILURES:
+                print(
+                    f"ember-np tune: {failures} trials in a row raised; this worker stops",
+                    file=sys.stderr,
+                )
+                return finished
+            continue
+        failures = 0
+        finished += 1
+    return finished
+
+
+def _worker_main(spec_json: str) -> int:
+    """Entry point of one worker process (``python -m ember_np.tune SPEC``)."""
+    import optuna
+
+    spec = json.loads(spec_json)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    storage = open_storage(spec["storage"], spec["heartbeat"])
+    study = _open_study(storage, spec["study"], None)
+    settings = TuneSettings.from_dict(study.user_attrs[SETTINGS_ATTR])
+    study.sampler = _sampler(spec["sampler"], settings.seed, spec["worker"])
+    study.pruner = _pruner(spec["pruner"], settings.steps)
+    work(study, settings, spec["trials"], spec["timeout"], spec["quiet"])
+    return 0
+
+
+def _spawn_workers(spec: dict[str, Any], n: int) -> list[subprocess.Popen]:
+    """W worker processes, each with one BLAS thread (set before NumPy loads in it)."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "ember_np.tune", json.dumps({**spec, "worker": i})], env=env
+        )
+        for i in range(n)
+    ]
+
+
+# -- results -----------------------------------------------------------------------
+
+
+def _finished(study: Any) -> list[Any]:
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return sorted(trials, key=lambda t: (-t.value, t.number))
+
+
+def importances(study: Any) -> dict[str, float] | None:
+    """Each searched parameter's importance (PED-ANOVA), or None with < 2 complete trials.
+
+    PED-ANOVA (``optuna.importance.PedAnovaImportanceEvaluator``) needs only
+    NumPy; Optuna's default, fANOVA, needs scikit-learn.
+    """
+    import optuna
+
+    if len(_finished(study)) < 2:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "too few trials" notes: the caller says how many
+        evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+        return optuna.importance.get_param_importances(study, evaluator=evaluator)
+
+
+def summary(study: Any, top: int = 5) -> str:
+    """The study's state, its best ``top`` trials and the hyperparameter importances."""
+    from optuna.trial import TrialState
+
+    settings = TuneSettings.from_dict(study.user_attrs[SETTINGS_ATTR])
+    trials = study.get_trials(deepcopy=False)
+    counts = {s: sum(t.state == s for t in trials) for s in TrialState}
+    surplus = sum(bool(t.user_attrs.get("surplus")) for t in trials)
+    lines = [
+        f"study {study.study_name}: {counts[TrialState.COMPLETE]} complete, "
+        f"{counts[TrialState.PRUNED]} pruned, {counts[TrialState.FAIL] - surplus} failed, "
+        f"{counts[TrialState.RUNNING]} running, {counts[TrialState.WAITING]} waiting"
+        + (f" ({surplus} surplus trials not run)" if surplus else ""),
+        f"objective: IQM of {settings.seeds} seeds' final greedy evaluations "
+        f"({settings.eval_episodes} episodes each) after {settings.steps:,} steps on "
+        f"{settings.train_env_id}",
+    ]
+    best = _finished(study)[:top]
+    if not best:
+        lines.append("no complete trial yet")
+        return "\n".join(lines)
+    lines.append(f"best {len(best)} trials:")
+    for t in best:
+        scores = ", ".join(f"{s:.1f}" for s in t.user_attrs.get("scores", []))
+        params = " ".join(f"{k}={_fmt(v)}" for k, v in sorted(t.params.items()))
+        lines.append(f"  trial {t.number:>4}  IQM {t.value:9.2f}  seeds [{scores}]")
+        lines.append(f"              {params}")
+    found = importances(study)
+    if found is None:
+        lines.append("importances: need at least 2 complete trials")
+    else:
+        n = counts[TrialState.COMPLETE]
+        lines.append(f"hyperparameter importance (PED-ANOVA over {n} complete trials):")
+        for name, value in found.items():
+            lines.append(f"  {name:<26} {value:6.3f}  {'#' * round(40 * value)}")
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def best_preset(study: Any) -> dict[str, Any] | None:
+    """The best complete trial as a preset (``ember-np train ENV --preset FILE.json``)."""
+    best = _finished(study)
+    if not best:
+        return None
+    t = best[0]
+    settings = TuneSettings.from_dict(study.user_attrs[SETTINGS_ATTR])
+    return {
+        "format": "ember_np.preset",
+        "env_id": settings.env_id,
+        "steps": settings.steps,
+        "source": (
+            f"ember-np tune: study {study.study_name}, trial {t.number}, "
+            f"IQM {t.value:.2f} over {settings.seeds} seeds"
+        ),
+        "dqn": t.user_attrs["config"],
+    }
+
+
+# -- command line ------------------------------------------------------------------
+
+
+def add_tune_parser(sub: Any) -> None:
+    """Register ``ember-np tune`` on the CLI's subparsers."""
+    p = sub.add_parser("tune", help="hyperparameter search on Optuna (needs the tune extra)")
+    p.add_argument("env_id", help="gymnasium id, e.g. CartPole-v1")
+    p.add_argument("--trials", type=_positive, default=50, help="complete + pruned trials")
+    p.add_argument("--seeds", type=_positive, default=3, help="K seeds per trial (default 3)")
+    p.add_argument("--steps", type=_positive, help="env steps per seed (default: preset budget)")
+    p.add_argument(
+        "--workers", type=_positive, help="processes on this machine (default: one per core)"
+    )
+    p.add_argument("--storage", help="SQLAlchemy URL or journal file .log (default: SQLite)")
+    p.add_argument("--study", help="study name (default: the env id)")
+    p.add_argument("--dir", help="tune directory (default: tunes/<study>)")
+    p.add_argument("--sampler", choices=("tpe", "random"), default="tpe")
+    p.add_argument("--pruner", choices=("median", "none"), default="median")
+    p.add_argument("--timeout", type=_positive, help="seconds after which no trial starts")
+    p.add_argument("--seed", type=_non_negative, default=0, help="study seed (default 0)")
+    p.add_argument("--evals", type=_positive, default=5, help="evaluations per seed (default 5)")
+    p.add_argument("--eval-episodes", type=_positive, default=10)
+    p.add_argument(
+        "--heartbeat", type=_positive, default=DEFAULT_HEARTBEAT,
+        help="seconds between heartbeats; a silent trial is failed and retried after 3x",
+    )  # fmt: skip
+    p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="fix DqnConfig fields")
+    p.add_argument("--show", action="store_true", help="only print the study's results")
+    p.add_argument("--quiet", action="store_true", help="no line per trial")
+    p.set_defaults(func=cmd_tune)
+
+
+def _settings(args: argparse.Namespace) -> TuneSettings:
+    import gymnasium as gym
+
+    import ember_np  # noqa: F401  registers the native envs
+    from ember_np.presets import preset_for_env
+
+    env_id = args.env_id
+    env = _make_env(env_id)
+    env.close()
+    native = f"ember_np/{env_id}"
+    train_env_id = native if native in gym.registry else env_id
+    preset = preset_for_env(env_id.removeprefix("ember_np/"))
+    base = preset.config if preset is not None else DqnConfig()
+    fixed = _parse_sets(args.set or [])
+    try:
+        base.replace(**fixed)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--set: {exc}") from None
+    if "hidden_sizes" in fixed:
+        fixed["hidden_sizes"] = list(fixed["hidden_sizes"])
+    steps = args.steps or (preset.steps if preset is not None else DEFAULT_STEPS)
+    if args.evals > steps:
+        raise UsageError(f"--evals must be <= --steps (got {args.evals} > {steps})")
+    return TuneSettings(
+        env_id, train_env_id, steps, args.seeds, args.evals, args.eval_episodes, args.seed,
+        fixed, base.to_dict(),
+    )  # fmt: skip
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """``ember-np tune``: start or join a study, run W workers, print the results."""
+    try:
+        import optuna
+    except ImportError:
+        print(INSTALL_HINT, file=sys.stderr)
+        return 2
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    name = args.study or args.env_id
+    tune_dir = Path(args.dir) if args.dir else Path("tunes") / name.replace("/", "_")
+    try:
+        tune_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create the tune directory {tune_dir}: {exc}") from None
+    storage_url = args.storage or f"sqlite:///{tune_dir / 'study.db'}"
+    storage = open_storage(storage_url, args.heartbeat)
+    if args.show:
+        study = _open_study(storage, name, None)
+    else:
+        settings = _settings(args)
+        study = _open_study(storage, name, settings)
+        _write_json(
+            tune_dir / "tune.json",
+            {"study": name, "storage": _masked(storage_url), "settings": settings.to_dict()},
+        )
+        workers = args.workers or len(os.sched_getaffinity(0))
+        print(
+            f"study {name!r} in {_masked(storage_url)}: {args.trials} trials, {settings.seeds} "
+            f"seeds x {settings.steps:,} steps on {settings.train_env_id}, {workers} workers"
+        )
+        spec = {
+            "storage": storage_url, "study": name, "trials": args.trials,
+            "timeout": args.timeout, "heartbeat": args.heartbeat, "sampler": args.sampler,
+            "pruner": args.pruner, "quiet": args.quiet,
+        }  # fmt: skip
+        procs = _spawn_workers(spec, workers)
+        try:
+            codes = [p.wait() for p in procs]
+        except KeyboardInterrupt:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait()
+            raise
+        bad = [f"worker {i}: status {c}" for i, c in enumerate(codes) if c != 0]
+        if bad:
+            print(f"ember-np tune: {'; '.join(bad)}", file=sys.stderr)
+    print(summary(study))
+    preset = best_preset(study)
+    if preset is not None:
+        path = tune_dir / "best_preset.json"
+        _write_json(path, preset)
+        print(f"best trial as a preset: {path} (ember-np train {args.env_id} --preset {path})")
+    return 0
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    from ember_np.checkpoint import atomic_write_text
+
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(_worker_main(sys.argv[1]))
+    except UsageError as exc:
+        print(f"ember-np tune: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
