@@ -377,8 +377,8 @@ def open_storage(storage: str, heartbeat: int | None = None) -> Any:
             return RDBStorage(storage, **kwargs)
     except (ImportError, ModuleNotFoundError) as exc:
         raise UsageError(
-            f"cannot open {_masked(storage)}: {exc} (PostgreSQL needs a driver: "
-            "pip install psycopg2-binary)"
+            f"cannot open {_masked(storage)}: {exc} (PostgreSQL needs a driver: pip install "
+            "psycopg2-binary and a postgresql+psycopg2:// URL, or pip install 'psycopg[binary]')"
         ) from None
     except optuna.exceptions.StorageInternalError as exc:
         raise UsageError(f"cannot open {_masked(storage)}: {exc}") from None
@@ -692,15 +692,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     name = args.study or args.env_id
     tune_dir = Path(args.dir) if args.dir else Path("tunes") / name.replace("/", "_")
-    try:
-        tune_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create the tune directory {tune_dir}: {exc}") from None
-    storage_url = args.storage or f"sqlite:///{tune_dir / 'study.db'}"
-    storage = open_storage(storage_url, args.heartbeat)
     if args.show:
-        study = _open_study(storage, name, None)
+        storage_url = args.storage or _stored_storage(tune_dir)
+        study = _open_study(open_storage(storage_url), name, None)
     else:
+        try:
+            tune_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create the tune directory {tune_dir}: {exc}") from None
+        storage_url = args.storage or f"sqlite:///{tune_dir / 'study.db'}"
+        storage = open_storage(storage_url, args.heartbeat)
         settings = _settings(args)
         study = _open_study(storage, name, settings)
         _write_json(
@@ -733,9 +734,27 @@ def cmd_tune(args: argparse.Namespace) -> int:
     preset = best_preset(study)
     if preset is not None:
         path = tune_dir / "best_preset.json"
-        _write_json(path, preset)
+        try:
+            tune_dir.mkdir(parents=True, exist_ok=True)
+            _write_json(path, preset)
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc}") from None
         print(f"best trial as a preset: {path} (ember-np train {args.env_id} --preset {path})")
     return 0
+
+
+def _stored_storage(tune_dir: Path) -> str:
+    """The storage a tune directory's study lives in (for --show without --storage)."""
+    info = tune_dir / "tune.json"
+    if not info.is_file():
+        raise UsageError(f"no tune directory at {tune_dir} (no tune.json): check --dir or --study")
+    try:
+        storage = json.loads(info.read_text())["storage"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"cannot read {info}: {exc}") from None
+    if "***" in storage:
+        raise UsageError(f"{info} names {storage}: pass the full URL with --storage")
+    return storage
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:

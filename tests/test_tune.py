@@ -1,0 +1,349 @@
+"""``ember-np tune``: Optuna studies on SQLite and PostgreSQL, with real worker processes.
+
+Trials are tiny (a few thousand CartPole steps, a 32-unit network) so each
+study takes seconds; what is checked is the machinery: trial counts, shared
+studies, reproducible objective values, a killed worker's trial retried, and
+the preset a study writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from optuna.trial import TrialState  # noqa: E402
+
+from ember_np import DqnConfig  # noqa: E402
+from ember_np.cli import main  # noqa: E402
+from ember_np.stats import iqm  # noqa: E402
+from ember_np.tune import (  # noqa: E402
+    TuneSettings,
+    evaluate_config,
+    open_storage,
+    suggest_config,
+    trial_seeds,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+# Fixing the costly fields keeps every trial about equally cheap (~0.3 s).
+TINY = ["--steps", "3000", "--seeds", "2", "--evals", "3", "--eval-episodes", "3",
+        "--set", "hidden_sizes=[32]", "train_freq=4", "gradient_steps=1", "batch_size=32",
+        "--quiet"]  # fmt: skip
+
+
+def tune(tmp_path, *args):
+    return main(["tune", "CartPole-v1", "--dir", str(tmp_path / "tune"), *TINY, *args])
+
+
+def load(tmp_path, name="CartPole-v1"):
+    storage = open_storage(f"sqlite:///{tmp_path / 'tune' / 'study.db'}")
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def states(study):
+    return [t.state for t in study.get_trials(deepcopy=False)]
+
+
+def settings(**changes):
+    base = TuneSettings(
+        "CartPole-v1", "ember_np/CartPole-v1", 3000, 2, 3, 3, 0,
+        {"hidden_sizes": [32], "train_freq": 4, "gradient_steps": 1, "batch_size": 32},
+        DqnConfig().to_dict(),
+    )  # fmt: skip
+    return dataclasses.replace(base, **changes)
+
+
+# -- without Optuna ---------------------------------------------------------------
+
+
+def test_without_optuna_the_command_says_how_to_install_and_exits_2(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` raises ImportError
+    assert main(["tune", "CartPole-v1"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == 'ember-np tune needs Optuna: pip install "ember-np[tune]"'
+
+
+# -- search space and seeds -------------------------------------------------------
+
+
+@pytest.mark.parametrize("steps", [1_000, 50_000, 2_000_000])
+def test_every_sample_of_the_search_space_is_a_valid_config(steps):
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=steps))
+    s = settings(steps=steps, fixed={}, base=DqnConfig().to_dict())
+    seen = set()
+    for _ in range(300):
+        trial = study.ask()
+        config = suggest_config(trial, s)  # DqnConfig validates on construction
+        p = trial.params
+        seen.update((k, v) for k, v in p.items() if not isinstance(v, float))
+        assert config.learning_rate == p["learning_rate"] and 1e-5 <= p["learning_rate"] <= 1e-2
+        assert config.hidden_sizes == (p["width"],) * p["depth"]
+        assert config.gradient_steps == max(p["train_freq"] // p["subsample_steps"], 1)
+        assert config.epsilon_decay_steps == int(p["exploration_fraction"] * steps)
+        assert config.batch_size <= config.min_replay_size <= config.buffer_capacity
+        assert config.min_replay_size >= min(int(p["learning_starts_fraction"] * steps),
+                                             config.buffer_capacity)  # fmt: skip
+        study.tell(trial, 0.0)
+    assert {("depth", 1), ("depth", 3), ("double_dqn", True), ("train_freq", 256)} <= seen
+    # The Rainbow switches are searched exactly when DqnConfig has them.
+    fields = {f.name for f in dataclasses.fields(DqnConfig)}
+    for switch in ("n_step", "prioritized_replay", "dueling"):
+        assert (switch in p) == (switch in fields)
+
+
+def test_fixed_fields_are_not_searched():
+    study = optuna.create_study()
+    trial = study.ask()
+    config = suggest_config(trial, settings())
+    assert config.hidden_sizes == (32,) and config.train_freq == 4 and config.batch_size == 32
+    assert config.gradient_steps == 1
+    assert not {"width", "depth", "train_freq", "subsample_steps", "batch_size"} & set(trial.params)
+
+
+def test_trial_seeds_come_from_the_study_seed_and_the_parameters_only():
+    params = {"learning_rate": 1e-3, "gamma": 0.99, "width": 64}
+    seeds = trial_seeds(0, params, 5)
+    assert seeds == trial_seeds(0, dict(reversed(list(params.items()))), 5)  # order-free
+    assert len(set(seeds)) == 5 and all(0 <= s < 2**32 for s in seeds)
+    assert trial_seeds(1, params, 5) != seeds
+    assert trial_seeds(0, {**params, "learning_rate": 1.0001e-3}, 5) != seeds
+    assert trial_seeds(0, params, 3) == seeds[:3]
+
+
+def test_objective_is_the_iqm_of_the_seeds_final_evaluations_and_reports_each_evaluation():
+    s = settings()
+    config = DqnConfig.from_dict({**s.base, **s.fixed, "min_replay_size": 32})
+    reports = []
+    scores = evaluate_config(s, config, [3, 4], lambda step, v: reports.append((step, v)) or False)
+    assert [step for step, _ in reports] == [1000, 2000]  # every evaluation but the final one
+    assert len(scores) == 2 and all(8.0 <= x <= 500.0 for x in scores)
+    # the same seeds give the same scores (bit-identical training), in any order of calls
+    again = evaluate_config(s, config, [3, 4])
+    assert again == scores
+    # one seed on its own trains exactly as it did beside the other
+    assert evaluate_config(s, config, [4]) == scores[1:]
+    with pytest.raises(optuna.TrialPruned):
+        evaluate_config(s, config, [3], lambda step, v: True)
+    assert iqm(scores) == pytest.approx(sum(scores) / 2)
+
+
+# -- studies on SQLite, with worker processes ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def first_study(tmp_path_factory):
+    """A 3-trial study run by one worker process (shared by the tests below, in order)."""
+    tmp_path = tmp_path_factory.mktemp("tune")
+    assert tune(tmp_path, "--trials", "3", "--workers", "1", "--sampler", "random") == 0
+    return tmp_path
+
+
+def test_sqlite_study_reaches_its_trial_count(first_study):
+    study = load(first_study)
+    finished = [s for s in states(study) if s in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(finished) == 3 == len(states(study))
+    info = json.loads((first_study / "tune" / "tune.json").read_text())
+    assert info["settings"]["train_env_id"] == "ember_np/CartPole-v1"
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        assert t.value == iqm(t.user_attrs["scores"]) and len(t.user_attrs["scores"]) == 2
+
+
+def test_show_prints_the_best_trials_and_importances(first_study, capsys):
+    assert main(["tune", "CartPole-v1", "--dir", str(first_study / "tune"), "--show"]) == 0
+    out = capsys.readouterr().out
+    assert "study CartPole-v1: 3 complete" in out or "pruned" in out
+    assert "best " in out and "hyperparameter importance (PED-ANOVA" in out
+    best = load(first_study).best_trial
+    assert f"trial {best.number:>4}  IQM {best.value:9.2f}" in out
+
+
+def test_joining_with_other_settings_is_refused(first_study, capsys):
+    assert tune(first_study, "--trials", "4", "--workers", "1", "--seed", "7") == 2
+    err = capsys.readouterr().err
+    assert "other settings (seed: study 0, here 7)" in err and "another --study" in err
+    assert len(load(first_study).trials) == 3  # nothing ran, nothing changed
+
+
+def test_best_preset_trains_through_train_preset(first_study):
+    preset_file = first_study / "tune" / "best_preset.json"
+    preset = json.loads(preset_file.read_text())
+    assert preset["dqn"] == load(first_study).best_trial.user_attrs["config"]
+    assert preset["env_id"] == "CartPole-v1" and preset["steps"] == 3000
+    code = main(["train", "CartPole-v1", "--preset", str(preset_file), "--steps", "600",
+                 "--eval-every", "300", "--eval-episodes", "1",
+                 "--root", str(first_study / "runs"), "--quiet"])  # fmt: skip
+    assert code == 0
+    (run_dir,) = (first_study / "runs" / "CartPole-v1" / "best_preset").iterdir()
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["dqn"] == preset["dqn"] and config["steps"] == 600
+
+
+def test_two_workers_share_the_study_and_same_parameters_give_the_same_value(first_study):
+    # The best parameters enqueued twice run in two new worker processes at
+    # once, and give the best trial's value again, twice (the reproducibility bar).
+    study = load(first_study)
+    best = study.best_trial
+    for _ in range(2):
+        study.enqueue_trial(best.params)
+    assert tune(first_study, "--trials", "5", "--workers", "2", "--pruner", "none") == 0
+    trials = load(first_study).get_trials(deepcopy=False)
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(finished) == 5
+    repeats = [t for t in trials[3:] if t.params == best.params]
+    assert len(repeats) == 2 and all(t.state == TrialState.COMPLETE for t in repeats)
+    assert [t.value for t in repeats] == [best.value, best.value]
+    assert [t.user_attrs["seeds"] for t in repeats] == [best.user_attrs["seeds"]] * 2
+    assert len({t.user_attrs["worker"] for t in repeats}) == 2  # two processes
+
+
+def test_bad_storage_and_show_without_a_study_fail_with_one_line(tmp_path, capsys):
+    assert main(["tune", "CartPole-v1", "--storage", str(tmp_path / "x.txt")]) == 2
+    assert "SQLAlchemy URL" in capsys.readouterr().err
+    assert main(["tune", "CartPole-v1", "--dir", str(tmp_path / "none"), "--show"]) == 2
+    assert "no tune directory" in capsys.readouterr().err
+
+
+def test_journal_file_storage(tmp_path):
+    journal = tmp_path / "study.log"
+    assert tune(tmp_path, "--trials", "2", "--workers", "2", "--storage", str(journal)) == 0
+    study = optuna.load_study(study_name="CartPole-v1", storage=open_storage(str(journal)))
+    done = [s for s in states(study) if s in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(done) == 2
+
+
+def test_bad_preset_files_are_refused_with_the_file_named(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    for text, problem in [("{", "not valid JSON"), ("[1]", "JSON object"),
+                          ('{"dqn": {"gamma": 2}}', "gamma must be"),
+                          ('{"learning_rte": 1}', "unknown DqnConfig field")]:  # fmt: skip
+        bad.write_text(text)
+        assert main(["train", "CartPole-v1", "--preset", str(bad), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert str(bad) in err and problem in err
+    assert main(["train", "CartPole-v1", "--preset", str(tmp_path / "no.json")]) == 2
+    assert "cannot read preset file" in capsys.readouterr().err
+
+
+# -- PostgreSQL, three workers, one killed -----------------------------------------
+
+PG_BIN = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def postgres():
+    """A PostgreSQL server on a free loopback port, its data and socket in a temporary dir."""
+    if not PG_BIN:
+        pytest.skip("PostgreSQL binaries not installed (apt-get install postgresql)")
+    bindir = Path(PG_BIN[-1]).parent
+    # Not under pytest's tmp_path: as root that sits in a directory only root may enter.
+    root = Path(tempfile.mkdtemp(prefix="ember_np_pg_"))
+    prefix = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        try:
+            user = pwd.getpwnam("postgres")
+        except KeyError:
+            user = pwd.getpwnam("nobody")
+        os.chown(root, user.pw_uid, user.pw_gid)
+        prefix = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                  "--clear-groups", "--"]  # fmt: skip
+    port = _free_port()
+    data, log = root / "data", root / "server.log"
+    env = dict(os.environ, LC_ALL="C.UTF-8")
+
+    def run(*cmd):
+        out = subprocess.run([*prefix, *cmd], capture_output=True, env=env, timeout=120, cwd=root)
+        assert out.returncode == 0, f"{cmd[0]}: {out.stderr.decode()}{out.stdout.decode()}"
+
+    try:
+        run(str(bindir / "initdb"), "-D", str(data), "-U", "tune", "--auth=trust", "-E", "UTF8")
+        options = f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={root}"
+        run(str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(log), "-w", "start")
+        try:
+            import psycopg2
+
+            conn = psycopg2.connect(host="127.0.0.1", port=port, user="tune", dbname="postgres")
+            conn.autocommit = True
+            conn.cursor().execute("CREATE DATABASE tune")
+            conn.close()
+            yield f"postgresql+psycopg2://tune@127.0.0.1:{port}/tune"
+        finally:
+            run(str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_postgres_three_workers_one_killed_mid_trial_ends_with_exactly_the_trials(
+    tmp_path, postgres
+):
+    n = 6
+    # Three commands, as if on three machines; each its own session, so one can be
+    # killed whole (the command and its worker process) with SIGKILL.
+    cmd = [sys.executable, "-m", "ember_np", "tune", "CartPole-v1", "--storage", postgres,
+           "--study", "pg", "--trials", str(n), "--workers", "1", "--pruner", "none",
+           "--heartbeat", "1", *TINY[:-1], "--steps", "6000"]  # fmt: skip
+    procs = [
+        subprocess.Popen([*cmd, "--dir", str(tmp_path / f"m{i}")], cwd=tmp_path,
+                         start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for i in range(3)
+    ]  # fmt: skip
+    storage = optuna.storages.RDBStorage(postgres)
+    victim, killed = None, None
+    deadline = time.monotonic() + 120
+    while killed is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:
+            study = optuna.load_study(study_name="pg", storage=storage)
+        except KeyError:
+            continue
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            pid = int(t.user_attrs.get("worker", ":0").rsplit(":", 1)[1])
+            # A trial after the first (kernels loaded, mid-study), training (seeds drawn).
+            if not pid or t.number < 1 or "seeds" not in t.user_attrs:
+                continue
+            try:
+                victim = next(p for p in procs if os.getpgid(pid) == p.pid)
+            except ProcessLookupError:
+                continue  # that worker just ended
+            os.killpg(victim.pid, signal.SIGKILL)
+            killed = t.number
+            break
+    assert killed is not None, "no trial was seen running"
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        if p is not victim:
+            assert p.returncode == 0, err.decode()[-2000:]
+    study = optuna.load_study(study_name="pg", storage=storage)
+    trials = study.get_trials(deepcopy=False)
+    by_state = {s: [t for t in trials if t.state == s] for s in TrialState}
+    assert len(by_state[TrialState.COMPLETE]) == n
+    assert not by_state[TrialState.RUNNING] and not by_state[TrialState.WAITING]
+    dead = trials[killed]
+    assert dead.state == TrialState.FAIL and not dead.user_attrs.get("surplus")
+    # its retry ran the same parameters to completion, once
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == killed]
+    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
+    assert retries[0].params == dead.params
+    # every complete trial has its own parameters' seeds
+    for t in by_state[TrialState.COMPLETE]:
+        assert t.user_attrs["seeds"] == trial_seeds(0, t.params, 2)
