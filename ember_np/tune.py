@@ -65,7 +65,9 @@ __all__ = [
     "add_tune_parser",
     "best_preset",
     "evaluate_config",
+    "is_tune_dir",
     "open_storage",
+    "show",
     "suggest_config",
     "summary",
     "trial_seeds",
@@ -121,10 +123,12 @@ class TuneSettings:
     searched nor fixed keep these values."""
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (as stored in the study's user attributes)."""
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TuneSettings:
+        """Inverse of :meth:`to_dict`."""
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
 
 
@@ -367,15 +371,28 @@ def open_storage(storage: str, heartbeat: int | None = None) -> Any:
             heartbeat_interval=heartbeat,
             grace_period=3 * heartbeat,
         )
+    with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna since 2.8
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if heartbeat is not None:
+            kwargs["heartbeat_stale_trial_callback"] = RetryHeartbeatStaleTrialCallback(
+                max_retry=MAX_RETRY
+            )
     try:
-        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna since 2.8
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            if heartbeat is not None:
-                kwargs["heartbeat_stale_trial_callback"] = RetryHeartbeatStaleTrialCallback(
-                    max_retry=MAX_RETRY
-                )
-            return RDBStorage(storage, **kwargs)
-    except (ImportError, ModuleNotFoundError) as exc:
+        # Commands started at once on several machines all create the tables;
+        # the losers of that race get an error from the database: try again.
+        for attempt in range(3):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    return RDBStorage(storage, **kwargs)
+            except (ImportError, ValueError):
+                raise
+            except Exception:
+                if attempt == 2:
+                    raise
+                time.sleep(1.0 + attempt)
+        raise AssertionError("unreachable")
+    except ImportError as exc:
         raise UsageError(
             f"cannot open {_masked(storage)}: {exc} (PostgreSQL needs a driver: pip install "
             "psycopg2-binary and a postgresql+psycopg2:// URL, or pip install 'psycopg[binary]')"
@@ -692,9 +709,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     name = args.study or args.env_id
     tune_dir = Path(args.dir) if args.dir else Path("tunes") / name.replace("/", "_")
-    if args.show:
-        storage_url = args.storage or _stored_storage(tune_dir)
-        study = _open_study(open_storage(storage_url), name, None)
+    if args.show:  # the study named in the tune directory, unless named here.
+        return show(tune_dir, args.storage, args.study or (None if is_tune_dir(tune_dir) else name))
     else:
         try:
             tune_dir.mkdir(parents=True, exist_ok=True)
@@ -730,6 +746,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
         bad = [f"worker {i}: status {c}" for i, c in enumerate(codes) if c != 0]
         if bad:
             print(f"ember-np tune: {'; '.join(bad)}", file=sys.stderr)
+    _results(study, tune_dir)
+    return 0
+
+
+def _results(study: Any, tune_dir: Path) -> None:
+    """Print the summary and write the best trial's preset into the tune directory."""
     print(summary(study))
     preset = best_preset(study)
     if preset is not None:
@@ -739,22 +761,42 @@ def cmd_tune(args: argparse.Namespace) -> int:
             _write_json(path, preset)
         except OSError as exc:
             raise UsageError(f"cannot write {path}: {exc}") from None
-        print(f"best trial as a preset: {path} (ember-np train {args.env_id} --preset {path})")
-    return 0
+        print(f"best trial as a preset: {path} (ember-np train {preset['env_id']} --preset {path})")
 
 
-def _stored_storage(tune_dir: Path) -> str:
-    """The storage a tune directory's study lives in (for --show without --storage)."""
-    info = tune_dir / "tune.json"
-    if not info.is_file():
-        raise UsageError(f"no tune directory at {tune_dir} (no tune.json): check --dir or --study")
-    try:
-        storage = json.loads(info.read_text())["storage"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"cannot read {info}: {exc}") from None
+def is_tune_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a tune directory (it holds ``tune.json``)."""
+    return (Path(path) / "tune.json").is_file()
+
+
+def show(tune_dir: str | Path, storage: str | None = None, study_name: str | None = None) -> int:
+    """Print a tune directory's results (``--show``; ``ember-np report TUNE_DIR``).
+
+    The study and its storage come from ``tune.json`` unless given; a storage
+    URL stored with its password masked must be given again.
+    """
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    tune_dir = Path(tune_dir)
+    info_path = tune_dir / "tune.json"
+    info: dict[str, Any] = {}
+    if storage is None or study_name is None:
+        if not info_path.is_file():
+            raise UsageError(
+                f"no tune directory at {tune_dir} (no tune.json): check --dir or --study"
+            )
+        try:
+            info = json.loads(info_path.read_text())
+            info["storage"], info["study"]  # noqa: B018  both must be there
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"cannot read {info_path}: {exc!r}") from None
+    storage = storage or info["storage"]
     if "***" in storage:
-        raise UsageError(f"{info} names {storage}: pass the full URL with --storage")
-    return storage
+        raise UsageError(f"{info_path} names {storage}: pass the full URL with --storage")
+    study = _open_study(open_storage(storage), study_name or info["study"], None)
+    _results(study, tune_dir)
+    return 0
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
