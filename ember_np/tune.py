@@ -540,6 +540,12 @@ def _worker_main(spec_json: str) -> int:
     return 0
 
 
+def _cores() -> int:
+    """Cores this process may run on (the default worker count)."""
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 def _spawn_workers(spec: dict[str, Any], n: int) -> list[subprocess.Popen]:
     """W worker processes, each with one BLAS thread (set before NumPy loads in it)."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -724,7 +730,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             tune_dir / "tune.json",
             {"study": name, "storage": _masked(storage_url), "settings": settings.to_dict()},
         )
-        workers = args.workers or len(os.sched_getaffinity(0))
+        workers = args.workers or _cores()
         print(
             f"study {name!r} in {_masked(storage_url)}: {args.trials} trials, {settings.seeds} "
             f"seeds x {settings.steps:,} steps on {settings.train_env_id}, {workers} workers"
