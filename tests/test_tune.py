@@ -297,7 +297,7 @@ def postgres():
 def test_postgres_three_workers_one_killed_mid_trial_ends_with_exactly_the_trials(
     tmp_path, postgres
 ):
-    n = 6
+    n = 4
     # Three commands, as if on three machines; each its own session, so one can be
     # killed whole (the command and its worker process) with SIGKILL.
     cmd = [sys.executable, "-m", "ember_np", "tune", "CartPole-v1", "--storage", postgres,
@@ -308,7 +308,7 @@ def test_postgres_three_workers_one_killed_mid_trial_ends_with_exactly_the_trial
                          start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for i in range(3)
     ]  # fmt: skip
-    storage = optuna.storages.RDBStorage(postgres)
+    storage = open_storage(postgres)  # retries while the commands race to create the tables
     victim, killed = None, None
     deadline = time.monotonic() + 120
     while killed is None and time.monotonic() < deadline:
