@@ -651,7 +651,9 @@ def add_tune_parser(sub: Any) -> None:
     """Register ``ember-np tune`` on the CLI's subparsers."""
     p = sub.add_parser("tune", help="hyperparameter search on Optuna (needs the tune extra)")
     p.add_argument("env_id", help="gymnasium id, e.g. CartPole-v1")
-    p.add_argument("--trials", type=_positive, default=50, help="complete + pruned trials")
+    p.add_argument(
+        "--trials", type=_positive, default=50, help="complete + pruned trials (default 50)"
+    )
     p.add_argument("--seeds", type=_positive, default=3, help="K seeds per trial (default 3)")
     p.add_argument("--steps", type=_positive, help="env steps per seed (default: preset budget)")
     p.add_argument(

@@ -219,6 +219,16 @@ def test_bad_storage_and_show_without_a_study_fail_with_one_line(tmp_path, capsy
     assert "no tune directory" in capsys.readouterr().err
 
 
+def test_storage_passwords_are_never_printed_or_stored():
+    from ember_np.tune import _masked
+
+    assert _masked("postgresql+psycopg2://tune:s3cr:et@db.example:5432/t") == (
+        "postgresql+psycopg2://tune:***@db.example:5432/t"
+    )
+    assert _masked("postgresql://tune@db/t") == "postgresql://tune@db/t"
+    assert _masked("sqlite:///tunes/x/study.db") == "sqlite:///tunes/x/study.db"
+
+
 def test_journal_file_storage(tmp_path):
     journal = tmp_path / "study.log"
     assert tune(tmp_path, "--trials", "2", "--workers", "2", "--storage", str(journal)) == 0
