@@ -352,13 +352,8 @@ def open_storage(storage: str, heartbeat: int | None = None) -> Any:
     from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
+    _check_storage(storage)
     if "://" not in storage:
-        if not storage.endswith(".log"):
-            raise UsageError(
-                f"--storage must be an SQLAlchemy URL (sqlite:///FILE.db, "
-                f"postgresql://USER@HOST/DB, mysql://...) or an Optuna journal file ending in "
-                f".log, got {storage!r}"
-            )
         path = Path(storage)
         path.parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(str(path)))
@@ -401,6 +396,15 @@ def open_storage(storage: str, heartbeat: int | None = None) -> Any:
         raise UsageError(f"cannot open {_masked(storage)}: {exc}") from None
     except Exception as exc:  # SQLAlchemy's errors for bad URLs and unreachable servers
         raise UsageError(f"cannot open {_masked(storage)}: {exc}") from None
+
+
+def _check_storage(storage: str) -> None:
+    if "://" not in storage and not storage.endswith(".log"):
+        raise UsageError(
+            f"--storage must be an SQLAlchemy URL (sqlite:///FILE.db, "
+            f"postgresql+psycopg2://USER@HOST/DB, mysql+pymysql://...) or an Optuna journal "
+            f"file ending in .log, got {storage!r}"
+        )
 
 
 def _masked(storage: str) -> str:
@@ -719,43 +723,43 @@ def cmd_tune(args: argparse.Namespace) -> int:
     tune_dir = Path(args.dir) if args.dir else Path("tunes") / name.replace("/", "_")
     if args.show:  # the study named in the tune directory, unless named here.
         return show(tune_dir, args.storage, args.study or (None if is_tune_dir(tune_dir) else name))
-    else:
-        try:
-            tune_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"cannot create the tune directory {tune_dir}: {exc}") from None
-        storage_url = args.storage or f"sqlite:///{tune_dir / 'study.db'}"
-        storage = open_storage(storage_url, args.heartbeat)
-        settings = _settings(args)
-        study = _open_study(storage, name, settings)
-        _write_json(
-            tune_dir / "tune.json",
-            {"study": name, "storage": _masked(storage_url), "settings": settings.to_dict()},
-        )
-        workers = args.workers or _cores()
-        print(
-            f"study {name!r} in {_masked(storage_url)}: {args.trials} trials, {settings.seeds} "
-            f"seeds x {settings.steps:,} steps on {settings.train_env_id}, {workers} workers"
-        )
-        spec = {
-            "storage": storage_url, "study": name, "trials": args.trials,
-            "timeout": args.timeout, "heartbeat": args.heartbeat, "sampler": args.sampler,
-            "pruner": args.pruner, "quiet": args.quiet,
-        }  # fmt: skip
-        procs = _spawn_workers(spec, workers)
-        try:
-            codes = [p.wait() for p in procs]
-        except KeyboardInterrupt:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait()
-            raise
-        bad = [f"worker {i}: status {c}" for i, c in enumerate(codes) if c != 0]
-        if bad:
-            print(f"ember-np tune: {'; '.join(bad)}", file=sys.stderr)
+    settings = _settings(args)  # bad arguments fail before anything is created
+    if args.storage:
+        _check_storage(args.storage)
+    try:
+        tune_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create the tune directory {tune_dir}: {exc}") from None
+    storage_url = args.storage or f"sqlite:///{tune_dir / 'study.db'}"
+    study = _open_study(open_storage(storage_url, args.heartbeat), name, settings)
+    _write_json(
+        tune_dir / "tune.json",
+        {"study": name, "storage": _masked(storage_url), "settings": settings.to_dict()},
+    )
+    workers = args.workers or _cores()
+    print(
+        f"study {name!r} in {_masked(storage_url)}: {args.trials} trials, {settings.seeds} "
+        f"seeds x {settings.steps:,} steps on {settings.train_env_id}, {workers} workers"
+    )
+    spec = {
+        "storage": storage_url, "study": name, "trials": args.trials,
+        "timeout": args.timeout, "heartbeat": args.heartbeat, "sampler": args.sampler,
+        "pruner": args.pruner, "quiet": args.quiet,
+    }  # fmt: skip
+    procs = _spawn_workers(spec, workers)
+    try:
+        codes = [p.wait() for p in procs]
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
+        raise
+    bad = [f"worker {i}: status {c}" for i, c in enumerate(codes) if c != 0]
+    if bad:
+        print(f"ember-np tune: {'; '.join(bad)}", file=sys.stderr)
     _results(study, tune_dir)
-    return 0
+    return 1 if bad else 0
 
 
 def _results(study: Any, tune_dir: Path) -> None:

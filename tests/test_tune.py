@@ -212,9 +212,15 @@ def test_two_workers_share_the_study_and_same_parameters_give_the_same_value(fir
     assert len({t.user_attrs["worker"] for t in repeats}) == 2  # two processes
 
 
-def test_bad_storage_and_show_without_a_study_fail_with_one_line(tmp_path, capsys):
-    assert main(["tune", "CartPole-v1", "--storage", str(tmp_path / "x.txt")]) == 2
+def test_bad_arguments_fail_with_one_line_before_anything_is_created(tmp_path, capsys):
+    where = ["--dir", str(tmp_path / "t")]
+    assert main(["tune", "CartPole-v1", *where, "--storage", str(tmp_path / "x.txt")]) == 2
     assert "SQLAlchemy URL" in capsys.readouterr().err
+    assert main(["tune", "NoSuchEnv-v0", *where]) == 2
+    assert "unknown environment 'NoSuchEnv-v0'" in capsys.readouterr().err
+    assert main(["tune", "CartPole-v1", *where, "--set", "gamma=2"]) == 2
+    assert "gamma must be a number in [0, 1]" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
     assert main(["tune", "CartPole-v1", "--dir", str(tmp_path / "none"), "--show"]) == 2
     assert "no tune directory" in capsys.readouterr().err
 
