@@ -142,6 +142,38 @@ def test_objective_is_the_iqm_of_the_seeds_final_evaluations_and_reports_each_ev
     assert iqm(scores) == pytest.approx(sum(scores) / 2)
 
 
+# -- the worker loop, in this process ---------------------------------------------
+
+
+def test_worker_reports_each_evaluation_and_the_pruner_stops_trials():
+    from ember_np.tune import work
+
+    # ThresholdPruner(lower=1e9) prunes every trial at its first report.
+    study = optuna.create_study(direction="maximize",
+                                pruner=optuna.pruners.ThresholdPruner(lower=1e9))  # fmt: skip
+    assert work(study, settings(), n_trials=2, quiet=True) == 2
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.PRUNED] * 2
+    assert all(list(t.intermediate_values) == [1000] for t in trials)  # steps 3000 / 3 evals
+
+
+def test_trials_beyond_the_count_end_at_once_as_surplus():
+    from ember_np.tune import _objective, _Surplus, work
+
+    study = optuna.create_study(direction="maximize")
+    for _ in range(2):
+        study.ask()  # two trials running elsewhere
+    # Without a heartbeat nobody can tell whether they finish: the worker leaves.
+    assert work(study, settings(), n_trials=2, quiet=True) == 0
+    assert len(study.trials) == 2
+    # A trial started anyway (two workers racing) ends before it samples anything.
+    with pytest.raises(_Surplus):
+        study.optimize(_objective(settings(), 2, quiet=True), n_trials=1)
+    third = study.trials[2]
+    assert third.state == TrialState.FAIL and third.user_attrs == {"surplus": True}
+    assert third.params == {}
+
+
 # -- studies on SQLite, with worker processes ------------------------------------
 
 
