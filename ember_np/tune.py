@@ -47,6 +47,7 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import traceback
 import warnings
@@ -613,7 +614,7 @@ def summary(study: Any, top: int = 5) -> str:
         scores = ", ".join(f"{s:.1f}" for s in t.user_attrs.get("scores", []))
         params = " ".join(f"{k}={_fmt(v)}" for k, v in sorted(t.params.items()))
         lines.append(f"  trial {t.number:>4}  IQM {t.value:9.2f}  seeds [{scores}]")
-        lines.append(f"              {params}")
+        lines += textwrap.wrap(params, 96, initial_indent=" " * 14, subsequent_indent=" " * 14)
     found = importances(study)
     if found is None:
         lines.append("importances: need at least 2 complete trials")
