@@ -275,6 +275,16 @@ def test_journal_file_storage(tmp_path):
     assert len(done) == 2
 
 
+def test_a_plain_dqn_config_json_is_a_preset_too(tmp_path):
+    from ember_np.presets import get_preset
+
+    path = tmp_path / "mine.json"
+    config = DqnConfig(hidden_sizes=(16,), batch_size=8, min_replay_size=8)
+    path.write_text(json.dumps(config.to_dict()))
+    preset = get_preset(str(path))
+    assert preset.config == config and preset.name == "mine" and preset.steps == 100_000
+
+
 def test_bad_preset_files_are_refused_with_the_file_named(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     for text, problem in [("{", "not valid JSON"), ("[1]", "JSON object"),
