@@ -261,7 +261,6 @@ def evaluate_config(
     """
     import gymnasium as gym
 
-    import ember_np  # noqa: F401  registers the native envs
     from ember_np.dqn.agent import DqnAgent
     from ember_np.stats import iqm
     from ember_np.training.trainer import DqnTrainer
@@ -686,7 +685,6 @@ def add_tune_parser(sub: Any) -> None:
 def _settings(args: argparse.Namespace) -> TuneSettings:
     import gymnasium as gym
 
-    import ember_np  # noqa: F401  registers the native envs
     from ember_np.presets import preset_for_env
 
     env_id = args.env_id
