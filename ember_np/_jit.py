@@ -75,3 +75,24 @@ def inlined_exact_kernel(fn: F) -> F:
         nogil=True,
         inline="always",
     )(fn)
+
+
+def entry_point(dispatcher: Any, *args: Any) -> Callable[..., Any]:
+    """The compiled function ``dispatcher`` runs for the types of ``args``, callable directly.
+
+    A numba dispatcher types every argument of every call before it picks the
+    machine code. Arrays and numbers are typed in C, but a NamedTuple goes
+    through Python (about 1.3 us for one of seven arrays), which is more than
+    a whole replay push. A hot call whose argument types never change (the
+    object's own state tuples, validated float32 vectors, Python ints and
+    floats) resolves its entry point once with this function and calls it
+    directly: about 0.35 us for the same NamedTuple. The machine code is the
+    dispatcher's own, compiled or loaded from the disk cache here.
+
+    The caller guarantees that later calls pass the same types: the entry
+    point converts each argument to the type it was compiled for without
+    checking it as the dispatcher would.
+    """
+    sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+    dispatcher.compile(sig)
+    return dispatcher.overloads[sig].entry_point  # type: ignore[no-any-return]

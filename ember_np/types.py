@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from enum import IntEnum
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["EpisodeStatus", "Experience", "Policy", "ReplayBuffer"]
+__all__ = ["Batch", "EpisodeStatus", "Experience", "LearningAgent", "Policy", "ReplayBuffer"]
 
 
 class EpisodeStatus(IntEnum):
@@ -78,6 +80,23 @@ class Experience(NamedTuple):
         return self.status != EpisodeStatus.CONTINUING
 
 
+class Batch(NamedTuple):
+    """A mini-batch of transitions (what a replay buffer samples; one numba value in kernels).
+
+    obs, next_obs : ndarray of float32, shape (batch, obs_size)
+    actions : ndarray of int64, shape (batch,)
+    rewards : ndarray of float32, shape (batch,)
+    masks : ndarray of float32, shape (batch,)
+        Bootstrap masks: 0 for terminated transitions, 1 otherwise.
+    """
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    masks: np.ndarray
+
+
 @runtime_checkable
 class Policy(Protocol):
     """Anything that maps an observation to an action."""
@@ -112,3 +131,93 @@ class ReplayBuffer(Protocol):
     ) -> None: ...
 
     def sample(self, batch_size: int, rng: Any) -> Any: ...
+
+
+@runtime_checkable
+class LearningAgent(Protocol):
+    """What :class:`~ember_np.DqnTrainer` needs of an agent (ember-rl 0.3's ``LearningAgent``).
+
+    :class:`~ember_np.DqnAgent` implements it; the trainer uses nothing else.
+    The trainer's loop works on encoded observations and action indices, so
+    that each observation is encoded once: ``x = encode(obs)``, ``index =
+    act_encoded(x)``, ``env.step(index_to_action(index))``, ``observe_encoded``.
+    """
+
+    # -- acting
+    def act(self, obs: Any) -> Any:
+        """The greedy env action for a raw observation (evaluation)."""
+        ...
+
+    def act_epsilon_greedy(self, obs: Any, rng: Any = None) -> Any:
+        """The exploring env action for a raw observation."""
+        ...
+
+    def encode(self, obs: Any) -> np.ndarray:
+        """A raw observation in the form the other ``*_encoded`` methods take."""
+        ...
+
+    def act_encoded(self, x: np.ndarray) -> int:
+        """The exploring action index for an encoded observation."""
+        ...
+
+    def index_to_action(self, index: int) -> Any:
+        """The env action of an action index."""
+        ...
+
+    # -- learning
+    def observe(self, experience: Experience) -> bool:
+        """Learn from one raw transition; returns whether it trained."""
+        ...
+
+    def observe_encoded(
+        self, x: np.ndarray, index: int, reward: Any, nx: np.ndarray, status: int,
+        act_next: bool = False,
+    ) -> int:  # fmt: skip
+        """Learn from one encoded transition; with ``act_next`` returns the exploring
+        action index for ``nx`` (else 0)."""
+        ...
+
+    @property
+    def total_steps(self) -> int:
+        """Env steps observed so far."""
+        ...
+
+    @property
+    def n_updates(self) -> int:
+        """Gradient steps taken so far."""
+        ...
+
+    @property
+    def last_step_trained(self) -> bool:
+        """Whether the most recent observed step trained."""
+        ...
+
+    def epsilon_at(self, step: int) -> float:
+        """The exploration rate after ``step`` env steps."""
+        ...
+
+    # -- checkpoints
+    def save(self, path: str | os.PathLike[str], include_buffer: bool = False) -> Path:
+        """Write a checkpoint; returns its path."""
+        ...
+
+    def load(self, path: str | os.PathLike[str], include_buffer: bool = True) -> Any:
+        """Restore a checkpoint written by :meth:`save`."""
+        ...
+
+    # -- the fused compiled loop
+    def can_fuse(self, env: Any) -> bool:
+        """Whether :meth:`run_fused` can drive this native env."""
+        ...
+
+    def run_fused(self, env: Any, n_steps: int, loop: Any) -> int:
+        """``n_steps`` env steps in one compiled loop (see ``training/_fused.py``)."""
+        ...
+
+
+#: Every member of :class:`LearningAgent` (for error messages).
+LEARNING_AGENT_MEMBERS = (
+    "act", "act_epsilon_greedy", "encode", "act_encoded", "index_to_action", "observe",
+    "observe_encoded", "total_steps", "n_updates", "last_step_trained", "epsilon_at", "save",
+    "load", "can_fuse", "run_fused",
+)  # fmt: skip

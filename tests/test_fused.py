@@ -10,6 +10,7 @@ import pytest
 
 import ember_np.envs  # noqa: F401
 from ember_np import DqnAgent, DqnConfig, DqnTrainer, TrainingRun
+from ember_np.stats import EpisodeRecord, StatsTracker
 
 CONFIG = DqnConfig(
     hidden_sizes=(32, 32), learning_rate=1e-3, batch_size=32, buffer_capacity=3_000,
@@ -21,6 +22,18 @@ CONFIG = DqnConfig(
 def trainer(env_id="ember_np/CartPole-v1", config=CONFIG, seed=0, **kw):
     env = gym.make(env_id)
     return DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed, **kw)
+
+
+class Recorder(StatsTracker):
+    """A StatsTracker that also keeps every record it is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def update(self, record):
+        super().update(record)
+        self.records.append(record)
 
 
 def agent_state(agent):
@@ -43,14 +56,19 @@ def test_fused_is_chosen_for_native_envs_only():
 @pytest.mark.parametrize(
     "env_id", ["ember_np/CartPole-v1", "ember_np/Acrobot-v1", "ember_np/MountainCar-v0"]
 )
-def test_same_step_metrics_as_the_python_path(env_id):
+def test_same_episodes_updates_and_state_as_the_python_path(env_id):
     n = 3_000
-    python = list(itertools.islice(trainer(env_id, fused=False).steps(), n))
-    fused = trainer(env_id)._train_fused(n, record=True)
-    assert len(fused) == n
-    assert fused == python
-    assert sum(m.did_update for m in python) > 2_000
-    assert sum(m.episode_done for m in python) >= 3
+    a = trainer(env_id, fused=False, stats=Recorder())
+    python = list(itertools.islice(a.steps(), n))
+    b = trainer(env_id, stats=Recorder())
+    assert b.fused
+    b.train(n)
+    ended = [EpisodeRecord(m.episode_reward, m.episode_step, m.episode_status)
+             for m in python if m.episode_done]  # fmt: skip
+    assert b.stats.records == a.stats.records == ended
+    assert len(ended) >= 3
+    assert b.agent.n_updates == a.agent.n_updates == sum(m.did_update for m in python) > 2_000
+    assert agent_state(a.agent) == agent_state(b.agent)
 
 
 def test_same_agent_state_stats_and_run_files(tmp_path):
@@ -90,9 +108,11 @@ def test_same_agent_state_stats_and_run_files(tmp_path):
 def test_python_steps_and_fused_train_interleave():
     a, b = trainer(fused=False), trainer()
     ma = list(itertools.islice(a.steps(), 1_700))
-    mb = list(itertools.islice(b.steps(), 500)) + b._train_fused(700, record=True)
+    mb = list(itertools.islice(b.steps(), 500))
+    b.train(700)
+    assert b.fused and b.agent.total_steps == 1_200
     mb += list(itertools.islice(b.steps(), 500))
-    assert ma == mb
+    assert ma[:500] + ma[1_200:] == mb
     assert agent_state(a.agent) == agent_state(b.agent)
 
 

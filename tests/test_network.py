@@ -8,6 +8,7 @@ import pytest
 
 from ember_np import QNetwork, Rng
 from ember_np.dqn import network as nw
+from ember_np.types import Batch
 
 
 def make_batch(sizes, batch=16, seed=0, dtype=np.float32, terminal_every=5):
@@ -114,15 +115,22 @@ def test_bad_layer_sizes(bad):
 # -- gradients -----------------------------------------------------------------
 
 
-def kernel_loss_and_grads(net, target, batch, gamma, delta, double):
-    obs, actions, rewards, next_obs, masks = (np.ascontiguousarray(a) for a in batch)
-    params = flat64(net)
-    grads = np.zeros_like(params)
-    loss = nw._loss_and_grads(
-        params, flat64(target), net._sizes, obs, actions, rewards, next_obs, masks,
-        gamma, delta, double, grads,
-    )  # fmt: skip
-    return loss, grads
+def state64(params, target, sizes):
+    """A float64 NetState for the kernels (finite differences need float64)."""
+    n = params.size
+    return nw.NetState(params, target, np.asarray(sizes, dtype=np.int64), np.zeros(n),
+                       np.zeros(n), np.zeros(n), np.zeros(1, np.int64))  # fmt: skip
+
+
+NO_PER_SAMPLE = nw.PerSample(np.empty(0), np.empty(0), np.empty(0))
+
+
+def kernel_loss_and_grads(net, target, batch, gamma, delta, double, per=NO_PER_SAMPLE):
+    data = Batch(*(np.ascontiguousarray(a) for a in batch))
+    state = state64(flat64(net), flat64(target), net.layer_sizes)
+    hp = nw.update_settings(gamma, 1e-3, delta, double, None)
+    loss = nw._loss_and_grads(state, data, per, hp)
+    return loss, state.grads
 
 
 def reference_loss_fn(net, target, batch, gamma, delta, double):
@@ -227,9 +235,11 @@ def test_adam_matches_reference_over_several_steps():
     t = np.zeros(1, np.int64)
     ref = naive.Adam(n, lr=1e-2)
     ref_params = params.astype(np.float64)
+    g = np.zeros(n, np.float32)
+    state = nw.NetState(params, params, np.zeros(2, np.int64), g, m, v, t)
     for _ in range(25):
-        g = rng.standard_normal(n).astype(np.float32)
-        nw._adam_step(params, g, m, v, t, 1e-2, 0.9, 0.999, 1e-8)
+        g[:] = rng.standard_normal(n).astype(np.float32)
+        nw._adam_step(state, 1e-2)
         ref_params = ref.step(ref_params, g.astype(np.float64))
     assert t[0] == 25
     np.testing.assert_allclose(params, ref_params, rtol=2e-5, atol=2e-6)
@@ -250,11 +260,10 @@ def test_update_equals_reference_step(double):
     ref_adam = naive.Adam(ref_params.size, lr=1e-3)
     for step in range(3):
         expected_loss = loss_fn(ref_params)
-        grads = np.zeros_like(ref_params)
-        nw._loss_and_grads(
-            ref_params, flat64(target), net._sizes, *batch64, 0.99, 1.0, double, grads
-        )
-        ref_params = ref_adam.step(ref_params, naive.clip_grad_norm(grads, 10.0))
+        state = state64(ref_params, flat64(target), sizes)
+        hp = nw.update_settings(0.99, 1e-3, 1.0, double, 10.0)
+        nw._loss_and_grads(state, Batch(*batch64), NO_PER_SAMPLE, hp)
+        ref_params = ref_adam.step(ref_params, naive.clip_grad_norm(state.grads, 10.0))
         loss = net.update(
             *batch, target, gamma=0.99, learning_rate=1e-3, double_dqn=double, max_grad_norm=10.0
         )

@@ -16,11 +16,11 @@ from __future__ import annotations
 import operator
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ember_np._jit import kernel
+from ember_np._jit import entry_point, kernel
 from ember_np.checkpoint import (
     AGENT_FORMAT,
     FORMAT_VERSION,
@@ -30,17 +30,21 @@ from ember_np.checkpoint import (
     save_arrays,
     string_array,
 )
-from ember_np.dqn.config import DqnConfig
+from ember_np.dqn.config import DqnConfig, linear_epsilon
 from ember_np.dqn.network import (
+    NetState,
+    PerSample,
     QNetwork,
+    UpdateSettings,
     _all_finite,
     _greedy_action,
     _greedy_unchecked,
     _nonfinite_observation,
     _polyak,
     _update,
+    update_settings,
 )
-from ember_np.dqn.replay import CircularBuffer, _push, _sample
+from ember_np.dqn.replay import CircularBuffer, ReplayState, _push, _sample
 from ember_np.encoding import (
     DiscreteActionMapper,
     IndexActionMapper,
@@ -52,9 +56,61 @@ from ember_np.encoding import (
     mapper_from_description,
 )
 from ember_np.rng import Rng, next_below, next_double
-from ember_np.types import Experience, ReplayBuffer
+from ember_np.types import Batch, Experience, ReplayBuffer
 
 __all__ = ["DqnAgent"]
+
+
+class AgentSettings(NamedTuple):
+    """The agent's scalar settings, passed to kernels as one typed value.
+
+    Built only by :func:`agent_settings` (fixed Python types, so kernels taking
+    it compile once). Fields as :class:`DqnConfig`; ``gradient_steps`` is the
+    resolved count per training round and ``learning_starts`` the stored
+    transitions needed before the first one.
+    """
+
+    update: UpdateSettings
+    target_update_freq: int
+    train_freq: int
+    gradient_steps: int
+    learning_starts: int
+    batch_size: int
+    tau: float
+    epsilon_start: float
+    epsilon_end: float
+    epsilon_decay_steps: int
+
+
+def agent_settings(config: DqnConfig) -> AgentSettings:
+    """The kernels' view of ``config`` (the one place an AgentSettings is built)."""
+    c = config
+    return AgentSettings(
+        update_settings(c.gamma, c.learning_rate, c.huber_delta, c.double_dqn, c.max_grad_norm),
+        int(c.target_update_freq), int(c.train_freq), int(c.gradient_steps_per_train),
+        int(c.learning_starts), int(c.batch_size), float(c.tau), float(c.epsilon_start),
+        float(c.epsilon_end), int(c.epsilon_decay_steps),
+    )  # fmt: skip
+
+
+class AgentState(NamedTuple):
+    """Everything the agent's kernels read and write, as one value.
+
+    net : NetState (online network, target parameters, Adam)
+    replay : ReplayState, or None for a custom buffer (then no kernel takes it)
+    settings : AgentSettings
+    counters : ndarray of int64, shape (2,): total_steps, n_updates
+    replay_rng, explore_rng : ndarray of uint64, shape (4,): PCG64 states
+    out : ndarray of float64, shape (2,): last mean loss, whether the last step trained
+    """
+
+    net: NetState
+    replay: ReplayState | None
+    settings: AgentSettings
+    counters: np.ndarray
+    replay_rng: np.ndarray
+    explore_rng: np.ndarray
+    out: np.ndarray
 
 
 @kernel
@@ -62,6 +118,10 @@ def _epsilon_greedy(
     params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, epsilon: float, rng_state: np.ndarray
 ) -> int:
     """With probability epsilon a uniform random action index, else the greedy one.
+
+    params : float32 (num_params,); sizes : int64 (n_layers + 1,);
+    obs : float32 (obs_size,); epsilon : float in [0, 1];
+    rng_state : uint64 (4,), advanced in place.
 
     Draws u ~ U[0, 1) from ``rng_state`` whenever epsilon > 0, and a second
     number for the random action when u < epsilon. Returns -1 for an
@@ -75,143 +135,126 @@ def _epsilon_greedy(
 
 
 @kernel
-def _train_from_buffer(
-    storage: np.ndarray,
-    finals: np.ndarray,
-    size: int,
-    replay_state: np.ndarray,
-    n_steps: int,
-    batch_size: int,
-    params: np.ndarray,
-    target: np.ndarray,
-    sizes: np.ndarray,
-    grads: np.ndarray,
-    adam_m: np.ndarray,
-    adam_v: np.ndarray,
-    adam_t: np.ndarray,
-    gamma: float,
-    learning_rate: float,
-    huber_delta: float,
-    double_dqn: bool,
-    max_grad_norm: float,
-) -> float:
-    """``n_steps`` of (sample a batch from the first ``size`` slots, one DQN update).
-
-    Returns the mean loss of the steps.
-    """
-    n_obs = sizes[0]
-    obs = np.empty((batch_size, n_obs), dtype=np.float32)
-    next_obs = np.empty((batch_size, n_obs), dtype=np.float32)
-    actions = np.empty(batch_size, dtype=np.int64)
-    rewards = np.empty(batch_size, dtype=np.float32)
-    masks = np.empty(batch_size, dtype=np.float32)
-    total = 0.0
-    for _ in range(n_steps):
-        _sample(storage, finals, size, replay_state, obs, actions, rewards, next_obs, masks)
-        total += _update(
-            params, target, sizes, grads, adam_m, adam_v, adam_t,
-            obs, actions, rewards, next_obs, masks,
-            gamma, learning_rate, huber_delta, double_dqn, max_grad_norm,
-        )  # fmt: skip
-    return total / n_steps
-
-
-# Layout of the agent's config arrays, passed to kernels (numba freezes globals).
-# cfg_i: int64[7]
-_TARGET_UPDATE_FREQ, _TRAIN_FREQ, _N_PER_TRAIN, _LEARNING_STARTS, _BATCH, _DECAY, _DOUBLE = range(7)
-# cfg_f: float64[7]
-_GAMMA, _LR, _HUBER, _MAX_NORM, _TAU, _EPS_START, _EPS_END = range(7)
+def _epsilon_now(settings: AgentSettings, step: int) -> float:
+    """The exploration rate after ``step`` env steps (:func:`linear_epsilon`)."""
+    return linear_epsilon(
+        step, settings.epsilon_start, settings.epsilon_end, settings.epsilon_decay_steps
+    )
 
 
 @kernel
-def _epsilon_at(step: int, cfg_i: np.ndarray, cfg_f: np.ndarray) -> float:
-    """DqnConfig.epsilon_at in compiled code (linear decay, then flat)."""
-    decay = cfg_i[_DECAY]
-    if step >= decay:
-        return cfg_f[_EPS_END]
-    return cfg_f[_EPS_START] + (cfg_f[_EPS_END] - cfg_f[_EPS_START]) * (step / decay)
+def _act_explore(net: NetState, settings: AgentSettings, counters: np.ndarray, obs: np.ndarray,
+                 rng_state: np.ndarray) -> int:  # fmt: skip
+    """The epsilon-greedy action index for ``obs`` at step ``counters[0]``.
+
+    net : NetState (params and sizes are read); settings : AgentSettings;
+    counters : int64 (2,); obs : float32 (obs_size,); rng_state : uint64 (4,).
+    Returns -1 for a non-finite observation.
+    """
+    return _epsilon_greedy(
+        net.params, net.sizes, obs, _epsilon_now(settings, counters[0]), rng_state
+    )
+
+
+@kernel
+def _target_due(step: int, settings: AgentSettings) -> bool:
+    """Whether the target network is synced after env step ``step`` (from 1)."""
+    return step % settings.target_update_freq == 0
+
+
+@kernel
+def _train_due(step: int, stored: int, settings: AgentSettings) -> bool:
+    """Whether gradient steps are taken after env step ``step`` with ``stored`` transitions."""
+    return step % settings.train_freq == 0 and stored >= settings.learning_starts
+
+
+@kernel
+def _sync_target(net: NetState, tau: float) -> None:
+    """Copy (tau >= 1) or Polyak-average (tau < 1) ``net.params`` into ``net.target``."""
+    if tau >= 1.0:
+        net.target[:] = net.params
+    else:
+        _polyak(net.target, net.params, tau)
+
+
+@kernel
+def _train_from_buffer(
+    replay: ReplayState, rng_state: np.ndarray, net: NetState, n_steps: int, batch_size: int,
+    hp: UpdateSettings,
+) -> float:  # fmt: skip
+    """``n_steps`` of (sample a batch, one DQN update); returns their mean loss.
+
+    replay : ReplayState holding at least one transition (read only).
+    rng_state : uint64 (4,), the replay stream, advanced in place.
+    net : NetState, updated in place. n_steps, batch_size : int >= 1.
+    hp : UpdateSettings.
+    """
+    n_obs = net.sizes[0]
+    batch = Batch(
+        np.empty((batch_size, n_obs), dtype=np.float32),
+        np.empty(batch_size, dtype=np.int64),
+        np.empty(batch_size, dtype=np.float32),
+        np.empty((batch_size, n_obs), dtype=np.float32),
+        np.empty(batch_size, dtype=np.float32),
+    )
+    none = np.empty(0, dtype=np.float32)
+    per = PerSample(none, none, none)
+    total = 0.0
+    for _ in range(n_steps):
+        _sample(replay, rng_state, batch)
+        total += _update(net, batch, per, hp)
+    return total / n_steps
 
 
 @kernel
 def _agent_step(
-    storage: np.ndarray,
-    finals: np.ndarray,
-    cursor: np.ndarray,
-    n_actions: int,
+    agent: AgentState,
     obs: np.ndarray,
     action: int,
     reward: float,
     next_obs: np.ndarray,
     status: int,
     act_next: bool,
-    counters: np.ndarray,
-    cfg_i: np.ndarray,
-    cfg_f: np.ndarray,
-    replay_state: np.ndarray,
-    explore_state: np.ndarray,
-    params: np.ndarray,
-    target: np.ndarray,
-    sizes: np.ndarray,
-    grads: np.ndarray,
-    adam_m: np.ndarray,
-    adam_v: np.ndarray,
-    adam_t: np.ndarray,
-    out: np.ndarray,
 ) -> int:
     """One env step of the agent in one call.
 
-    Store the transition; count the step; every target_update_freq steps sync
-    the target (copy, or Polyak with tau < 1); every train_freq steps, once
-    the buffer holds learning_starts transitions, take the gradient steps;
-    then, if ``act_next``, pick the epsilon-greedy action for ``next_obs``.
+    agent : AgentState with a ReplayState; everything in it is updated in place.
+    obs, next_obs : float32 (obs_size,), C-contiguous; action : int;
+    reward : float; status : int (EpisodeStatus value): the transition,
+    validated by :func:`_push`.
+    act_next : bool, whether to pick the next action.
 
-    counters : int64 [total_steps, n_updates], updated in place.
-    out : float64 [mean loss of this step's training, 1.0 if it trained else 0.0].
+    Store the transition; count the step; sync the target when due
+    (:func:`_target_due`); train when due (:func:`_train_due`); then, if
+    ``act_next``, pick the epsilon-greedy action for ``next_obs``.
+    ``agent.out`` gets [mean loss of this step's training, 1.0 if it trained else 0.0].
     Returns the next action index (0 unless ``act_next``), or -code for a
     rejected transition (nothing stored, counted or trained then).
     """
-    code = _push(storage, finals, cursor, n_actions, obs, action, reward, next_obs, status)
+    code = _push(agent.replay, obs, action, reward, next_obs, status)
     if code != 0:
         return -code
+    counters = agent.counters
+    settings = agent.settings
     step = counters[0] + 1
     counters[0] = step
-    if step % cfg_i[_TARGET_UPDATE_FREQ] == 0:
-        tau = cfg_f[_TAU]
-        if tau >= 1.0:
-            target[:] = params
-        else:
-            _polyak(target, params, tau)
+    if _target_due(step, settings):
+        _sync_target(agent.net, settings.tau)
+    out = agent.out
     out[1] = 0.0
-    if step % cfg_i[_TRAIN_FREQ] == 0 and cursor[1] >= cfg_i[_LEARNING_STARTS]:
-        n = cfg_i[_N_PER_TRAIN]
+    if _train_due(step, agent.replay.cursor[1], settings):
+        n = settings.gradient_steps
         out[0] = _train_from_buffer(
-            storage, finals, cursor[1], replay_state, n, cfg_i[_BATCH],
-            params, target, sizes, grads, adam_m, adam_v, adam_t,
-            cfg_f[_GAMMA], cfg_f[_LR], cfg_f[_HUBER], cfg_i[_DOUBLE] != 0, cfg_f[_MAX_NORM],
-        )  # fmt: skip
+            agent.replay, agent.replay_rng, agent.net, n, settings.batch_size, settings.update
+        )
         counters[1] += n
         out[1] = 1.0
     if act_next:
         return _epsilon_greedy(
-            params, sizes, next_obs, _epsilon_at(step, cfg_i, cfg_f), explore_state
-        )
+            agent.net.params, agent.net.sizes, next_obs, _epsilon_now(settings, step),
+            agent.explore_rng,
+        )  # fmt: skip
     return 0
-
-
-@kernel
-def _act_explore(
-    params: np.ndarray,
-    sizes: np.ndarray,
-    obs: np.ndarray,
-    counters: np.ndarray,
-    cfg_i: np.ndarray,
-    cfg_f: np.ndarray,
-    explore_state: np.ndarray,
-) -> int:
-    """The epsilon-greedy action index for ``obs`` at the current step."""
-    return _epsilon_greedy(
-        params, sizes, obs, _epsilon_at(counters[0], cfg_i, cfg_f), explore_state
-    )
 
 
 class DqnAgent:
@@ -283,7 +326,10 @@ class DqnAgent:
         # Live state shared with the kernels, updated in place.
         self._counters = np.zeros(2, dtype=np.int64)  # total_steps, n_updates
         self._out = np.array([np.nan, 0.0])  # last mean loss, did the last step train
-        self.config = config  # sets the kernels' config arrays
+        # Compiled entry points of the per-step kernels, resolved at their first call.
+        self._step_entry: Any = None
+        self._explore_entry: Any = None
+        self.config = config  # sets the kernels' settings and state
 
     @property
     def config(self) -> DqnConfig:
@@ -300,22 +346,11 @@ class DqnAgent:
                 f"{self.online.layer_sizes[1:-1]}"
             )
         self._config = config
-        c = config
-        self._cfg_i = np.array(
-            [c.target_update_freq, c.train_freq, c.gradient_steps_per_train, c.learning_starts,
-             c.batch_size, c.epsilon_decay_steps, int(c.double_dqn)], dtype=np.int64,
-        )  # fmt: skip
-        self._cfg_f = np.array(
-            [c.gamma, c.learning_rate, c.huber_delta,
-             -1.0 if c.max_grad_norm is None else c.max_grad_norm,
-             c.tau, c.epsilon_start, c.epsilon_end], dtype=np.float64,
-        )  # fmt: skip
-        on = self.online
-        # Everything _agent_step takes after the transition, in order.
-        self._step_args = (
-            self._counters, self._cfg_i, self._cfg_f, self._replay_rng.state,
-            self._explore_rng.state, on._params, self.target._params, on._sizes, on._grads,
-            on._adam_m, on._adam_v, on._adam_t, self._out,
+        self._settings = agent_settings(config)
+        self._net = self.online.kernel_state(self.target)
+        self._state = AgentState(
+            self._net, self.buffer.kernel_state if self._fast_buffer else None, self._settings,
+            self._counters, self._replay_rng.state, self._explore_rng.state, self._out,
         )  # fmt: skip
 
     @classmethod
@@ -346,6 +381,11 @@ class DqnAgent:
         return int(self._counters[1])
 
     @property
+    def last_step_trained(self) -> bool:
+        """Whether the most recent observed step took gradient steps."""
+        return bool(self._out[1] != 0.0)
+
+    @property
     def last_loss(self) -> float:
         """Mean loss of the most recent training (NaN before the first)."""
         return float(self._out[0])
@@ -354,6 +394,10 @@ class DqnAgent:
     def epsilon(self) -> float:
         """The current exploration rate, ``config.epsilon_at(total_steps)``."""
         return self._config.epsilon_at(int(self._counters[0]))
+
+    def epsilon_at(self, step: int) -> float:
+        """The exploration rate after ``step`` env steps, ``config.epsilon_at(step)``."""
+        return self._config.epsilon_at(step)
 
     @property
     def exploration_rng(self) -> Rng:
@@ -368,8 +412,8 @@ class DqnAgent:
     # -- acting ----------------------------------------------------------------
     def act(self, obs: Any) -> Any:
         """The greedy action ``argmax_a Q(obs, a)``, as an env action."""
-        x = self._encode(obs)
-        index = _greedy_action(self.online._params, self.online._sizes, x)
+        x = self.encode(obs)
+        index = _greedy_action(self._net.params, self._net.sizes, x)
         if index < 0:
             raise _nonfinite_observation(x)
         return self.action_mapper.index_to_action(index)
@@ -380,19 +424,29 @@ class DqnAgent:
         ``rng`` defaults to the agent's own exploration stream (saved in
         checkpoints); pass another :class:`Rng` to draw from it instead.
         """
-        return self.action_mapper.index_to_action(self._act_index(self._encode(obs), rng))
+        return self.action_mapper.index_to_action(self.act_encoded(self.encode(obs), rng))
 
-    def _act_index(self, x: np.ndarray, rng: Rng | None = None) -> int:
+    def act_encoded(self, x: np.ndarray, rng: Rng | None = None) -> int:
+        """:meth:`act_epsilon_greedy` for an encoded observation; returns the action index.
+
+        ``x`` is what :meth:`encode` returned (float32, shape (obs_size,)).
+        """
         state = self._explore_rng.state if rng is None else rng.state
-        on = self.online
-        index = _act_explore(
-            on._params, on._sizes, x, self._counters, self._cfg_i, self._cfg_f, state
-        )
+        act = self._explore_entry
+        if act is None:  # same argument types every time: skip numba's dispatch
+            act = self._explore_entry = entry_point(
+                _act_explore, self._net, self._settings, self._counters, x, state
+            )
+        index = act(self._net, self._settings, self._counters, x, state)
         if index < 0:
             raise _nonfinite_observation(x)
         return index
 
-    def _encode(self, obs: Any) -> np.ndarray:
+    def index_to_action(self, index: int) -> Any:
+        """The env action of an action index (the action mapper's)."""
+        return self.action_mapper.index_to_action(index)
+
+    def encode(self, obs: Any) -> np.ndarray:
         """The encoder's output as a C-contiguous float32 vector of obs_size."""
         if self._flat_encoder:  # VecEncoder of a 1-D shape: encoding is this cast
             try:
@@ -423,16 +477,16 @@ class DqnAgent:
             code = operator.index(status)
         except TypeError:
             raise ValueError(f"status must be an EpisodeStatus, got {status!r}") from None
-        self._observe_encoded(
-            self._encode(obs),
+        self.observe_encoded(
+            self.encode(obs),
             self.action_mapper.action_to_index(action),
             reward,
-            self._encode(next_obs),
+            self.encode(next_obs),
             code,
         )
         return self._out[1] != 0.0
 
-    def _observe_encoded(
+    def observe_encoded(
         self,
         x: np.ndarray,
         index: int,
@@ -444,9 +498,10 @@ class DqnAgent:
         """:meth:`observe` for an encoded transition (the trainer's hot path).
 
         ``index`` and ``status`` are plain ints (an IntEnum would make numba
-        type-check slowly and compile another version). With ``act_next`` the
-        epsilon-greedy action index for ``nx`` is returned (else 0); whether
-        this step trained is ``self._out[1] != 0``.
+        type-check slowly and compile another version). ``x`` and ``nx`` are
+        what :meth:`encode` returned. With ``act_next`` the epsilon-greedy
+        action index for ``nx`` is returned (else 0); whether this step
+        trained is :attr:`last_step_trained`.
         """
         buf = self.buffer
         if self._fast_buffer:
@@ -454,25 +509,27 @@ class DqnAgent:
                 r = float(reward)
             except (TypeError, ValueError):
                 raise ValueError(f"reward must be a number, got {reward!r}") from None
-            result = _agent_step(
-                buf.storage, buf.finals, buf._cursor, buf.num_actions,
-                x, index, r, nx, status, act_next,
-                *self._step_args,
-            )  # fmt: skip
+            step = self._step_entry
+            if step is None:  # same argument types every time: skip numba's dispatch
+                step = self._step_entry = entry_point(
+                    _agent_step, self._state, x, index, r, nx, status, act_next
+                )
+            result = step(self._state, x, index, r, nx, status, act_next)
             if result < 0:
-                buf._raise_push_error(-result, index, r, x, nx, status)
+                buf.raise_push_error(-result, index, r, x, nx, status)
             return result
-        c = self._config
+        # A custom buffer: the same schedule as _agent_step, through Python.
+        settings = self._settings
         buf.push(x, index, reward, nx, status)
         step = int(self._counters[0]) + 1
         self._counters[0] = step
-        if step % c.target_update_freq == 0:
+        if _target_due.py_func(step, settings):
             self.sync_target()
         self._out[1] = 0.0
-        if step % c.train_freq == 0 and len(buf) >= c.learning_starts:
-            self.train_steps(c.gradient_steps_per_train)
+        if _train_due.py_func(step, len(buf), settings):
+            self.train_steps(settings.gradient_steps)
             self._out[1] = 1.0
-        return self._act_index(nx) if act_next else 0
+        return self.act_encoded(nx) if act_next else 0
 
     def sync_target(self) -> None:
         """Copy (tau = 1) or Polyak-average (tau < 1) the online weights into the target."""
@@ -485,14 +542,10 @@ class DqnAgent:
         """Take ``n`` gradient steps on replayed batches; returns their mean loss."""
         c = self._config
         on = self.online
-        clip = self._cfg_f[_MAX_NORM]
         if self._fast_buffer:
-            buf = self.buffer
             loss = _train_from_buffer(
-                buf.storage, buf.finals, len(buf), self._replay_rng.state, n, c.batch_size,
-                on._params, self.target._params, on._sizes, on._grads,
-                on._adam_m, on._adam_v, on._adam_t,
-                c.gamma, c.learning_rate, c.huber_delta, c.double_dqn, clip,
+                self.buffer.kernel_state, self._replay_rng.state, self._net, int(n),
+                int(c.batch_size), self._settings.update,
             )  # fmt: skip
         else:
             total = 0.0
@@ -508,12 +561,40 @@ class DqnAgent:
         self._out[0] = loss
         return float(loss)
 
+    # -- fused training ----------------------------------------------------------
+    def can_fuse(self, env: Any) -> bool:
+        """Whether :meth:`run_fused` can drive ``env``, a native env (``ember_np.envs``).
+
+        It can with the default CircularBuffer, VecEncoder and
+        IndexActionMapper(start=0), for an env of the network's sizes.
+        """
+        mapper = self.action_mapper
+        return (
+            self._fast_buffer
+            and self._flat_encoder
+            and type(mapper) is IndexActionMapper
+            and mapper.start == 0
+            and env.obs_size == self.online.obs_size
+            and env.n_actions == self.online.n_actions
+        )
+
+    def run_fused(self, env: Any, n_steps: int, loop: Any) -> int:
+        """``n_steps`` env steps of ``env`` and this agent in one compiled loop.
+
+        ``loop`` is the trainer's :class:`~ember_np.training._fused.FusedLoop`
+        (read and updated in place). Needs :meth:`can_fuse`. Returns 0, or
+        -code when the env produced a transition the buffer rejected.
+        """
+        from ember_np.training._fused import fused_steps
+
+        return int(fused_steps(int(n_steps), env.kernel_state, loop, self._state))
+
     # -- policies and checkpoints ------------------------------------------------
     def into_policy(self) -> Any:
         """An inference-only :class:`~ember_np.DqnPolicy` with a copy of the weights."""
         from ember_np.dqn.policy import DqnPolicy
 
-        return DqnPolicy(self.online.layer_sizes, self.online._params.copy(),
+        return DqnPolicy(self.online.layer_sizes, self.online.params.copy(),
                          self.encoder, self.action_mapper)  # fmt: skip
 
     def state_arrays(self, include_buffer: bool = False) -> dict[str, np.ndarray]:

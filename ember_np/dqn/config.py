@@ -8,7 +8,22 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DqnConfig"]
+from ember_np._jit import kernel
+
+__all__ = ["DqnConfig", "linear_epsilon"]
+
+
+@kernel
+def linear_epsilon(step: int, start: float, end: float, decay_steps: int) -> float:
+    """The epsilon schedule, the one definition of it (Python calls ``.py_func``).
+
+    step : int >= 0, env steps taken; start, end : float in [0, 1];
+    decay_steps : int >= 0.
+    eps(t) = start + (end - start) * min(t / decay_steps, 1): linear decay, then flat.
+    """
+    if step >= decay_steps:
+        return end
+    return start + (end - start) * (step / decay_steps)
 
 
 def _is_int(value: Any) -> bool:
@@ -17,6 +32,9 @@ def _is_int(value: Any) -> bool:
 
 def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+_linear_epsilon = linear_epsilon.py_func  # the same function, run by Python
 
 
 @dataclass(frozen=True)
@@ -148,12 +166,13 @@ class DqnConfig:
     def epsilon_at(self, step: int) -> float:
         """Exploration rate after ``step`` env steps: linear decay, then flat.
 
-        eps(t) = start + (end - start) * min(t / decay_steps, 1).
+        eps(t) = start + (end - start) * min(t / decay_steps, 1) (:func:`linear_epsilon`).
         """
-        if step >= self.epsilon_decay_steps:
-            return float(self.epsilon_end)
-        frac = step / self.epsilon_decay_steps
-        return float(self.epsilon_start + (self.epsilon_end - self.epsilon_start) * frac)
+        return float(
+            _linear_epsilon(
+                step, float(self.epsilon_start), float(self.epsilon_end), self.epsilon_decay_steps
+            )
+        )
 
     @property
     def learning_starts(self) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -25,8 +25,9 @@ from ember_np._blas import gemm
 from ember_np._jit import kernel
 from ember_np.encoding import nonfinite_observation as _nonfinite_observation
 from ember_np.rng import Rng
+from ember_np.types import Batch
 
-__all__ = ["QNetwork"]
+__all__ = ["NetState", "PerSample", "QNetwork", "UpdateSettings", "update_settings"]
 
 _F32 = np.dtype(np.float32)
 
@@ -41,14 +42,6 @@ ADAM_FLUSH = 1e-30  # Adam moments below this are set to 0 (see _adam_step)
 # Kernels. Parameter layout, layer l (0-based) mapping sizes[l] -> sizes[l+1]:
 #   W_l: sizes[l] * sizes[l+1] values, row-major (in, out); then b_l: sizes[l+1].
 # ---------------------------------------------------------------------------
-
-
-@kernel
-def _num_params(sizes: np.ndarray) -> int:
-    n = 0
-    for l in range(sizes.shape[0] - 1):
-        n += sizes[l] * sizes[l + 1] + sizes[l + 1]
-    return n
 
 
 @kernel
@@ -181,77 +174,175 @@ def _greedy_actions(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, out: n
         out[i] = _argmax(q[i])
 
 
-@kernel
-def _loss_and_grads(
-    params: np.ndarray,
-    target: np.ndarray,
-    sizes: np.ndarray,
-    obs: np.ndarray,
-    actions: np.ndarray,
-    rewards: np.ndarray,
-    next_obs: np.ndarray,
-    masks: np.ndarray,
-    gamma: float,
-    huber_delta: float,
-    double_dqn: bool,
-    grads: np.ndarray,
-) -> float:
-    """Mean Huber TD loss of a batch and its gradient w.r.t. every parameter.
+class NetState(NamedTuple):
+    """The arrays one DQN update reads and writes, passed to kernels as one value.
 
-    y_i = r_i + gamma * mask_i * Q_target(s'_i, a*_i), with
+    params : ndarray of float32, shape (num_params,)
+        The online network's parameters (layout above); updated in place.
+    target : ndarray of float32, shape (num_params,)
+        The target network's parameters (read only during an update).
+    sizes : ndarray of int64, shape (n_layers + 1,)
+        ``(obs_size, hidden..., n_actions)``.
+    grads : ndarray of float32, shape (num_params,)
+        Scratch for the gradient (overwritten by every update).
+    adam_m, adam_v : ndarray of float32, shape (num_params,)
+        Adam's first and second moments.
+    adam_t : ndarray of int64, shape (1,)
+        Adam's step count (the bias-correction ``t``).
+
+    Tests build one of float64 arrays for finite differences: every kernel
+    below works in the dtype of ``params``.
+    """
+
+    params: np.ndarray
+    target: np.ndarray
+    sizes: np.ndarray
+    grads: np.ndarray
+    adam_m: np.ndarray
+    adam_v: np.ndarray
+    adam_t: np.ndarray
+
+
+class UpdateSettings(NamedTuple):
+    """The scalar settings of one DQN update (build with :func:`update_settings`)."""
+
+    gamma: float
+    learning_rate: float
+    huber_delta: float
+    double_dqn: bool
+    max_grad_norm: float  # <= 0: no clipping
+
+
+def update_settings(
+    gamma: float, learning_rate: float, huber_delta: float, double_dqn: bool,
+    max_grad_norm: float | None,
+) -> UpdateSettings:  # fmt: skip
+    """The one place an :class:`UpdateSettings` is built: fixed Python types, so
+    kernels taking it compile once (an int where a float was would compile again)."""
+    clip = -1.0 if max_grad_norm is None else float(max_grad_norm)
+    return UpdateSettings(
+        float(gamma), float(learning_rate), float(huber_delta), bool(double_dqn), clip
+    )
+
+
+class PerSample(NamedTuple):
+    """Per-sample arrays of an update beyond the transitions; each may have length 0.
+
+    discounts : ndarray of float32, shape (batch,) or (0,)
+        When given, y_i = r_i + discounts_i * Q_target(s'_i, a*_i) (e.g.
+        gamma^m * mask for an m-step return); length 0: gamma * mask_i.
+    weights : ndarray of float32, shape (batch,) or (0,)
+        Non-negative importance weights: loss = mean_i w_i * Huber_i; length 0: all 1.
+    td_errors : ndarray of float32, shape (batch,) or (0,)
+        Filled with |y_i - Q(s_i, a_i)| (before the step) when of length batch.
+    """
+
+    discounts: np.ndarray
+    weights: np.ndarray
+    td_errors: np.ndarray
+
+
+@kernel
+def _td_targets(
+    net: NetState, batch: Batch, discounts: np.ndarray, hp: UpdateSettings, acts: np.ndarray,
+    y: np.ndarray,
+) -> None:  # fmt: skip
+    """TD targets of a batch: y_i = r_i + discount_i * Q_target(s'_i, a*_i).
+
+    net : NetState; params and target are read (any float dtype).
+    batch : Batch; obs/next_obs (B, obs_size), actions/rewards/masks (B,), float like params.
+    discounts : float (B,) or (0,); length 0 means discount_i = gamma * mask_i.
+    hp : UpdateSettings; gamma and double_dqn are read.
+    acts : scratch of the params dtype, at least B * sum(sizes[1:]) values.
+    y : float64 (B,), written.
+
     a*_i = argmax_a Q_target(s'_i, a), or argmax_a Q_online(s'_i, a) for
     double DQN; y is a constant (no gradient flows into the target).
-    loss = mean_i Huber(Q(s_i, a_i) - y_i), Huber(d) = d^2 / 2 for |d| <= delta,
-    else delta * (|d| - delta / 2). Writes d loss / d params into ``grads``
-    (same layout as ``params``) and returns the loss. Works in any float dtype
-    (float32 in production, float64 for finite-difference tests).
+    Assumes finite inputs (QNetwork.update checks them).
+    """
+    sizes = net.sizes
+    rewards = batch.rewards
+    batch_size = rewards.shape[0]
+    n_act = sizes[sizes.shape[0] - 1]
+    best = np.empty(batch_size, dtype=np.int64)
+    if hp.double_dqn:
+        q_off = _forward_into(net.params, sizes, batch.next_obs, acts)
+        q_next = acts[q_off : q_off + batch_size * n_act].reshape((batch_size, n_act))
+        for i in range(batch_size):
+            best[i] = _argmax(q_next[i])
+    q_off = _forward_into(net.target, sizes, batch.next_obs, acts)
+    q_next = acts[q_off : q_off + batch_size * n_act].reshape((batch_size, n_act))
+    if not hp.double_dqn:
+        for i in range(batch_size):
+            best[i] = _argmax(q_next[i])
+    if discounts.shape[0] == 0:
+        masks = batch.masks
+        for i in range(batch_size):
+            y[i] = rewards[i] + hp.gamma * masks[i] * q_next[i, best[i]]
+    else:
+        for i in range(batch_size):
+            y[i] = rewards[i] + discounts[i] * q_next[i, best[i]]
+
+
+@kernel
+def _huber_grad(
+    q: np.ndarray, actions: np.ndarray, y: np.ndarray, huber_delta: float, per: PerSample,
+    dq: np.ndarray,
+) -> float:  # fmt: skip
+    """Weighted mean Huber loss and its gradient w.r.t. the Q-values.
+
+    q : float (B, n_actions), the online Q-values; actions : int (B,) in [0, n_actions).
+    y : float64 (B,), the TD targets. huber_delta : float > 0.
+    per : PerSample; weights (B,) >= 0 or (0,) for all 1; td_errors (B,) or (0,),
+        written with |d_i| when of length B.
+    dq : float (B, n_actions), written: d loss / d q (zero except at (i, a_i)).
+
+    d_i = Q(s_i, a_i) - y_i; loss = mean_i w_i * Huber(d_i), Huber(d) = d^2 / 2
+    for |d| <= delta, else delta * (|d| - delta / 2);
+    d loss / d Q(s_i, a_i) = w_i * clip(d_i, -delta, delta) / B. Returns the loss.
+    """
+    batch_size = q.shape[0]
+    weights = per.weights
+    weighted = weights.shape[0] > 0
+    td_out = per.td_errors
+    write_td = td_out.shape[0] > 0
+    dq[:, :] = 0.0
+    loss = 0.0
+    inv_b = 1.0 / batch_size
+    for i in range(batch_size):
+        w = weights[i] if weighted else 1.0
+        d = q[i, actions[i]] - y[i]
+        ad = abs(d)
+        if write_td:
+            td_out[i] = ad
+        if ad <= huber_delta:
+            loss += w * (0.5 * d * d)
+            dq[i, actions[i]] = w * d * inv_b
+        else:
+            loss += w * (huber_delta * (ad - 0.5 * huber_delta))
+            dq[i, actions[i]] = w * (huber_delta if d > 0 else -huber_delta) * inv_b
+    return loss * inv_b
+
+
+@kernel
+def _backward(
+    params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, acts: np.ndarray, dq: np.ndarray,
+    grads: np.ndarray,
+) -> None:  # fmt: skip
+    """MLP backward pass from any gradient of the output layer.
+
+    params : float (num_params,); sizes : int64 (n_layers + 1,).
+    obs : float (B, obs_size), the input of the forward pass.
+    acts : the workspace :func:`_forward_into` filled for ``obs`` with these params.
+    dq : float (B, n_actions), d loss / d Q; rows may be sparse (zeros are skipped).
+    grads : float (num_params,), written with d loss / d params (same layout).
     """
     batch = obs.shape[0]
     n_layers = sizes.shape[0] - 1
     n_act = sizes[n_layers]
-    total = 0
     width = 0
     for l in range(1, n_layers + 1):
-        total += sizes[l]
         width = max(width, sizes[l])
-    acts = np.empty(batch * total, dtype=params.dtype)
-
-    # --- TD target -------------------------------------------------------
-    best = np.empty(batch, dtype=np.int64)
-    if double_dqn:
-        q_off = _forward_into(params, sizes, next_obs, acts)
-        q_next = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
-        for i in range(batch):
-            best[i] = _argmax(q_next[i])
-    q_off = _forward_into(target, sizes, next_obs, acts)
-    q_next = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
-    if not double_dqn:
-        for i in range(batch):
-            best[i] = _argmax(q_next[i])
-    y = np.empty(batch, dtype=np.float64)
-    for i in range(batch):
-        y[i] = rewards[i] + gamma * masks[i] * q_next[i, best[i]]
-
-    # --- online forward, keeping every layer's activation ------------------
-    q_off = _forward_into(params, sizes, obs, acts)
-    q = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
-
-    # --- Huber loss and its gradient w.r.t. Q(s_i, a_i) --------------------
-    # dHuber/dd = d for |d| <= delta, delta * sign(d) otherwise; mean -> / batch.
-    g = np.empty(batch, dtype=params.dtype)
-    loss = 0.0
-    inv_b = 1.0 / batch
-    for i in range(batch):
-        d = q[i, actions[i]] - y[i]
-        if abs(d) <= huber_delta:
-            loss += 0.5 * d * d
-            g[i] = d * inv_b
-        else:
-            loss += huber_delta * (abs(d) - 0.5 * huber_delta)
-            g[i] = (huber_delta if d > 0 else -huber_delta) * inv_b
-    loss *= inv_b
-
-    # --- backward ----------------------------------------------------------
     # Offsets of each layer's parameters and of its activation in ``acts``.
     p_offs = np.empty(n_layers, dtype=np.int64)
     a_offs = np.empty(n_layers, dtype=np.int64)
@@ -266,10 +357,10 @@ def _loss_and_grads(
     delta_a = np.empty(batch * width, dtype=params.dtype)
     delta_b = np.empty(batch * width, dtype=params.dtype)
 
-    # Output layer: dQ is zero except dQ[i, a_i] = g_i, so
-    # dW_L[:, a_i] += h_i * g_i, db_L[a_i] += g_i, dh_i = g_i * W_L[:, a_i].
-    # Work on transposed (n_actions, n_in) copies so the inner loops are
-    # contiguous and vectorise.
+    # Output layer: dW_L = h^T dQ, db_L = column sums of dQ, dh = dQ W_L^T.
+    # dQ is mostly zeros for DQN (only Q(s_i, a_i) enters the loss), so loop
+    # over its nonzeros, on transposed (n_actions, n_in) copies so the inner
+    # loops are contiguous and vectorise.
     last = n_layers - 1
     n_in = sizes[last]
     w_last, _ = _layer(params, sizes, p_offs[last], last)
@@ -281,29 +372,35 @@ def _loss_and_grads(
         h_in = acts[a_offs[last - 1] : a_offs[last - 1] + batch * n_in].reshape((batch, n_in))
     gw_t = np.zeros((n_act, n_in), dtype=params.dtype)
     for i in range(batch):
-        ai = actions[i]
-        gi = g[i]
-        gb[ai] += gi
-        row = gw_t[ai]
-        for k in range(n_in):
-            row[k] += h_in[i, k] * gi
+        for j in range(n_act):
+            gij = dq[i, j]
+            if gij != 0.0:
+                gb[j] += gij
+                row = gw_t[j]
+                for k in range(n_in):
+                    row[k] += h_in[i, k] * gij
     for k in range(n_in):
         for j in range(n_act):
             gw[k, j] = gw_t[j, k]
     if last == 0:
-        return loss
+        return
     w_t = gw_t  # reuse the scratch for W_L transposed
     for k in range(n_in):
         for j in range(n_act):
             w_t[j, k] = w_last[k, j]
     delta = delta_a[: batch * n_in].reshape((batch, n_in))
+    delta[:, :] = 0.0
     for i in range(batch):
-        gi = g[i]
-        w_row = w_t[actions[i]]
+        for j in range(n_act):
+            gij = dq[i, j]
+            if gij != 0.0:
+                w_row = w_t[j]
+                for k in range(n_in):
+                    delta[i, k] += gij * w_row[k]
+    for i in range(batch):
         for k in range(n_in):
             # dh through ReLU: zero where the activation was clipped at 0.
-            v = gi * w_row[k]
-            delta[i, k] = v if h_in[i, k] > 0.0 else 0.0
+            delta[i, k] = delta[i, k] if h_in[i, k] > 0.0 else 0.0
 
     # Hidden layers, from the top down: delta is dLoss/d(pre-activation).
     for l in range(last - 1, -1, -1):
@@ -339,6 +436,35 @@ def _loss_and_grads(
                     # a select, not a branch: the ReLU pattern is unpredictable
                     nxt[i, k] = nxt[i, k] if h_in[i, k] > 0.0 else 0.0
             delta = nxt
+
+
+@kernel
+def _loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> float:
+    """Weighted mean Huber TD loss of a batch; its gradient goes to ``net.grads``.
+
+    The whole update, in reading order: TD targets (:func:`_td_targets`), the
+    online forward pass keeping every activation (:func:`_forward_into`), the
+    per-sample loss gradient (:func:`_huber_grad`), the backward pass
+    (:func:`_backward`). Arguments as those kernels document; works in any
+    float dtype (float32 in production, float64 for finite-difference tests).
+    """
+    params = net.params
+    sizes = net.sizes
+    obs = batch.obs
+    batch_size = obs.shape[0]
+    n_layers = sizes.shape[0] - 1
+    n_act = sizes[n_layers]
+    total = 0
+    for l in range(1, n_layers + 1):
+        total += sizes[l]
+    acts = np.empty(batch_size * total, dtype=params.dtype)
+    y = np.empty(batch_size, dtype=np.float64)
+    _td_targets(net, batch, per.discounts, hp, acts, y)
+    q_off = _forward_into(params, sizes, obs, acts)
+    q = acts[q_off : q_off + batch_size * n_act].reshape((batch_size, n_act))
+    dq = np.empty((batch_size, n_act), dtype=params.dtype)
+    loss = _huber_grad(q, batch.actions, y, hp.huber_delta, per, dq)
+    _backward(params, sizes, obs, acts, dq, net.grads)
     return loss
 
 
@@ -346,8 +472,9 @@ def _loss_and_grads(
 def _clip_grad_norm(grads: np.ndarray, max_norm: float) -> float:
     """Scale ``grads`` so its global L2 norm is at most ``max_norm`` (torch rule).
 
-    coef = max_norm / (norm + 1e-6), applied when coef < 1. ``max_norm <= 0``
-    disables clipping. Returns the norm before clipping.
+    grads : float (num_params,), scaled in place. max_norm : float; <= 0
+    disables clipping. coef = max_norm / (norm + 1e-6), applied when coef < 1.
+    Returns the norm before clipping.
     """
     acc = np.float32(0.0)
     for i in range(grads.shape[0]):
@@ -363,33 +490,32 @@ def _clip_grad_norm(grads: np.ndarray, max_norm: float) -> float:
 
 
 @kernel
-def _adam_step(
-    params: np.ndarray,
-    grads: np.ndarray,
-    m: np.ndarray,
-    v: np.ndarray,
-    adam_t: np.ndarray,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-) -> None:
-    """One bias-corrected Adam step, as ``torch.optim.Adam`` (no weight decay).
+def _adam_step(net: NetState, lr: float) -> None:
+    """One bias-corrected Adam step of ``net.params`` along ``net.grads``, as
+    ``torch.optim.Adam`` (betas 0.9, 0.999, eps 1e-8, no weight decay).
+
+    net : NetState; params, adam_m, adam_v, adam_t are updated in place.
+    lr : float > 0.
 
     t += 1; m <- m + (1 - b1)(g - m); v <- b2 v + (1 - b2) g^2;
     p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
     """
+    params = net.params
+    grads = net.grads
+    m = net.adam_m
+    v = net.adam_v
+    adam_t = net.adam_t
     adam_t[0] += 1
     t = adam_t[0]
-    step_size = lr / (1.0 - beta1**t)
-    bc2_sqrt = math.sqrt(1.0 - beta2**t)
+    step_size = lr / (1.0 - ADAM_BETA1**t)
+    bc2_sqrt = math.sqrt(1.0 - ADAM_BETA2**t)
     dt = params.dtype.type
     s = dt(step_size)
     inv_bc2 = dt(1.0 / bc2_sqrt)
-    one_m_b1 = dt(1.0 - beta1)
-    b2 = dt(beta2)
-    one_m_b2 = dt(1.0 - beta2)
-    e = dt(eps)
+    one_m_b1 = dt(1.0 - ADAM_BETA1)
+    b2 = dt(ADAM_BETA2)
+    one_m_b2 = dt(1.0 - ADAM_BETA2)
+    e = dt(ADAM_EPS)
     tiny = dt(ADAM_FLUSH)
     zero = dt(0.0)
     for i in range(params.shape[0]):
@@ -407,34 +533,16 @@ def _adam_step(
 
 
 @kernel
-def _update(
-    params: np.ndarray,
-    target: np.ndarray,
-    sizes: np.ndarray,
-    grads: np.ndarray,
-    adam_m: np.ndarray,
-    adam_v: np.ndarray,
-    adam_t: np.ndarray,
-    obs: np.ndarray,
-    actions: np.ndarray,
-    rewards: np.ndarray,
-    next_obs: np.ndarray,
-    masks: np.ndarray,
-    gamma: float,
-    learning_rate: float,
-    huber_delta: float,
-    double_dqn: bool,
-    max_grad_norm: float,
-) -> float:
-    """Loss + gradients, clipping, Adam: one full DQN gradient step."""
-    loss = _loss_and_grads(
-        params, target, sizes, obs, actions, rewards, next_obs, masks,
-        gamma, huber_delta, double_dqn, grads,
-    )  # fmt: skip
-    _clip_grad_norm(grads, max_grad_norm)
-    _adam_step(
-        params, grads, adam_m, adam_v, adam_t, learning_rate, ADAM_BETA1, ADAM_BETA2, ADAM_EPS
-    )
+def _update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> float:
+    """One full DQN gradient step: loss and gradients, clipping, Adam.
+
+    Arguments as :func:`_loss_and_grads`; ``hp.learning_rate`` > 0 and
+    ``hp.max_grad_norm`` (<= 0: no clipping) are read too. Returns the loss
+    before the step.
+    """
+    loss = _loss_and_grads(net, batch, per, hp)
+    _clip_grad_norm(net.grads, hp.max_grad_norm)
+    _adam_step(net, hp.learning_rate)
     return loss
 
 
@@ -448,15 +556,15 @@ def _polyak(dst: np.ndarray, src: np.ndarray, tau: float) -> None:
 
 
 @kernel
-def _check_batch(
-    actions: np.ndarray,
-    n_actions: int,
-    obs: np.ndarray,
-    rewards: np.ndarray,
-    next_obs: np.ndarray,
-    masks: np.ndarray,
-) -> int:
-    """0 if the batch is valid; else 1 + index of the first offending field."""
+def _check_batch(batch: Batch, n_actions: int, per: PerSample) -> int:
+    """0 if the batch is valid; else 1 + index of the first offending field.
+
+    1: an action outside [0, n_actions); 2: a non-finite observation; 3: a
+    non-finite reward, mask, discount or weight; 4: a negative weight.
+    """
+    actions = batch.actions
+    obs = batch.obs
+    next_obs = batch.next_obs
     for i in range(actions.shape[0]):
         if actions[i] < 0 or actions[i] >= n_actions:
             return 1
@@ -464,8 +572,16 @@ def _check_batch(
         for j in range(obs.shape[1]):
             if not np.isfinite(obs[i, j]) or not np.isfinite(next_obs[i, j]):
                 return 2
-        if not np.isfinite(rewards[i]) or not np.isfinite(masks[i]):
+        if not np.isfinite(batch.rewards[i]) or not np.isfinite(batch.masks[i]):
             return 3
+    for i in range(per.discounts.shape[0]):
+        if not np.isfinite(per.discounts[i]):
+            return 3
+    for i in range(per.weights.shape[0]):
+        if not np.isfinite(per.weights[i]):
+            return 3
+        if per.weights[i] < 0.0:
+            return 4
     return 0
 
 
@@ -492,6 +608,36 @@ def _check_positive_float(name: str, value: Any) -> float:
     if not (v > 0.0 and math.isfinite(v)):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     return v
+
+
+_NONE = np.empty(0, dtype=np.float32)  # an absent per-sample array (never written)
+
+
+def _optional_per_sample(name: str, value: Any, batch: int) -> np.ndarray:
+    """A per-sample input as float32 (batch,), or an empty array when None."""
+    if value is None:
+        return _NONE
+    arr = _as_f32(value)
+    if arr.shape != (batch,):
+        raise ValueError(f"expected {name} of shape ({batch},), got {arr.shape}")
+    return arr
+
+
+def _td_errors_out(out: Any, batch: int) -> np.ndarray:
+    """The array the update writes |TD errors| into, or an empty one when None."""
+    if out is None:
+        return _NONE
+    if not isinstance(out, np.ndarray) or out.dtype != _F32 or not out.flags.c_contiguous:
+        raise ValueError(
+            "td_errors_out must be a C-contiguous float32 ndarray (e.g. "
+            f"np.empty({batch}, np.float32)), got {type(out).__name__}"
+            + (f" of dtype {out.dtype}" if isinstance(out, np.ndarray) else "")
+        )
+    if out.shape != (batch,):
+        raise ValueError(f"expected td_errors_out of shape ({batch},), got {out.shape}")
+    if not out.flags.writeable:
+        raise ValueError("td_errors_out must be writeable")
+    return out
 
 
 def _layer_sizes(layer_sizes: Sequence[int]) -> tuple[int, ...]:
@@ -578,6 +724,25 @@ class QNetwork:
     def adam_step(self) -> int:
         """Number of Adam steps taken so far (the bias-correction ``t``)."""
         return int(self._adam_t[0])
+
+    @property
+    def params(self) -> np.ndarray:
+        """All weights and biases as one live float32 vector (layer by layer, W then b)."""
+        return self._params
+
+    @property
+    def sizes_array(self) -> np.ndarray:
+        """:attr:`layer_sizes` as the int64 array kernels take."""
+        return self._sizes
+
+    def kernel_state(self, target: QNetwork) -> NetState:
+        """This network's arrays and ``target``'s parameters as one :class:`NetState`
+        (live views: kernels that take it update this network in place)."""
+        self._check_same_shape(target)
+        return NetState(
+            self._params, target._params, self._sizes, self._grads, self._adam_m,
+            self._adam_v, self._adam_t,
+        )  # fmt: skip
 
     # -- inference -----------------------------------------------------------
     def _obs(self, obs: Any, name: str = "obs") -> np.ndarray:
@@ -682,6 +847,9 @@ class QNetwork:
         huber_delta: float = 1.0,
         double_dqn: bool = False,
         max_grad_norm: float | None = None,
+        discounts: Any = None,
+        weights: Any = None,
+        td_errors_out: np.ndarray | None = None,
     ) -> float:
         """One DQN gradient step on a batch; returns the loss before the step.
 
@@ -702,11 +870,20 @@ class QNetwork:
             Pick a* with the online network, evaluate it with the target.
         max_grad_norm : float > 0 or None
             Clip the global gradient norm as ``torch.nn.utils.clip_grad_norm_``.
+        discounts : array_like of float32, shape (batch,), optional
+            Per-sample discounts: the target is ``y = r + discounts * Q_target(s', a*)``
+            and ``gamma`` and ``masks`` are not used for it (an n-step buffer
+            hands over ``gamma**m * mask``). Default ``gamma * masks``.
+        weights : array_like of float32, shape (batch,), optional
+            Non-negative per-sample weights: the loss is the batch mean of
+            ``weight * Huber`` (importance weights of prioritized replay). Default 1.
+        td_errors_out : ndarray of float32, shape (batch,), optional
+            Filled with ``|y - Q(s, a)|`` before the step (new priorities).
 
         Returns
         -------
         float
-            Mean Huber loss of the batch before the step.
+            (Weighted) mean Huber loss of the batch before the step.
 
         Raises
         ------
@@ -733,44 +910,36 @@ class QNetwork:
         for name, arr in (("actions", a), ("rewards", r), ("masks", m)):
             if arr.shape != (batch,):
                 raise ValueError(f"expected {name} of shape ({batch},), got {arr.shape}")
+        per = PerSample(
+            _optional_per_sample("discounts", discounts, batch),
+            _optional_per_sample("weights", weights, batch),
+            _td_errors_out(td_errors_out, batch),
+        )
         g = float(gamma)
         if not 0.0 <= g <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
         lr = _check_positive_float("learning_rate", learning_rate)
         delta = _check_positive_float("huber_delta", huber_delta)
         clip = (
-            -1.0 if max_grad_norm is None else _check_positive_float("max_grad_norm", max_grad_norm)
+            None if max_grad_norm is None else _check_positive_float("max_grad_norm", max_grad_norm)
         )
-        bad = _check_batch(a, self.n_actions, x, r, nx, m)
+        data = Batch(x, a, r, nx, m)
+        bad = _check_batch(data, self.n_actions, per)
         if bad == 1:
             raise ValueError(
                 f"actions must be in [0, {self.n_actions}), got values from {a.min()} to {a.max()}"
+            )
+        if bad == 4:
+            raise ValueError(
+                f"weights must be >= 0, got a minimum of {per.weights.min()}; "
+                "the network was not changed"
             )
         if bad:
             raise ValueError(
                 "the batch contains NaN or infinite values; the network was not changed"
             )
-        return float(
-            _update(
-                self._params,
-                target._params,
-                self._sizes,
-                self._grads,
-                self._adam_m,
-                self._adam_v,
-                self._adam_t,
-                x,
-                a,
-                r,
-                nx,
-                m,
-                g,
-                lr,
-                delta,
-                bool(double_dqn),
-                clip,
-            )  # fmt: skip
-        )
+        hp = update_settings(g, lr, delta, bool(double_dqn), clip)
+        return float(_update(self.kernel_state(target), data, per, hp))
 
     # -- state ---------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

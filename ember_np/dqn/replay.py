@@ -34,9 +34,9 @@ from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
-from ember_np._jit import kernel
+from ember_np._jit import entry_point, kernel
 from ember_np.rng import Rng, next_below
-from ember_np.types import EpisodeStatus
+from ember_np.types import Batch, EpisodeStatus
 
 __all__ = ["Batch", "CircularBuffer", "transition_dtype"]
 
@@ -61,23 +61,6 @@ def transition_dtype(obs_size: int, num_actions: int) -> np.dtype:
     )
 
 
-class Batch(NamedTuple):
-    """A sampled mini-batch.
-
-    obs, next_obs : ndarray of float32, shape (batch, obs_size)
-    actions : ndarray of int64, shape (batch,)
-    rewards : ndarray of float32, shape (batch,)
-    masks : ndarray of float32, shape (batch,)
-        Bootstrap masks: 0 for terminated transitions, 1 otherwise.
-    """
-
-    obs: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    next_obs: np.ndarray
-    masks: np.ndarray
-
-
 # Push error codes (0 = stored).
 _BAD_ACTION, _BAD_REWARD, _BAD_OBS, _BAD_NEXT_OBS, _BAD_STATUS = 1, 2, 3, 4, 5
 
@@ -93,6 +76,23 @@ _POS, _SIZE, _ROWS, _N_FREE, _PENDING = range(5)
 CURSOR_LEN = 5
 
 
+class ReplayState(NamedTuple):
+    """The buffer's arrays, passed to kernels as one value.
+
+    storage : ndarray of :func:`transition_dtype`, shape (capacity,)
+    finals : ndarray of float32, shape (capacity, obs_size)
+    cursor : ndarray of int64, shape (CURSOR_LEN + capacity,)
+        ``POS, SIZE, ROWS, N_FREE, PENDING``, then the stack of free finals rows.
+    num_actions : int
+        Actions are indices in ``[0, num_actions)``.
+    """
+
+    storage: np.ndarray
+    finals: np.ndarray
+    cursor: np.ndarray
+    num_actions: int
+
+
 @kernel
 def _release(cursor: np.ndarray, row: int) -> None:
     cursor[CURSOR_LEN + cursor[_N_FREE]] = row
@@ -101,10 +101,7 @@ def _release(cursor: np.ndarray, row: int) -> None:
 
 @kernel
 def _push(
-    storage: np.ndarray,
-    finals: np.ndarray,
-    cursor: np.ndarray,
-    n_actions: int,
+    buf: ReplayState,
     obs: np.ndarray,
     action: int,
     reward: float,
@@ -113,9 +110,18 @@ def _push(
 ) -> int:
     """Validate one transition, then write it at ``cursor[POS]`` and advance.
 
-    Returns 0, or an error code with nothing written.
+    buf : ReplayState; storage, finals and cursor are updated in place.
+    obs, next_obs : float32 (obs_size,), C-contiguous (the bits of ``obs`` are
+        compared with the previous transition's parked ``next_obs``).
+    action : int; reward : float; status : int (EpisodeStatus value).
+
+    Returns 0, or an error code (_BAD_ACTION ... _BAD_STATUS) with nothing
+    written: every value is checked here, so callers need not pre-validate.
     """
-    if action < 0 or action >= n_actions:
+    storage = buf.storage
+    finals = buf.finals
+    cursor = buf.cursor
+    if action < 0 or action >= buf.num_actions:
         return _BAD_ACTION
     if not np.isfinite(reward):
         return _BAD_REWARD
@@ -164,22 +170,25 @@ def _push(
 
 
 @kernel
-def _sample(
-    storage: np.ndarray,
-    finals: np.ndarray,
-    size: int,
-    rng_state: np.ndarray,
-    obs: np.ndarray,
-    actions: np.ndarray,
-    rewards: np.ndarray,
-    next_obs: np.ndarray,
-    masks: np.ndarray,
-) -> None:
-    """Gather ``len(actions)`` transitions drawn uniformly from the first ``size``.
+def _sample(buf: ReplayState, rng_state: np.ndarray, out: Batch) -> None:
+    """Gather ``len(out.actions)`` transitions drawn uniformly from the stored ones.
+
+    buf : ReplayState holding at least one transition (read only).
+    rng_state : uint64 (4,), a PCG64 state advanced in place (one draw per row).
+    out : Batch of B rows, written: obs/next_obs float32 (B, obs_size),
+        actions int64 (B,), rewards float32 (B,), masks float32 (B,) (0 where terminated).
 
     The copy is written out here rather than in a helper: a helper call per
     transition costs more than the gather itself.
     """
+    storage = buf.storage
+    finals = buf.finals
+    size = buf.cursor[_SIZE]
+    obs = out.obs
+    actions = out.actions
+    rewards = out.rewards
+    next_obs = out.next_obs
+    masks = out.masks
     n = obs.shape[1]
     capacity = storage.shape[0]
     for k in range(actions.shape[0]):
@@ -255,6 +264,15 @@ class CircularBuffer:
         # The counters _POS ... _PENDING, then the stack of released finals rows.
         self._cursor = np.zeros(CURSOR_LEN + self._capacity, dtype=np.int64)
         self._obs_shape = (self._obs_size,)
+        self._state = ReplayState(self.storage, self.finals, self._cursor, self._num_actions)
+        # Compiled entry points of _push and _sample, resolved at the first call.
+        self._push_entry: Any = None
+        self._sample_entry: Any = None
+
+    @property
+    def kernel_state(self) -> ReplayState:
+        """The buffer's live arrays as one :class:`ReplayState` (kernels update it in place)."""
+        return self._state
 
     @property
     def capacity(self) -> int:
@@ -357,9 +375,12 @@ class CircularBuffer:
         if o.shape != self._obs_shape or no.shape != self._obs_shape:
             _as_obs(obs, self._obs_size, "obs")
             _as_obs(next_obs, self._obs_size, "next_obs")
-        code = _push(self.storage, self.finals, self._cursor, self._num_actions, o, a, r, no, s)
+        push = self._push_entry
+        if push is None:  # same argument types every time: skip numba's dispatch
+            push = self._push_entry = entry_point(_push, self._state, o, a, r, no, s)
+        code = push(self._state, o, a, r, no, s)
         if code:
-            self._raise_push_error(code, a, r, o, no, s)
+            self.raise_push_error(code, a, r, o, no, s)
 
     def _raise_conversion_error(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, status: Any
@@ -373,7 +394,7 @@ class CircularBuffer:
                 raise ValueError(f"{name} must be an integer, got {value!r}") from None
         raise ValueError(f"reward must be a number, got {reward!r}")
 
-    def _raise_push_error(
+    def raise_push_error(
         self,
         code: int,
         action: int,
@@ -425,10 +446,39 @@ class CircularBuffer:
             raise ValueError(f"rng must be an ember_np.Rng, got {type(rng).__name__}")
         if out is None:
             out = self.empty_batch(b)
-        elif out.actions.shape != (b,) or out.obs.shape != (b, self._obs_size):
-            raise ValueError(f"out holds batches of {out.actions.shape[0]}, but batch_size is {b}")
-        _sample(self.storage, self.finals, size, rng.state, *out)
+        else:
+            self._check_out(out, b)
+        sample = self._sample_entry
+        if sample is None:  # same argument types every time: skip numba's dispatch
+            sample = self._sample_entry = entry_point(_sample, self._state, rng.state, out)
+        sample(self._state, rng.state, out)
         return out
+
+    def _check_out(self, out: Any, b: int) -> None:
+        """Raise ValueError unless ``out`` is a Batch of exactly :meth:`empty_batch`'s arrays."""
+        like = self.empty_batch(b)
+        if not isinstance(out, Batch):
+            raise ValueError(f"out must be a Batch (see empty_batch()), got {type(out).__name__}")
+        actions = out.actions
+        if isinstance(actions, np.ndarray) and actions.ndim == 1 and actions.shape != (b,):
+            raise ValueError(f"out holds batches of {actions.shape[0]}, but batch_size is {b}")
+        for name, arr, ref in zip(Batch._fields, out, like):
+            if (
+                not isinstance(arr, np.ndarray)
+                or arr.dtype != ref.dtype
+                or arr.shape != ref.shape
+                or not arr.flags.c_contiguous
+                or not arr.flags.writeable
+            ):
+                raise ValueError(
+                    f"out.{name} must be a writeable C-contiguous {ref.dtype} array of shape "
+                    f"{ref.shape} for batch_size {b} (see empty_batch()), got "
+                    + (
+                        f"{arr.dtype} of shape {arr.shape}"
+                        if isinstance(arr, np.ndarray)
+                        else type(arr).__name__
+                    )
+                )
 
     def empty_batch(self, batch_size: int) -> Batch:
         """Uninitialised arrays of the right shapes and dtypes for ``sample(out=...)``."""

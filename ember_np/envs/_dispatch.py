@@ -16,6 +16,8 @@ that dispatches on every step).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ember_np._jit import exact_kernel, inlined_exact_kernel
@@ -30,6 +32,23 @@ from ember_np.rng import next_below
 
 CARTPOLE, ACROBOT, MOUNTAINCAR = 0, 1, 2
 STATE_SIZE = 8
+
+
+class EnvState(NamedTuple):
+    """One native env as kernels see it (one value).
+
+    kind : int, CARTPOLE, ACROBOT or MOUNTAINCAR.
+    state : ndarray of float64, shape (STATE_SIZE,), the physical state.
+    counters : ndarray of int64, shape (2,); counters[0] counts the episode's steps.
+    rng : ndarray of uint64, shape (4,), the PCG64 state resets draw from.
+    max_steps : int, the time limit (0: none).
+    """
+
+    kind: int
+    state: np.ndarray
+    counters: np.ndarray
+    rng: np.ndarray
+    max_steps: int
 
 
 @inlined_exact_kernel

@@ -73,6 +73,12 @@ class NativeEnv(gym.Env):
         self._has_reset = False
 
     @property
+    def kernel_state(self) -> d.EnvState:
+        """This env's live arrays as one :class:`~ember_np.envs._dispatch.EnvState`."""
+        return d.EnvState(int(self.KIND), self.state, self.counters, self._rng.state,
+                          int(self.max_steps))  # fmt: skip
+
+    @property
     def rng(self) -> Rng:
         """The stream the resets draw from (gymnasium's ``np_random``, bit for bit)."""
         return self._rng

@@ -11,94 +11,88 @@ progress bar. Same kernels in the same order: the same results.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ember_np._jit import kernel
-from ember_np.dqn.agent import _agent_step, _epsilon_at, _epsilon_greedy
-from ember_np.envs._dispatch import env_reset, env_step
+from ember_np.dqn.agent import AgentState, _agent_step, _epsilon_greedy, _epsilon_now
+from ember_np.envs._dispatch import EnvState, env_reset, env_step
 
-# loop[]: the trainer's episode bookkeeping, read and written in place.
+# loop.ints[]: the trainer's episode bookkeeping, read and written in place.
 INDEX, EPISODE_STEP, EPISODE, N_RECORDS = range(4)
 
 
+class FusedLoop(NamedTuple):
+    """The trainer's side of a fused chunk, as one value.
+
+    x : ndarray of float32, shape (obs_size,)
+        The current observation (updated in place); ``ints[INDEX]`` its chosen action.
+    nx : ndarray of float32, shape (obs_size,)
+        Scratch for the next observation.
+    ints : ndarray of int64, shape (4,)
+        INDEX (action chosen for x), EPISODE_STEP, EPISODE, N_RECORDS (records written).
+    episode_reward : ndarray of float64, shape (1,)
+        Reward of the episode in progress.
+    rec_floats : ndarray of float64, shape (n, 2)
+        Each finished episode's total reward and the latest training loss
+        (``agent.out[0]``, NaN before the first update).
+    rec_ints : ndarray of int64, shape (n, 4)
+        Length, status, total_steps and episode index of each finished episode.
+    """
+
+    x: np.ndarray
+    nx: np.ndarray
+    ints: np.ndarray
+    episode_reward: np.ndarray
+    rec_floats: np.ndarray
+    rec_ints: np.ndarray
+
+
 @kernel
-def fused_steps(
-    n_steps: int,
-    kind: int,
-    env_state: np.ndarray,
-    env_counters: np.ndarray,
-    env_rng: np.ndarray,
-    max_steps: int,
-    x: np.ndarray,
-    nx: np.ndarray,
-    loop: np.ndarray,
-    episode_reward: np.ndarray,
-    rec_floats: np.ndarray,
-    rec_ints: np.ndarray,
-    step_log: np.ndarray,
-    storage: np.ndarray,
-    finals: np.ndarray,
-    cursor: np.ndarray,
-    n_actions: int,
-    counters: np.ndarray,
-    cfg_i: np.ndarray,
-    cfg_f: np.ndarray,
-    replay_state: np.ndarray,
-    explore_state: np.ndarray,
-    params: np.ndarray,
-    target: np.ndarray,
-    sizes: np.ndarray,
-    grads: np.ndarray,
-    adam_m: np.ndarray,
-    adam_v: np.ndarray,
-    adam_t: np.ndarray,
-    out: np.ndarray,
-) -> int:
+def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState) -> int:
     """Run ``n_steps`` env steps of training; returns 0, or -code on a rejected step.
 
-    x : float32 (obs_size,)
-        The current observation (updated in place); ``loop[INDEX]`` its chosen action.
-    rec_floats, rec_ints : float64 (n, 2), int64 (n, 4)
-        Finished episodes: total reward, the latest training loss (``out[0]``,
-        NaN before the first update); length, status, total_steps, episode index.
-    step_log : float64 (n, 2) or (0, 2)
-        When it has n rows: each step's reward and (did_update * 4 + status).
+    n_steps : int, at most ``loop.rec_floats.shape[0]`` (one record per step at most).
+    env : EnvState of a native env that has been reset (updated in place).
+    loop : FusedLoop (updated in place); ``loop.x`` is env's current observation.
+    agent : AgentState with a ReplayState (updated in place), sized for env's
+        observations and actions.
     """
-    log = step_log.shape[0] > 0
-    for s in range(n_steps):
-        index = loop[INDEX]
-        reward, terminated, truncated = env_step(kind, env_state, env_counters, index, nx,
-                                                 max_steps)  # fmt: skip
+    x = loop.x
+    nx = loop.nx
+    ints = loop.ints
+    episode_reward = loop.episode_reward
+    counters = agent.counters
+    for _ in range(n_steps):
+        index = ints[INDEX]
+        reward, terminated, truncated = env_step(env.kind, env.state, env.counters, index, nx,
+                                                 env.max_steps)  # fmt: skip
         code = 1 if terminated else (2 if truncated else 0)
-        next_index = _agent_step(
-            storage, finals, cursor, n_actions, x, index, reward, nx, code, code == 0,
-            counters, cfg_i, cfg_f, replay_state, explore_state,
-            params, target, sizes, grads, adam_m, adam_v, adam_t, out,
-        )  # fmt: skip
+        next_index = _agent_step(agent, x, index, reward, nx, code, code == 0)
         if next_index < 0:
             return next_index
         episode_reward[0] += reward
-        loop[EPISODE_STEP] += 1
-        if log:
-            step_log[s, 0] = reward
-            step_log[s, 1] = out[1] * 4.0 + code
+        ints[EPISODE_STEP] += 1
         if code == 0:
             x[:] = nx
-            loop[INDEX] = next_index
+            ints[INDEX] = next_index
             continue
-        r = loop[N_RECORDS]
-        rec_floats[r, 0] = episode_reward[0]
-        rec_floats[r, 1] = out[0]
-        rec_ints[r, 0] = loop[EPISODE_STEP]
-        rec_ints[r, 1] = code
-        rec_ints[r, 2] = counters[0]
-        rec_ints[r, 3] = loop[EPISODE]
-        loop[N_RECORDS] = r + 1
-        loop[EPISODE] += 1
-        env_reset(kind, env_state, env_counters, env_rng, x)
-        loop[EPISODE_STEP] = 0
+        r = ints[N_RECORDS]
+        loop.rec_floats[r, 0] = episode_reward[0]
+        loop.rec_floats[r, 1] = agent.out[0]
+        loop.rec_ints[r, 0] = ints[EPISODE_STEP]
+        loop.rec_ints[r, 1] = code
+        loop.rec_ints[r, 2] = counters[0]
+        loop.rec_ints[r, 3] = ints[EPISODE]
+        ints[N_RECORDS] = r + 1
+        ints[EPISODE] += 1
+        env_reset(env.kind, env.state, env.counters, env.rng, x)
+        ints[EPISODE_STEP] = 0
         episode_reward[0] = 0.0
-        loop[INDEX] = _epsilon_greedy(
-            params, sizes, x, _epsilon_at(counters[0], cfg_i, cfg_f), explore_state
-        )
+        net = agent.net
+        ints[INDEX] = _epsilon_greedy(
+            net.params, net.sizes, x, _epsilon_now(agent.settings, counters[0]),
+            agent.explore_rng,
+        )  # fmt: skip
     return 0

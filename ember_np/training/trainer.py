@@ -26,10 +26,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ember_np.dqn.agent import DqnAgent
 from ember_np.stats import EpisodeRecord, EvalReport, StatsTracker
 from ember_np.training.run import TrainingRun
-from ember_np.types import EpisodeStatus
+from ember_np.types import LEARNING_AGENT_MEMBERS as _AGENT_MEMBERS
+from ember_np.types import EpisodeStatus, LearningAgent
 
 __all__ = ["DqnTrainer", "StepMetrics"]
 
@@ -77,7 +77,9 @@ class DqnTrainer:
     ----------
     env : gymnasium.Env
         The training environment (``reset(seed=...)``, ``step(action)``).
-    agent : DqnAgent
+    agent : LearningAgent
+        A :class:`~ember_np.DqnAgent`, or any agent implementing the protocol;
+        the trainer uses nothing else of it.
     seed : int
         Seeds the first ``env.reset`` (and the eval env's first reset, with seed + 1).
     run : TrainingRun, optional
@@ -106,7 +108,7 @@ class DqnTrainer:
     def __init__(
         self,
         env: Any,
-        agent: DqnAgent,
+        agent: LearningAgent,
         seed: int = 0,
         run: TrainingRun | None = None,
         checkpoint_freq: int = 10_000,
@@ -116,8 +118,12 @@ class DqnTrainer:
         save_buffer: bool = True,
         fused: bool | None = None,
     ) -> None:
-        if not isinstance(agent, DqnAgent):
-            raise ValueError(f"agent must be a DqnAgent, got {type(agent).__name__}")
+        if not isinstance(agent, LearningAgent):
+            missing = [name for name in _AGENT_MEMBERS if not hasattr(agent, name)]
+            raise ValueError(
+                f"agent must be a DqnAgent or implement LearningAgent, got "
+                f"{type(agent).__name__} (missing {missing})"
+            )
         for method in ("reset", "step"):
             if not callable(getattr(env, method, None)):
                 raise ValueError(
@@ -168,35 +174,24 @@ class DqnTrainer:
         run.update_metadata(steps, self._episode)
 
     def _fusable_env(self) -> Any:
-        """The native env the compiled loop can drive for this agent, or None."""
-        from ember_np.encoding import IndexActionMapper
+        """The native env the agent's compiled loop can drive, or None."""
         from ember_np.envs.native import unwrap_native
 
         native = unwrap_native(self._env)
-        agent = self._agent
-        mapper = agent.action_mapper
-        if (
-            native is None
-            or not agent._fast_buffer
-            or not agent._flat_encoder
-            or type(mapper) is not IndexActionMapper
-            or mapper.start != 0
-            or native.obs_size != agent.online.obs_size
-            or native.n_actions != agent.online.n_actions
-        ):
+        if native is None or not self._agent.can_fuse(native):
             return None
         return native
 
     # -- accessors ----------------------------------------------------------------
     @property
-    def agent(self) -> DqnAgent:
+    def agent(self) -> LearningAgent:
         return self._agent
 
     @property
     def env(self) -> Any:
         return self._env
 
-    def into_agent(self) -> DqnAgent:
+    def into_agent(self) -> LearningAgent:
         """The trained agent (e.g. ``trainer.into_agent().into_policy()``)."""
         return self._agent
 
@@ -243,7 +238,7 @@ class DqnTrainer:
         ``loss`` the most recent training loss, left out before the first
         update (JSON has no NaN). The dashboard charts both.
         """
-        extras = {"epsilon": self._agent._config.epsilon_at(total_steps)}
+        extras = {"epsilon": self._agent.epsilon_at(total_steps)}
         if not math.isnan(loss):
             extras["loss"] = loss
         return extras
@@ -257,8 +252,8 @@ class DqnTrainer:
             obs, _ = self._env.reset()
         self._episode_step = 0
         self._episode_reward = 0.0
-        self._x = self._agent._encode(obs)
-        self._index = self._agent._act_index(self._x)
+        self._x = self._agent.encode(obs)
+        self._index = self._agent.act_encoded(self._x)
 
     def _step(self, metrics: bool = True) -> StepMetrics | None:
         """One env step with all bookkeeping; the StepMetrics only if ``metrics``.
@@ -272,28 +267,26 @@ class DqnTrainer:
         agent = self._agent
         x = self._x
         index = self._index
-        next_obs, reward, terminated, truncated, _ = self._env.step(
-            agent.action_mapper.index_to_action(index)
-        )
+        next_obs, reward, terminated, truncated, _ = self._env.step(agent.index_to_action(index))
         code = 1 if terminated else (2 if truncated else 0)  # EpisodeStatus values
-        nx = agent._encode(next_obs)
-        next_index = agent._observe_encoded(x, index, reward, nx, code, code == 0)
+        nx = agent.encode(next_obs)
+        next_index = agent.observe_encoded(x, index, reward, nx, code, code == 0)
         reward = float(reward)
         self._episode_reward += reward
         self._episode_step += 1
-        total = int(agent._counters[0])
+        total = agent.total_steps
         result = None
         if metrics:
             result = StepMetrics(
                 total, self._episode, self._episode_step, reward, self._episode_reward,
                 # the action was picked before this step was counted
-                agent._config.epsilon_at(total - 1), agent._out[1] != 0.0, code != 0,
+                agent.epsilon_at(total - 1), agent.last_step_trained, code != 0,
                 _STATUSES[code],
             )  # fmt: skip
         if code:
             record = EpisodeRecord(
                 self._episode_reward, self._episode_step, _STATUSES[code],
-                self._episode_extras(total, float(agent._out[0])),
+                self._episode_extras(total, agent.last_loss),
             )  # fmt: skip
             self.stats.update(record)
             if self.run is not None:
@@ -307,94 +300,54 @@ class DqnTrainer:
             self.checkpoint()
         return result
 
-    def _train_fused(self, n: int, record: bool = False) -> list[StepMetrics] | None:
-        """``n`` steps through the compiled loop; the StepMetrics too if ``record``.
+    def _train_fused(self, n: int) -> None:
+        """``n`` steps through the agent's compiled loop (:meth:`LearningAgent.run_fused`).
 
         Chunks end at checkpoint steps, so logs and checkpoints are written at
         the same steps, with the same contents, as the Python path writes them.
         """
-        from ember_np.training._fused import fused_steps
+        from ember_np.training._fused import FusedLoop
 
         if self._x is None:
             self._reset()
-        native = self._native
         agent = self._agent
-        buf = agent.buffer
-        metrics: list[StepMetrics] | None = [] if record else None
         remaining = n
         while remaining > 0:
-            total = int(agent._counters[0])
+            total = agent.total_steps
             chunk = min(remaining, FUSED_CHUNK)
             if self.run is not None:
                 chunk = min(chunk, self.checkpoint_freq - total % self.checkpoint_freq)
             x = np.array(self._x, dtype=np.float32)
-            loop = np.array([self._index, self._episode_step, self._episode, 0], dtype=np.int64)
-            episode_reward = np.array([self._episode_reward])
-            rec_floats = np.empty((chunk, 2))
-            rec_ints = np.empty((chunk, 4), dtype=np.int64)
-            step_log = np.empty((chunk if record else 0, 2))
-            start = (self._episode, self._episode_step, self._episode_reward)
-            code = fused_steps(
-                chunk, native.KIND, native.state, native.counters, native.rng.state,
-                native.max_steps, x, np.empty_like(x), loop, episode_reward, rec_floats,
-                rec_ints, step_log, buf.storage, buf.finals, buf._cursor,
-                buf.num_actions, *agent._step_args,
+            loop = FusedLoop(
+                x, np.empty_like(x),
+                np.array([self._index, self._episode_step, self._episode, 0], dtype=np.int64),
+                np.array([self._episode_reward]), np.empty((chunk, 2)),
+                np.empty((chunk, 4), dtype=np.int64),
             )  # fmt: skip
+            code = agent.run_fused(self._native, chunk, loop)
+            ints = loop.ints
             self._x = x
-            self._index = int(loop[0])
-            self._episode_step = int(loop[1])
-            self._episode = int(loop[2])
-            self._episode_reward = float(episode_reward[0])
-            for r in range(int(loop[3])):
-                length, status, steps, episode = (int(v) for v in rec_ints[r])
-                record_ = EpisodeRecord(
-                    float(rec_floats[r, 0]), length, _STATUSES[status],
-                    self._episode_extras(steps, float(rec_floats[r, 1])),
+            self._index = int(ints[0])
+            self._episode_step = int(ints[1])
+            self._episode = int(ints[2])
+            self._episode_reward = float(loop.episode_reward[0])
+            for r in range(int(ints[3])):
+                length, status, steps, episode = (int(v) for v in loop.rec_ints[r])
+                record = EpisodeRecord(
+                    float(loop.rec_floats[r, 0]), length, _STATUSES[status],
+                    self._episode_extras(steps, float(loop.rec_floats[r, 1])),
                 )  # fmt: skip
-                self.stats.update(record_)
+                self.stats.update(record)
                 if self.run is not None:
-                    self.run.log_train_episode(record_, episode, steps)
+                    self.run.log_train_episode(record, episode, steps)
             if code < 0:
                 raise ValueError(
                     f"the environment produced a transition the replay buffer rejected "
                     f"(error {-code}: a non-finite observation or reward)"
                 )
-            if metrics is not None:
-                metrics += self._replay_metrics(total, start, step_log)
-            if self.run is not None and int(agent._counters[0]) % self.checkpoint_freq == 0:
+            if self.run is not None and agent.total_steps % self.checkpoint_freq == 0:
                 self.checkpoint()
             remaining -= chunk
-        return metrics
-
-    def _replay_metrics(
-        self, total: int, start: tuple[int, int, float], step_log: np.ndarray
-    ) -> list[StepMetrics]:
-        """Rebuild the StepMetrics of a fused chunk from its per-step log."""
-        episode, episode_step, episode_reward = start
-        epsilon_at = self._agent._config.epsilon_at
-        out = []
-        for s in range(step_log.shape[0]):
-            reward = float(step_log[s, 0])
-            flags = int(step_log[s, 1])
-            code = flags % 4
-            episode_step += 1
-            episode_reward += reward
-            out.append(
-                StepMetrics(
-                    total + s + 1,
-                    episode,
-                    episode_step,
-                    reward,
-                    episode_reward,
-                    epsilon_at(total + s),
-                    flags >= 4,
-                    code != 0,
-                    _STATUSES[code],
-                )  # fmt: skip
-            )
-            if code:
-                episode, episode_step, episode_reward = episode + 1, 0, 0.0
-        return out
 
     def checkpoint(self) -> None:
         """Save ``step_<N>.npz`` and ``latest.npz``, prune, update metadata (needs a run).
