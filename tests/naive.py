@@ -28,27 +28,67 @@ def huber(d: np.ndarray, delta: float) -> np.ndarray:
 
 
 def td_targets(
-    weights, biases, t_weights, t_biases, rewards, next_obs, masks, gamma, double_dqn
-) -> np.ndarray:
+    weights, biases, t_weights, t_biases, rewards, next_obs, masks, gamma, double_dqn,
+    discounts=None,
+) -> np.ndarray:  # fmt: skip
+    """y = r + discount * Q_target(s', a*); discount = gamma * mask unless given."""
     q_next_target = forward(t_weights, t_biases, next_obs)
     if double_dqn:
         best = np.argmax(forward(weights, biases, next_obs), axis=1)
     else:
         best = np.argmax(q_next_target, axis=1)
-    return rewards + gamma * masks * q_next_target[np.arange(len(best)), best]
+    if discounts is None:
+        discounts = gamma * masks
+    return rewards + discounts * q_next_target[np.arange(len(best)), best]
 
 
 def dqn_loss(
     weights, biases, t_weights, t_biases, obs, actions, rewards, next_obs, masks,
-    gamma, huber_delta=1.0, double_dqn=False,
+    gamma, huber_delta=1.0, double_dqn=False, discounts=None, sample_weights=None,
 ) -> float:  # fmt: skip
-    """Mean Huber TD loss, the function the manual backprop differentiates."""
+    """Mean (weighted) Huber TD loss, the function the manual backprop differentiates."""
     y = td_targets(
-        weights, biases, t_weights, t_biases, rewards, next_obs, masks, gamma, double_dqn
-    )
+        weights, biases, t_weights, t_biases, rewards, next_obs, masks, gamma, double_dqn,
+        discounts,
+    )  # fmt: skip
     q = forward(weights, biases, obs)
     d = q[np.arange(len(actions)), actions] - y
-    return float(np.mean(huber(d, huber_delta)))
+    w = np.ones(len(d)) if sample_weights is None else sample_weights
+    return float(np.mean(w * huber(d, huber_delta)))
+
+
+def dqn_loss_and_grads(
+    weights, biases, t_weights, t_biases, obs, actions, rewards, next_obs, masks,
+    gamma, huber_delta=1.0, double_dqn=False, discounts=None, sample_weights=None,
+):  # fmt: skip
+    """Loss, flat gradient (W0, b0, W1, b1, ...) and |TD errors|, by plain backprop.
+
+    Written independently of the kernels: keep every layer's activation, then
+    delta = dLoss/dQ (nonzero only at the taken actions), and for each layer
+    from the top: dW = h^T delta, db = sum(delta), delta <- (delta W^T) * relu'(h).
+    """
+    y = td_targets(
+        weights, biases, t_weights, t_biases, rewards, next_obs, masks, gamma, double_dqn,
+        discounts,
+    )  # fmt: skip
+    hs = [obs]
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        z = hs[-1] @ w + b
+        hs.append(relu(z) if i < len(weights) - 1 else z)
+    q = hs[-1]
+    rows = np.arange(len(actions))
+    d = q[rows, actions] - y
+    sw = np.ones(len(d)) if sample_weights is None else sample_weights
+    loss = float(np.mean(sw * huber(d, huber_delta)))
+    dq = np.zeros_like(q)
+    dq[rows, actions] = sw * np.clip(d, -huber_delta, huber_delta) / len(d)
+    delta = dq
+    parts = []
+    for i in range(len(weights) - 1, -1, -1):
+        parts = [(hs[i].T @ delta).ravel(), delta.sum(axis=0)] + parts
+        if i > 0:
+            delta = (delta @ weights[i].T) * (hs[i] > 0)
+    return loss, np.concatenate(parts), np.abs(d)
 
 
 def unflatten(flat: np.ndarray, sizes) -> tuple[list[np.ndarray], list[np.ndarray]]:

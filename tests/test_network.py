@@ -463,3 +463,193 @@ def test_matches_torch_over_a_few_updates():
             net.weights[i], lin.weight.detach().numpy().T, rtol=1e-4, atol=1e-5
         )
         np.testing.assert_allclose(net.biases[i], lin.bias.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+# -- per-sample discounts, weights and |TD errors| ------------------------------
+
+HIDDEN = [(3, 6, 2), (3, 6, 5, 3), (4, 6, 5, 4, 2)]
+HIDDEN_IDS = ["1 hidden", "2 hidden", "3 hidden"]
+
+
+def per_sample(batch_size, seed, dtype=np.float32):
+    """Discounts like an n-step buffer's (gamma^m * mask), weights in [0, 2) with a zero."""
+    rng = np.random.default_rng(seed)
+    discounts = (0.9 ** rng.integers(1, 4, batch_size) * (rng.random(batch_size) > 0.2)).astype(
+        dtype
+    )
+    weights = (rng.random(batch_size) * 2).astype(dtype)
+    weights[0] = 0.0
+    return discounts, weights
+
+
+@pytest.mark.parametrize("sizes", HIDDEN, ids=HIDDEN_IDS)
+@pytest.mark.parametrize("double", [False, True], ids=["dqn", "double"])
+def test_per_sample_gradients_match_finite_differences_and_reference(sizes, double):
+    net, target = QNetwork(sizes, seed=21), QNetwork(sizes, seed=22)
+    batch = make_batch(sizes, batch=12, seed=6, dtype=np.float64)
+    discounts, weights = per_sample(12, seed=1, dtype=np.float64)
+    td = np.zeros(12)
+    loss, grads = kernel_loss_and_grads(
+        net, target, batch, 0.9, 0.5, double, nw.PerSample(discounts, weights, td)
+    )
+    tw, tb = naive.unflatten(flat64(target), sizes)
+    obs, actions, rewards, next_obs, masks = batch
+
+    def fn(flat):
+        w, b = naive.unflatten(flat, sizes)
+        return naive.dqn_loss(w, b, tw, tb, obs, actions, rewards, next_obs, masks, 0.9, 0.5,
+                              double, discounts, weights)  # fmt: skip
+
+    w, b = naive.unflatten(flat64(net), sizes)
+    ref_loss, ref_grads, ref_td = naive.dqn_loss_and_grads(
+        w, b, tw, tb, obs, actions, rewards, next_obs, masks, 0.9, 0.5, double, discounts, weights
+    )
+    assert loss == pytest.approx(ref_loss, rel=1e-12) and loss == pytest.approx(fn(flat64(net)))
+    np.testing.assert_allclose(td, ref_td, rtol=1e-12)
+    np.testing.assert_allclose(grads, ref_grads, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(grads, naive.finite_difference_grad(fn, flat64(net)),
+                               rtol=1e-5, atol=1e-8)  # fmt: skip
+    assert np.abs(grads).max() > 1e-3  # not vacuous
+    # the masks are not used once discounts are given
+    flipped = (obs, actions, rewards, next_obs, 1.0 - masks)
+    again, _ = kernel_loss_and_grads(
+        net, target, flipped, 0.9, 0.5, double, nw.PerSample(discounts, weights, np.zeros(12))
+    )
+    assert again == loss
+
+
+def torch_net(torch, q):
+    layers = []
+    for i, (w, b) in enumerate(zip(q.weights, q.biases)):
+        lin = torch.nn.Linear(w.shape[0], w.shape[1], dtype=torch.float64)
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(w.T.astype(np.float64)))
+            lin.bias.copy_(torch.from_numpy(b.astype(np.float64)))
+        layers.append(lin)
+        if i < len(q.weights) - 1:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def five_steps_with_per_sample_arguments(sizes, double, clip, reference_step):
+    """Five QNetwork.update calls with discounts, weights and td_errors_out, each
+    checked against ``reference_step`` (float64); returns the net and the final
+    reference parameters (flat float64)."""
+    net, target = QNetwork(sizes, seed=31), QNetwork(sizes, seed=32)
+    for step in range(5):
+        batch = make_batch(sizes, batch=32, seed=100 + step)
+        discounts, weights = per_sample(32, seed=step)
+        td = np.empty(32, np.float32)
+        loss = net.update(
+            *batch, target, gamma=0.99, learning_rate=1e-3, huber_delta=1.0, double_dqn=double,
+            max_grad_norm=clip, discounts=discounts, weights=weights, td_errors_out=td,
+        )  # fmt: skip
+        ref_loss, ref_td, ref_params = reference_step(batch, discounts, weights)
+        assert loss == pytest.approx(ref_loss, rel=1e-5), step
+        np.testing.assert_allclose(td, ref_td, rtol=1e-5, atol=1e-6)
+    assert net.adam_step == 5
+    return net, ref_params
+
+
+@pytest.mark.parametrize("sizes", HIDDEN, ids=HIDDEN_IDS)
+@pytest.mark.parametrize("double", [False, True], ids=["dqn", "double"])
+@pytest.mark.parametrize("clip", [None, 0.05], ids=["no-clip", "clip"])
+def test_update_with_per_sample_arguments_matches_numpy_reference(sizes, double, clip):
+    target_flat = QNetwork(sizes, seed=32).params.astype(np.float64)
+    tw, tb = naive.unflatten(target_flat, sizes)
+    params = QNetwork(sizes, seed=31).params.astype(np.float64)
+    adam = naive.Adam(params.size, lr=1e-3)
+    state = {"params": params}
+
+    def reference_step(batch, discounts, weights):
+        b64 = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in batch]
+        w, b = naive.unflatten(state["params"], sizes)
+        loss, grads, td = naive.dqn_loss_and_grads(
+            w, b, tw, tb, *b64, 0.99, 1.0, double, discounts.astype(np.float64),
+            weights.astype(np.float64),
+        )  # fmt: skip
+        if clip is not None:
+            grads = naive.clip_grad_norm(grads, clip)
+        state["params"] = adam.step(state["params"], grads)
+        return loss, td, state["params"]
+
+    net, ref = five_steps_with_per_sample_arguments(sizes, double, clip, reference_step)
+    np.testing.assert_allclose(net.params, ref, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("sizes", HIDDEN, ids=HIDDEN_IDS)
+@pytest.mark.parametrize("double", [False, True], ids=["dqn", "double"])
+@pytest.mark.parametrize("clip", [None, 0.05], ids=["no-clip", "clip"])
+def test_update_with_per_sample_arguments_matches_torch(sizes, double, clip):
+    torch = pytest.importorskip("torch")
+    t_net = torch_net(torch, QNetwork(sizes, seed=31))
+    t_target = torch_net(torch, QNetwork(sizes, seed=32))
+    opt = torch.optim.Adam(t_net.parameters(), lr=1e-3)
+
+    def reference_step(batch, discounts, weights):
+        obs, actions, rewards, next_obs, _ = (torch.from_numpy(a) for a in batch)
+        obs, rewards, next_obs = obs.double(), rewards.double(), next_obs.double()
+        with torch.no_grad():
+            q_next = t_target(next_obs)
+            chooser = t_net(next_obs) if double else q_next
+            best = chooser.argmax(dim=1, keepdim=True)
+            y = rewards + torch.from_numpy(discounts).double() * q_next.gather(1, best).squeeze(1)
+        q = t_net(obs).gather(1, actions[:, None]).squeeze(1)
+        per = torch.nn.functional.huber_loss(q, y, reduction="none", delta=1.0)
+        loss = (torch.from_numpy(weights).double() * per).mean()
+        opt.zero_grad()
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(t_net.parameters(), clip)
+        opt.step()
+        flat = torch.cat(
+            [t for lin in t_net if isinstance(lin, torch.nn.Linear)
+             for t in (lin.weight.detach().T.reshape(-1), lin.bias.detach())]
+        )  # fmt: skip
+        return loss.item(), (q - y).abs().detach().numpy(), flat.numpy()
+
+    net, ref = five_steps_with_per_sample_arguments(sizes, double, clip, reference_step)
+    np.testing.assert_allclose(net.params, ref, rtol=1e-5, atol=1e-7)
+
+
+def test_unit_weights_change_nothing_and_gamma_mask_discounts_agree():
+    sizes = (4, 16, 2)
+    a, b = QNetwork(sizes, seed=0), QNetwork(sizes, seed=0)
+    target = QNetwork(sizes, seed=1)
+    batch = make_batch(sizes, batch=16, seed=3)
+    kw = dict(gamma=0.5, learning_rate=1e-3)
+    td = np.empty(16, np.float32)
+    la = a.update(*batch, target, **kw)
+    lb = b.update(*batch, target, **kw, weights=np.ones(16), td_errors_out=td)
+    assert la == lb and np.array_equal(a.params, b.params)
+    # gamma * mask handed over as discounts: the same target (up to the order
+    # fast-math picks for r + gamma * mask * q)
+    lc = b.update(*batch, target, **kw, discounts=0.5 * batch[4])
+    ld = a.update(*batch, target, **kw)
+    assert lc == pytest.approx(ld, rel=1e-6)
+    np.testing.assert_allclose(a.params, b.params, rtol=1e-6, atol=1e-8)
+    q = a.forward(batch[0])  # td_errors_out held |y - Q(s, a)| of the first step
+    assert td.min() >= 0 and td.max() > 0 and td.shape == (16,) and q.shape == (16, 2)
+
+
+def test_per_sample_argument_errors_change_nothing():
+    sizes = (4, 8, 2)
+    net, target = QNetwork(sizes, seed=0), QNetwork(sizes, seed=1)
+    batch = make_batch(sizes, batch=8)
+    before = net.params.copy()
+    kw = dict(gamma=0.9, learning_rate=1e-3)
+    cases = [
+        (dict(discounts=np.ones(7)), r"expected discounts of shape \(8,\), got \(7,\)"),
+        (dict(weights=np.ones((8, 1))), r"expected weights of shape \(8,\), got \(8, 1\)"),
+        (dict(weights=-np.ones(8)), r"weights must be >= 0, got a minimum of -1.0"),
+        (dict(discounts=np.full(8, np.nan)), "NaN or infinite"),
+        (dict(weights=np.full(8, np.inf)), "NaN or infinite"),
+        (dict(discounts=["a"] * 8), "convertible to float32"),
+        (dict(td_errors_out=np.empty(8)), "td_errors_out must be a C-contiguous float32"),
+        (dict(td_errors_out=np.empty(7, np.float32)), r"td_errors_out of shape \(8,\)"),
+        (dict(td_errors_out=np.empty(16, np.float32)[::2]), "C-contiguous float32"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(ValueError, match=message):
+            net.update(*batch, target, **kw, **extra)
+    assert np.array_equal(net.params, before) and net.adam_step == 0
