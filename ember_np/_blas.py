@@ -94,16 +94,20 @@ BLAS_LIBRARY = _register()
 
 
 @intrinsic
-def _cblas_gemm(typingctx, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc):  # noqa: ANN001, ANN202
-    """cblas_?gemm(RowMajor, ta, tb, m, n, k, 1, A, lda, B, ldb, beta, C, ldc)."""
+def _cblas_gemm(typingctx, trans, dims, a, b, beta, c, lds):  # noqa: ANN001, ANN202
+    """cblas_?gemm(RowMajor, *trans, *dims, 1, A, lds[0], B, lds[1], beta, C, lds[2]).
+
+    trans : (trans_a, trans_b), CBLAS codes; dims : (m, n, k);
+    lds : (lda, ldb, ldc), leading dimensions in elements.
+    """
     dtype = c.dtype
     if not (a.dtype == b.dtype == dtype and dtype in (types.float32, types.float64)):
         return None
     prefix = "s" if dtype == types.float32 else "d"
-    sig = types.void(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc)
+    sig = types.void(trans, dims, a, b, beta, c, lds)
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        ta, tb, m_, n_, k_, a_, lda_, b_, ldb_, beta_, c_, ldc_ = args
+        trans_, dims_, a_, b_, beta_, c_, lds_ = args
         fp = ir.FloatType() if prefix == "s" else ir.DoubleType()
         i32, i64 = ir.IntType(32), ir.IntType(64)
         fnty = ir.FunctionType(
@@ -112,32 +116,38 @@ def _cblas_gemm(typingctx, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, l
              fp.as_pointer(), i64],
         )  # fmt: skip
         fn = cgutils.get_or_insert_function(builder.module, fnty, _SYMBOLS[prefix])
+        sig_args = signature.args
 
         def data(ty, value):  # noqa: ANN001, ANN202
             return context.make_array(ty)(context, builder, value).data
 
-        sig_args = signature.args
+        def ints(arg, value, n):  # noqa: ANN001, ANN202
+            """The ``n`` integers of a tuple argument, each as an i64."""
+            items = cgutils.unpack_tuple(builder, value, n)
+            return [
+                context.cast(builder, v, sig_args[arg][i], types.int64) for i, v in enumerate(items)
+            ]
 
-        def as_i64(ty, value):  # noqa: ANN001, ANN202
-            return context.cast(builder, value, ty, types.int64)
-
+        ta, tb = ints(0, trans_, 2)
+        m_, n_, k_ = ints(1, dims_, 3)
+        lda_, ldb_, ldc_ = ints(6, lds_, 3)
         builder.call(
             fn,
             [
                 ir.Constant(i32, _ROW_MAJOR),
-                builder.trunc(as_i64(sig_args[0], ta), i32),
-                builder.trunc(as_i64(sig_args[1], tb), i32),
-                as_i64(sig_args[2], m_),
-                as_i64(sig_args[3], n_),
-                as_i64(sig_args[4], k_),
+                builder.trunc(ta, i32),
+                builder.trunc(tb, i32),
+                m_,
+                n_,
+                k_,
                 ir.Constant(fp, 1.0),
-                data(sig_args[5], a_),
-                as_i64(sig_args[6], lda_),
-                data(sig_args[7], b_),
-                as_i64(sig_args[8], ldb_),
-                context.cast(builder, beta_, sig_args[9], dtype),
-                data(sig_args[10], c_),
-                as_i64(sig_args[11], ldc_),
+                data(sig_args[2], a_),
+                lda_,
+                data(sig_args[3], b_),
+                ldb_,
+                context.cast(builder, beta_, sig_args[4], dtype),
+                data(sig_args[5], c_),
+                ldc_,
             ],
         )
         return context.get_dummy_value()
@@ -159,8 +169,7 @@ def gemm(
     k = a.shape[0] if trans_a else a.shape[1]
     itemsize = c.itemsize
     _cblas_gemm(
-        _TRANS if trans_a else _NO_TRANS,
-        _TRANS if trans_b else _NO_TRANS,
-        m, n, k, a, a.strides[0] // itemsize, b, b.strides[0] // itemsize,
-        beta, c, c.strides[0] // itemsize,
+        (_TRANS if trans_a else _NO_TRANS, _TRANS if trans_b else _NO_TRANS),
+        (m, n, k), a, b, beta, c,
+        (a.strides[0] // itemsize, b.strides[0] // itemsize, c.strides[0] // itemsize),
     )  # fmt: skip

@@ -49,46 +49,30 @@ class Preset:
     """The same settings as Stable-Baselines3 DQN arguments (Zoo presets only)."""
 
 
-def _zoo(
-    env_id: str,
-    *,
-    n_timesteps: int,
-    learning_rate: float,
-    batch_size: int,
-    buffer_size: int,
-    learning_starts: int,
-    gamma: float,
-    target_update_interval: int,
-    train_freq: int,
-    gradient_steps: int,
-    exploration_fraction: float,
-    exploration_final_eps: float,
-    net_arch: tuple[int, ...] = (256, 256),
-) -> Preset:
+def _zoo(env_id: str, n_timesteps: int, **sb3: Any) -> Preset:
+    """A Zoo preset from its row of ``hyperparams/dqn.yml``: ``sb3`` holds the
+    row's SB3 DQN arguments (learning_rate, batch_size, buffer_size,
+    learning_starts, gamma, target_update_interval, train_freq, gradient_steps,
+    exploration_fraction, exploration_final_eps; net_arch defaults to (256, 256))."""
+    net_arch = tuple(sb3.pop("net_arch", (256, 256)))
     config = DqnConfig(
-        gamma=gamma,
-        learning_rate=learning_rate,
-        batch_size=batch_size,
-        buffer_capacity=buffer_size,
-        min_replay_size=max(learning_starts, batch_size),
-        target_update_freq=target_update_interval,
+        gamma=sb3["gamma"],
+        learning_rate=sb3["learning_rate"],
+        batch_size=sb3["batch_size"],
+        buffer_capacity=sb3["buffer_size"],
+        min_replay_size=max(sb3["learning_starts"], sb3["batch_size"]),
+        target_update_freq=sb3["target_update_interval"],
         hidden_sizes=net_arch,
         epsilon_start=1.0,
-        epsilon_end=exploration_final_eps,
-        epsilon_decay_steps=int(exploration_fraction * n_timesteps),
-        train_freq=train_freq,
-        gradient_steps=gradient_steps,
+        epsilon_end=sb3["exploration_final_eps"],
+        epsilon_decay_steps=int(sb3["exploration_fraction"] * n_timesteps),
+        train_freq=sb3["train_freq"],
+        gradient_steps=sb3["gradient_steps"],
         tau=1.0,
         max_grad_norm=10.0,
         huber_delta=1.0,
     )
-    sb3_kwargs = dict(
-        learning_rate=learning_rate, batch_size=batch_size, buffer_size=buffer_size,
-        learning_starts=learning_starts, gamma=gamma,
-        target_update_interval=target_update_interval, train_freq=train_freq,
-        gradient_steps=gradient_steps, exploration_fraction=exploration_fraction,
-        exploration_final_eps=exploration_final_eps, policy_kwargs={"net_arch": list(net_arch)},
-    )  # fmt: skip
+    sb3_kwargs = dict(sb3, policy_kwargs={"net_arch": list(net_arch)})
     return Preset(
         env_id, env_id, config, n_timesteps, "rl-baselines3-zoo hyperparams/dqn.yml", sb3_kwargs
     )
