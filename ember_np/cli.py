@@ -229,6 +229,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from ember_np import CheckpointError, DqnAgent, DqnTrainer
+    from ember_np.training.trainer import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP_CHECKPOINTS
 
     run = _open_run(args.run_path)
     saved = run.read_config() or {}
@@ -243,8 +244,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     seed = int(saved.get("seed", 0)) + agent.total_steps  # a fresh episode stream
     trainer = DqnTrainer(
         env, agent, seed=seed, run=run,
-        checkpoint_freq=int(saved.get("checkpoint_freq", 10_000)),
-        keep_checkpoints=int(saved.get("keep", 5)),
+        checkpoint_freq=int(saved.get("checkpoint_freq", DEFAULT_CHECKPOINT_FREQ)),
+        keep_checkpoints=int(saved.get("keep", DEFAULT_KEEP_CHECKPOINTS)),
     )  # fmt: skip
     eval_every = int(saved.get("eval_every", DEFAULT_EVAL_EVERY))
     eval_episodes = int(saved.get("eval_episodes", DEFAULT_EVAL_EPISODES))
@@ -258,24 +259,16 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from ember_np import (
-        CheckpointError,
-        DqnPolicy,
-        EpisodeRecord,
-        EpisodeStatus,
-        EvalReport,
-        StatsTracker,
-    )
+    from ember_np import CheckpointError, DqnPolicy, EvalReport, StatsTracker
     from ember_np.checkpoint import Reader
+    from ember_np.training.trainer import greedy_episode
 
     run = _open_run(args.run_path)
     which = args.checkpoint
-    if which in ("best", "latest"):
-        path = run.dir / "checkpoints" / f"{which}.npz"
-    elif which.startswith("step_") and which[5:].isdigit():
-        path = run.checkpoint_path(int(which[5:]))
-    else:
-        raise UsageError(f"--checkpoint must be best, latest or step_N, got {which!r}")
+    try:
+        path = run.named_checkpoint_path(which)
+    except ValueError:
+        raise UsageError(f"--checkpoint must be best, latest or step_N, got {which!r}") from None
     if not path.exists():
         raise UsageError(f"no checkpoint {path}")
     saved = run.read_config() or {}
@@ -289,16 +282,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     env = _make_env(saved["env_id"])
     tracker = StatsTracker()
     for episode in range(args.episodes):
-        obs, _ = env.reset(seed=args.seed + episode)
-        total, length = 0.0, 0
-        while True:
-            obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
-            total += float(reward)
-            length += 1
-            if terminated or truncated:
-                break
-        status = EpisodeStatus.from_flags(terminated, truncated)
-        tracker.update(EpisodeRecord(total, length, status))
+        tracker.update(greedy_episode(env, policy.act, seed=args.seed + episode))
     report = EvalReport(total_steps, args.episodes, tracker.summary())
     print(f"{path}")
     report.print()
@@ -387,7 +371,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _int_at_least(minimum: int):  # noqa: ANN202
     """An argparse type: an integer >= ``minimum``."""
-    rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    from ember_np._validate import int_rule
+
+    rule = int_rule(minimum)
 
     def parse(text: str) -> int:
         try:
@@ -406,6 +392,8 @@ _non_negative = _int_at_least(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ember_np.training.trainer import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP_CHECKPOINTS
+
     parser = _Parser(prog="ember-np", description="DQN on a plain CPU (ember_np).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -423,8 +411,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default="runs", help="runs directory (default: runs)")
     p.add_argument("--eval-every", type=_positive, default=DEFAULT_EVAL_EVERY)
     p.add_argument("--eval-episodes", type=_positive, default=DEFAULT_EVAL_EPISODES)
-    p.add_argument("--checkpoint-freq", type=_positive, default=10_000)
-    p.add_argument("--keep", type=_non_negative, default=5, help="numbered checkpoints kept")
+    p.add_argument("--checkpoint-freq", type=_positive, default=DEFAULT_CHECKPOINT_FREQ)
+    p.add_argument(
+        "--keep", type=_non_negative, default=DEFAULT_KEEP_CHECKPOINTS,
+        help="numbered checkpoints kept",
+    )  # fmt: skip
     p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="override DqnConfig fields")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)

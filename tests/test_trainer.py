@@ -217,7 +217,7 @@ def test_custom_stats_tracker():
 def test_constructor_validation():
     env = gym.make("CartPole-v1")
     agent = DqnAgent.for_env(env, FAST)
-    with pytest.raises(ValueError, match="checkpoint_freq must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="checkpoint_freq must be a positive integer, got 0"):
         DqnTrainer(env, agent, checkpoint_freq=0)
     with pytest.raises(ValueError, match="agent must be a DqnAgent"):
         DqnTrainer(env, object())

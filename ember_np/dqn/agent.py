@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ember_np._jit import entry_point, kernel
+from ember_np._validate import check_int
 from ember_np.checkpoint import (
     AGENT_FORMAT,
     FORMAT_VERSION,
@@ -371,9 +372,7 @@ class DqnAgent:
 
     def set_total_steps(self, n: int) -> None:
         """Set the step counter (e.g. when resuming from weights alone)."""
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-            raise ValueError(f"total_steps must be an integer >= 0, got {n!r}")
-        self._counters[0] = int(n)
+        self._counters[0] = check_int("total_steps", n, minimum=0)
 
     @property
     def n_updates(self) -> int:

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple, NoReturn
 import numpy as np
 
 from ember_np._jit import entry_point, kernel
+from ember_np._validate import check_int
 from ember_np.rng import Rng, next_below
 from ember_np.types import Batch, EpisodeStatus
 
@@ -222,16 +223,6 @@ def _as_obs(x: Any, obs_size: int, name: str) -> np.ndarray:
     return arr
 
 
-def _positive_int(name: str, value: Any) -> int:
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}") from None
-    if v <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {v}")
-    return v
-
-
 class CircularBuffer:
     """Fixed-capacity FIFO replay buffer; the oldest transition is overwritten first.
 
@@ -254,9 +245,9 @@ class CircularBuffer:
     """
 
     def __init__(self, capacity: int, obs_size: int, num_actions: int) -> None:
-        self._capacity = _positive_int("capacity", capacity)
-        self._obs_size = _positive_int("obs_size", obs_size)
-        self._num_actions = _positive_int("num_actions", num_actions)
+        self._capacity = check_int("capacity", capacity)
+        self._obs_size = check_int("obs_size", obs_size)
+        self._num_actions = check_int("num_actions", num_actions)
         # np.zeros maps pages lazily: memory is committed as the buffer fills.
         dtype = transition_dtype(self._obs_size, self._num_actions)
         self.storage = np.zeros(self._capacity, dtype=dtype)
@@ -435,7 +426,7 @@ class CircularBuffer:
             obs (B, obs_size) float32, actions (B,) int64, rewards (B,) float32,
             next_obs (B, obs_size) float32, masks (B,) float32.
         """
-        b = _positive_int("batch_size", batch_size)
+        b = check_int("batch_size", batch_size)
         size = int(self._cursor[1])
         if b > size:
             raise ValueError(
@@ -482,7 +473,7 @@ class CircularBuffer:
 
     def empty_batch(self, batch_size: int) -> Batch:
         """Uninitialised arrays of the right shapes and dtypes for ``sample(out=...)``."""
-        b = _positive_int("batch_size", batch_size)
+        b = check_int("batch_size", batch_size)
         return Batch(
             np.empty((b, self._obs_size), dtype=np.float32),
             np.empty(b, dtype=np.int64),

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ember_np._jit import kernel
+from ember_np._validate import check_int
 from ember_np.rng import Rng, next_double
 
 __all__ = ["SumTree"]
@@ -122,12 +123,6 @@ def _sample_stratified(tree: np.ndarray, rng_state: np.ndarray, out: np.ndarray)
         out[j] = _find(tree, (j + next_double(rng_state)) * segment)
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer (got {value!r})")
-    return int(value)
-
-
 class SumTree:
     """Priorities of ``capacity`` items, summed in a tree for O(log n) sampling.
 
@@ -145,7 +140,7 @@ class SumTree:
     """
 
     def __init__(self, capacity: int) -> None:
-        self._capacity = _positive_int("capacity", capacity)
+        self._capacity = check_int("capacity", capacity)
         size = 1 << max(0, (self._capacity - 1).bit_length())
         self._tree = np.zeros(2 * size, dtype=np.float64)
 
@@ -227,7 +222,7 @@ class SumTree:
         Stratified: one draw from each of ``batch_size`` equal slices of the
         total (see ``_sample_stratified``). Returns int64 of shape (batch_size,).
         """
-        n = _positive_int("batch_size", batch_size)
+        n = check_int("batch_size", batch_size)
         if not isinstance(rng, Rng):
             raise ValueError(f"rng must be an ember_np.Rng (got {type(rng).__name__})")
         if not self.total > 0.0:

@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from ember_np._validate import check_int
 from ember_np.envs import _dispatch as d
 from ember_np.rng import Rng
 
@@ -61,9 +62,7 @@ class NativeEnv(gym.Env):
                 f"{type(self).__name__} does not render (got render_mode={render_mode!r})"
             )
         steps = self.MAX_STEPS if max_steps is None else max_steps
-        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-            raise ValueError(f"max_steps must be an integer >= 0 (0: no limit), got {max_steps!r}")
-        self.max_steps = int(steps)
+        self.max_steps = check_int("max_steps", steps, minimum=0, hint=" (0: no limit)")
         self.state = np.zeros(d.STATE_SIZE, dtype=np.float64)
         self.counters = np.zeros(2, dtype=np.int64)
         self.obs_size = int(self.observation_space.shape[0])
@@ -193,12 +192,7 @@ class NativeVecEnv:
         if key not in NATIVE_ENVS:
             raise ValueError(f"no native env {env_id!r}; native envs: {sorted(NATIVE_ENVS)}")
         cls = NATIVE_ENVS[key]
-        if (
-            isinstance(num_envs, bool)
-            or not isinstance(num_envs, (int, np.integer))
-            or num_envs < 1
-        ):
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        check_int("num_envs", num_envs)
         self.single = cls(max_steps=max_steps)
         self.kind = cls.KIND
         self.max_steps = self.single.max_steps

@@ -178,6 +178,19 @@ class TrainingRun:
     def best_checkpoint_path(self) -> Path:
         return self.checkpoints_dir / "best.npz"
 
+    def named_checkpoint_path(self, which: str) -> Path:
+        """The checkpoint ``which`` names: ``"best"``, ``"latest"`` or ``"step_<N>"``.
+
+        Raises ValueError for any other name (the file need not exist).
+        """
+        if which == "best":
+            return self.best_checkpoint_path()
+        if which == "latest":
+            return self.latest_checkpoint_path()
+        if which.startswith("step_") and which[5:].isdigit():
+            return self.checkpoint_path(int(which[5:]))
+        raise ValueError(f"a checkpoint is best, latest or step_N, got {which!r}")
+
     def step_checkpoints(self) -> list[tuple[int, Path]]:
         """Numbered checkpoints on disk, sorted by step."""
         found = []

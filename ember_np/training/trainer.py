@@ -20,21 +20,51 @@ stopped.
 from __future__ import annotations
 
 import math
-import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from ember_np._validate import check_int
 from ember_np.stats import EpisodeRecord, EvalReport, StatsTracker
 from ember_np.training.run import TrainingRun
 from ember_np.types import LEARNING_AGENT_MEMBERS as _AGENT_MEMBERS
 from ember_np.types import EpisodeStatus, LearningAgent
 
-__all__ = ["DqnTrainer", "StepMetrics"]
+__all__ = [
+    "DEFAULT_CHECKPOINT_FREQ",
+    "DEFAULT_KEEP_CHECKPOINTS",
+    "DqnTrainer",
+    "StepMetrics",
+    "greedy_episode",
+]
+
+#: Env steps between numbered checkpoints, unless told otherwise (trainer and CLI).
+DEFAULT_CHECKPOINT_FREQ = 10_000
+#: Numbered checkpoints kept on disk, unless told otherwise (trainer and CLI).
+DEFAULT_KEEP_CHECKPOINTS = 5
 
 _STATUSES = tuple(EpisodeStatus)  # indexed by value
 FUSED_CHUNK = 65_536  # most env steps per compiled call (bounds the record arrays)
+
+
+def greedy_episode(env: Any, act: Callable[[Any], Any], seed: int | None = None) -> EpisodeRecord:
+    """Play one episode of ``env`` with ``act`` (an agent's or a policy's greedy ``act``).
+
+    ``env.reset(seed=seed)`` starts it (None: continue the env's stream).
+    The one evaluation episode of the trainer and of ``ember-np eval``.
+    """
+    obs, _ = env.reset(seed=seed)
+    total_reward = 0.0
+    length = 0
+    while True:
+        obs, reward, terminated, truncated, _ = env.step(act(obs))
+        total_reward += float(reward)
+        length += 1
+        if terminated or truncated:
+            return EpisodeRecord(
+                total_reward, length, EpisodeStatus.from_flags(terminated, truncated)
+            )
 
 
 class StepMetrics(NamedTuple):
@@ -58,16 +88,6 @@ class StepMetrics(NamedTuple):
     """Whether this step ended the episode."""
     episode_status: EpisodeStatus
     """How the step left the episode (CONTINUING unless episode_done)."""
-
-
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}") from None
-    if v < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {v}")
-    return v
 
 
 class DqnTrainer:
@@ -111,8 +131,8 @@ class DqnTrainer:
         agent: LearningAgent,
         seed: int = 0,
         run: TrainingRun | None = None,
-        checkpoint_freq: int = 10_000,
-        keep_checkpoints: int = 5,
+        checkpoint_freq: int = DEFAULT_CHECKPOINT_FREQ,
+        keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
         stats: StatsTracker | None = None,
         eval_env: Any = None,
         save_buffer: bool = True,
@@ -131,10 +151,10 @@ class DqnTrainer:
                 )
         self._env = env
         self._agent = agent
-        self.seed = _positive_int("seed", seed, minimum=0)
+        self.seed = check_int("seed", seed, minimum=0)
         self.run = run
-        self.checkpoint_freq = _positive_int("checkpoint_freq", checkpoint_freq)
-        self.keep_checkpoints = _positive_int("keep_checkpoints", keep_checkpoints, minimum=0)
+        self.checkpoint_freq = check_int("checkpoint_freq", checkpoint_freq)
+        self.keep_checkpoints = check_int("keep_checkpoints", keep_checkpoints, minimum=0)
         self.stats = StatsTracker() if stats is None else stats
         self.save_buffer = bool(save_buffer)
         self._eval_env = eval_env
@@ -218,7 +238,7 @@ class DqnTrainer:
         steps, and ``latest.npz`` and the metadata are also brought up to date
         when training stops between two of them.
         """
-        n = _positive_int("n_steps", n_steps, minimum=0)
+        n = check_int("n_steps", n_steps, minimum=0)
         if self.fused:
             self._train_fused(n)
         else:
@@ -378,22 +398,11 @@ class DqnTrainer:
         return self._eval_env
 
     def _greedy_episode(self, env: Any) -> EpisodeRecord:
+        seed = None
         if not self._eval_env_seeded:
             self._eval_env_seeded = True
-            obs, _ = env.reset(seed=self.seed + 1)
-        else:
-            obs, _ = env.reset()
-        act = self._agent.act
-        total_reward = 0.0
-        length = 0
-        while True:
-            obs, reward, terminated, truncated, _ = env.step(act(obs))
-            total_reward += float(reward)
-            length += 1
-            if terminated or truncated:
-                return EpisodeRecord(
-                    total_reward, length, EpisodeStatus.from_flags(terminated, truncated)
-                )
+            seed = self.seed + 1
+        return greedy_episode(env, self._agent.act, seed)
 
     def eval(self, n_episodes: int) -> EvalReport:
         """Run ``n_episodes`` greedy episodes (epsilon 0) on the eval env.
@@ -403,7 +412,7 @@ class DqnTrainer:
         Training state (the episode in progress, counters, random streams) is
         not touched.
         """
-        n = _positive_int("n_episodes", n_episodes)
+        n = check_int("n_episodes", n_episodes)
         env = self._get_eval_env()
         total_steps = self._agent.total_steps
         tracker = StatsTracker()  # episode_reward and episode_length, as ember-rl
