@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ember_np._blas import gemm
-from ember_np._jit import kernel
+from ember_np._jit import entry_point, kernel
 from ember_np.encoding import nonfinite_observation as _nonfinite_observation
 from ember_np.rng import Rng
 from ember_np.types import Batch
@@ -692,6 +692,8 @@ class QNetwork:
         self._adam_m = np.zeros(n, dtype=np.float32)
         self._adam_v = np.zeros(n, dtype=np.float32)
         self._adam_t = np.zeros(1, dtype=np.int64)
+        # Compiled entry points of _check_batch and _update, resolved at the first update.
+        self._entries: tuple[Any, Any] | None = None
         self.weights: list[np.ndarray] = []
         self.biases: list[np.ndarray] = []
         off = 0
@@ -924,7 +926,15 @@ class QNetwork:
             None if max_grad_norm is None else _check_positive_float("max_grad_norm", max_grad_norm)
         )
         data = Batch(x, a, r, nx, m)
-        bad = _check_batch(data, self.n_actions, per)
+        net = self.kernel_state(target)
+        hp = update_settings(g, lr, delta, bool(double_dqn), clip)
+        entries = self._entries
+        if entries is None:  # argument types are fixed by the checks above: skip dispatch
+            entries = self._entries = (
+                entry_point(_check_batch, data, self.n_actions, per),
+                entry_point(_update, net, data, per, hp),
+            )
+        bad = entries[0](data, self.n_actions, per)
         if bad == 1:
             raise ValueError(
                 f"actions must be in [0, {self.n_actions}), got values from {a.min()} to {a.max()}"
@@ -938,8 +948,7 @@ class QNetwork:
             raise ValueError(
                 "the batch contains NaN or infinite values; the network was not changed"
             )
-        hp = update_settings(g, lr, delta, bool(double_dqn), clip)
-        return float(_update(self.kernel_state(target), data, per, hp))
+        return float(entries[1](net, data, per, hp))
 
     # -- state ---------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
