@@ -15,12 +15,8 @@ import numba
 import numpy as np
 import pytest
 
-from ember_np.envs._classic import (
-    acrobot_reset,
-    acrobot_step,
-    mountaincar_reset,
-    mountaincar_step,
-)
+from ember_np.envs._acrobot import acrobot_reset, acrobot_step
+from ember_np.envs._mountaincar import mountaincar_reset, mountaincar_step
 from ember_np.rng import Rng
 
 KERNELS = {

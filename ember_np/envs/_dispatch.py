@@ -21,13 +21,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ember_np._jit import exact_kernel, inlined_exact_kernel
+from ember_np.envs._acrobot import acrobot_reset, acrobot_step
 from ember_np.envs._cartpole import cartpole_reset, cartpole_step
-from ember_np.envs._classic import (
-    acrobot_reset,
-    acrobot_step,
-    mountaincar_reset,
-    mountaincar_step,
-)
+from ember_np.envs._mountaincar import mountaincar_reset, mountaincar_step
 from ember_np.rng import next_below
 
 CARTPOLE, ACROBOT, MOUNTAINCAR = 0, 1, 2

@@ -1,9 +1,9 @@
-"""Acrobot-v1 and MountainCar-v0 dynamics as compiled kernels, bit for bit gymnasium's.
+"""Acrobot-v1 dynamics as compiled kernels, bit for bit gymnasium's ``AcrobotEnv``.
 
-State slots (float64[8]): Acrobot uses theta1, theta2, dtheta1, dtheta2; MountainCar
-uses position, velocity; the other slots are unused. Every expression keeps
-gymnasium's operation order and the kernels are compiled without fast-math, so the
-float64 states agree exactly. Two NumPy behaviours need more than plain arithmetic:
+State slots (float64[8]): theta1, theta2, dtheta1, dtheta2; the other slots are
+unused. Every expression keeps gymnasium's operation order and the kernels are
+compiled without fast-math, so the float64 states agree exactly. Two NumPy
+behaviours need more than plain arithmetic:
 
 * ``np.float64 ** 2`` (Acrobot's ``dtheta**2``, ``d2**2``) calls libm ``pow``, which
   rounds differently from ``x * x`` for about one argument in a thousand. LLVM
@@ -49,17 +49,6 @@ TWO_PI = math.pi - (-math.pi)
 TORQUE_NEG, TORQUE_ZERO, TORQUE_POS = -1.0, 0.0, 1.0  # AVAIL_TORQUE = [-1.0, 0.0, +1]
 ACROBOT_RESET_LOW, ACROBOT_RESET_HIGH = -0.1, 0.1
 ACROBOT_OBS_SIZE = 6
-
-# ------------------------------------------------------------- MountainCar-v0
-MIN_POSITION = -1.2
-MAX_POSITION = 0.6
-MAX_SPEED = 0.07
-GOAL_POSITION = 0.5
-GOAL_VELOCITY = 0.0
-FORCE = 0.001
-MC_GRAVITY = 0.0025
-MC_RESET_LOW, MC_RESET_HIGH = -0.6, -0.4
-MC_OBS_SIZE = 2
 
 # ---------------------------------------------- NumPy's float32 sin/cos (SIMD)
 # Constants of numpy/_core/src/umath/loops_trigonometric.dispatch.cpp.
@@ -330,60 +319,3 @@ def acrobot_step(state: np.ndarray, action: int, obs: np.ndarray) -> tuple[float
     reward = 0.0 if terminated else -1.0
     _acrobot_write_obs(state, obs)
     return reward, terminated
-
-
-@exact_kernel
-def mountaincar_reset(state: np.ndarray, rng_state: np.ndarray, obs: np.ndarray) -> None:
-    """Start a MountainCar episode: position ``uniform(-0.6, -0.4)``, velocity 0.
-
-    Parameters
-    ----------
-    state : ndarray of float64, shape (8,)
-        Receives position and velocity in slots 0-1.
-    rng_state : ndarray of uint64, shape (4,)
-        PCG64 state (``Rng.state``); one double is drawn.
-    obs : ndarray of float32, shape (2,)
-        Receives the observation gymnasium's ``reset`` returns.
-    """
-    state[0] = MC_RESET_LOW + (MC_RESET_HIGH - MC_RESET_LOW) * next_double(rng_state)
-    state[1] = 0.0
-    obs[0] = state[0]
-    obs[1] = state[1]
-
-
-@exact_kernel
-def mountaincar_step(state: np.ndarray, action: int, obs: np.ndarray) -> tuple[float, bool]:
-    """One step of the car: push, gravity, speed and position limits.
-
-    Parameters
-    ----------
-    state : ndarray of float64, shape (8,)
-        Position and velocity in slots 0-1, updated in place.
-    action : int
-        0, 1 or 2: accelerate left, don't accelerate, accelerate right.
-    obs : ndarray of float32, shape (2,)
-        Receives the new observation.
-
-    Returns
-    -------
-    reward : float
-        Always -1.0.
-    terminated : bool
-        The car reached position 0.5 with a non-negative velocity.
-    """
-    position = state[0]
-    velocity = state[1]
-    velocity = velocity + ((action - 1) * FORCE + math.cos(3 * position) * (-MC_GRAVITY))
-    # np.clip, spelled out: the same value for every non-NaN input.
-    velocity = min(max(velocity, -MAX_SPEED), MAX_SPEED)
-    position = position + velocity
-    position = min(max(position, MIN_POSITION), MAX_POSITION)
-    if position == MIN_POSITION and velocity < 0:
-        # the car hits the left wall and stops
-        velocity = 0.0
-    terminated = position >= GOAL_POSITION and velocity >= GOAL_VELOCITY
-    state[0] = position
-    state[1] = velocity
-    obs[0] = position
-    obs[1] = velocity
-    return -1.0, terminated
