@@ -20,12 +20,43 @@ from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["CheckpointError", "atomic_write", "load_arrays", "save_arrays"]
+__all__ = ["AgentKeys", "CheckpointError", "atomic_write", "load_arrays", "save_arrays"]
 
 #: Identifies an ember_np agent checkpoint; a file without it is foreign.
 AGENT_FORMAT = "ember_np.dqn_agent"
 #: Bumped whenever the layout changes incompatibly.
 FORMAT_VERSION = 1
+
+
+class AgentKeys:
+    """Every key of an agent checkpoint (format version 1): the one place they are spelled.
+
+    Written by ``DqnAgent.state_arrays``, read by ``DqnAgent.load`` /
+    ``from_checkpoint``, ``DqnPolicy.load`` and ``ember-np eval``.
+    """
+
+    FORMAT = "format"  # unicode scalar, AGENT_FORMAT
+    VERSION = "format_version"  # int64 scalar, FORMAT_VERSION
+    CONFIG = "config"  # JSON text: DqnConfig.to_dict()
+    ENCODER = "encoder"  # JSON text: the encoder's description
+    MAPPER = "action_mapper"  # JSON text: the action mapper's description
+    SEED = "seed"  # int64 scalar
+    COUNTERS = "counters"  # int64 (2,): total_steps, n_updates
+    RNG_EXPLORE = "rng/explore"  # uint64 (4,): PCG64 state
+    RNG_REPLAY = "rng/replay"  # uint64 (4,): PCG64 state
+    ONLINE = "online/"  # prefix of QNetwork.state_dict() keys (layer_sizes, w<i>, b<i>, adam_*)
+    TARGET = "target/"  # prefix of the target network's w<i>, b<i>
+    BUFFER = "buffer/"  # prefix of the replay buffer's state_dict() keys (optional)
+
+    @staticmethod
+    def weight(prefix: str, layer: int) -> str:
+        """Key of layer ``layer``'s weight matrix under ``prefix`` (ONLINE or TARGET)."""
+        return f"{prefix}w{layer}"
+
+    @staticmethod
+    def bias(prefix: str, layer: int) -> str:
+        """Key of layer ``layer``'s bias vector under ``prefix`` (ONLINE or TARGET)."""
+        return f"{prefix}b{layer}"
 
 
 class CheckpointError(ValueError):
@@ -180,14 +211,14 @@ class Reader:
 
     def check_format(self, expected: str) -> int:
         """Check the format tag and version; returns the version."""
-        if "format" not in self.arrays:
+        if AgentKeys.FORMAT not in self.arrays:
             raise self.error(
                 f"not an ember_np checkpoint (no 'format' key; keys: {sorted(self.arrays)[:8]})"
             )
-        fmt = self.string("format")
+        fmt = self.string(AgentKeys.FORMAT)
         if fmt != expected:
             raise self.error(f"expected a {expected!r} checkpoint, found {fmt!r}")
-        version = self.integer("format_version")
+        version = self.integer(AgentKeys.VERSION)
         if version != FORMAT_VERSION:
             raise self.error(
                 f"unknown format version {version} (this ember_np reads version {FORMAT_VERSION})"

@@ -260,7 +260,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ember_np import CheckpointError, DqnPolicy, EvalReport, StatsTracker
-    from ember_np.checkpoint import Reader
+    from ember_np.checkpoint import AgentKeys, Reader
     from ember_np.training.trainer import greedy_episode
 
     run = _open_run(args.run_path)
@@ -276,7 +276,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"{run.dir / 'config.json'} does not say which env this run trained on")
     try:
         policy = DqnPolicy.load(path)
-        total_steps = int(Reader(path).array("counters", "int64", (2,))[0])
+        total_steps = int(Reader(path).array(AgentKeys.COUNTERS, "int64", (2,))[0])
     except CheckpointError as exc:
         raise UsageError(str(exc)) from None
     env = _make_env(saved["env_id"])

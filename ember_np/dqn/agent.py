@@ -31,6 +31,9 @@ from ember_np.checkpoint import (
     save_arrays,
     string_array,
 )
+from ember_np.checkpoint import (
+    AgentKeys as K,
+)
 from ember_np.dqn.config import DqnConfig, linear_epsilon
 from ember_np.dqn.network import (
     NetState,
@@ -599,28 +602,28 @@ class DqnAgent:
     def state_arrays(self, include_buffer: bool = False) -> dict[str, np.ndarray]:
         """Everything :meth:`save` writes, as a dict of arrays (see README for keys)."""
         arrays: dict[str, np.ndarray] = {
-            "format": string_array(AGENT_FORMAT),
-            "format_version": np.array(FORMAT_VERSION, dtype=np.int64),
-            "config": json_array(self.config.to_dict()),
-            "encoder": json_array(describe(self.encoder)),
-            "action_mapper": json_array(describe(self.action_mapper)),
-            "seed": np.array(int(self.seed), dtype=np.int64),
-            "counters": self._counters.copy(),
-            "rng/explore": self._explore_rng.state.copy(),
-            "rng/replay": self._replay_rng.state.copy(),
+            K.FORMAT: string_array(AGENT_FORMAT),
+            K.VERSION: np.array(FORMAT_VERSION, dtype=np.int64),
+            K.CONFIG: json_array(self.config.to_dict()),
+            K.ENCODER: json_array(describe(self.encoder)),
+            K.MAPPER: json_array(describe(self.action_mapper)),
+            K.SEED: np.array(int(self.seed), dtype=np.int64),
+            K.COUNTERS: self._counters.copy(),
+            K.RNG_EXPLORE: self._explore_rng.state.copy(),
+            K.RNG_REPLAY: self._replay_rng.state.copy(),
         }
         for key, value in self.online.state_dict().items():
-            arrays[f"online/{key}"] = value
+            arrays[K.ONLINE + key] = value
         for i, (w, b) in enumerate(zip(self.target.weights, self.target.biases)):
-            arrays[f"target/w{i}"] = w.copy()
-            arrays[f"target/b{i}"] = b.copy()
+            arrays[K.weight(K.TARGET, i)] = w.copy()
+            arrays[K.bias(K.TARGET, i)] = b.copy()
         if include_buffer:
             if not hasattr(self.buffer, "state_dict"):
                 raise ValueError(
                     f"{type(self.buffer).__name__} has no state_dict(); it cannot be saved"
                 )
             for key, value in self.buffer.state_dict().items():
-                arrays[f"buffer/{key}"] = np.asarray(value)
+                arrays[K.BUFFER + key] = np.asarray(value)
         return arrays
 
     def save(self, path: str | os.PathLike[str], include_buffer: bool = False) -> Path:
@@ -652,7 +655,7 @@ class DqnAgent:
 
     def _load_reader(self, reader: Reader, include_buffer: bool) -> None:
         reader.check_format(AGENT_FORMAT)
-        sizes = reader.array("online/layer_sizes", np.int64, ndim=1)
+        sizes = reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1)
         if tuple(sizes.tolist()) != self.online.layer_sizes:
             raise reader.error(
                 f"architecture mismatch: this agent has layer_sizes {self.online.layer_sizes}, "
@@ -661,34 +664,34 @@ class DqnAgent:
         online_state = {"layer_sizes": sizes}
         for key, value in self.online.state_dict().items():
             if key != "layer_sizes":
-                online_state[key] = reader.array(f"online/{key}", value.dtype, value.shape)
+                online_state[key] = reader.array(K.ONLINE + key, value.dtype, value.shape)
         target_state = {}
         for i, (w, b) in enumerate(zip(self.target.weights, self.target.biases)):
-            target_state[f"w{i}"] = reader.array(f"target/w{i}", np.float32, w.shape)
-            target_state[f"b{i}"] = reader.array(f"target/b{i}", np.float32, b.shape)
-        counters = reader.array("counters", np.int64, (2,))
+            target_state[f"w{i}"] = reader.array(K.weight(K.TARGET, i), np.float32, w.shape)
+            target_state[f"b{i}"] = reader.array(K.bias(K.TARGET, i), np.float32, b.shape)
+        counters = reader.array(K.COUNTERS, np.int64, (2,))
         if counters.min() < 0:
             raise reader.error(f"'counters' must be >= 0, found {counters.tolist()}")
-        explore = reader.array("rng/explore", np.uint64, (4,))
-        replay = reader.array("rng/replay", np.uint64, (4,))
-        for key, st in (("rng/explore", explore), ("rng/replay", replay)):
+        explore = reader.array(K.RNG_EXPLORE, np.uint64, (4,))
+        replay = reader.array(K.RNG_REPLAY, np.uint64, (4,))
+        for key, st in ((K.RNG_EXPLORE, explore), (K.RNG_REPLAY, replay)):
             if int(st[3]) % 2 == 0:
                 raise reader.error(f"{key!r} is not a valid PCG64 state (even increment)")
-        for key in (*(f"online/{k}" for k in online_state if k != "layer_sizes"),
-                    *(f"target/{k}" for k in target_state)):  # fmt: skip
+        for key in (*(K.ONLINE + k for k in online_state if k != "layer_sizes"),
+                    *(K.TARGET + k for k in target_state)):  # fmt: skip
             if not np.isfinite(reader.arrays[key]).all():
                 raise reader.error(f"{key!r} holds NaN or infinite values")
-        if (reader.arrays["online/adam_v"] < 0).any() or online_state["adam_t"][0] < 0:
+        if (reader.arrays[K.ONLINE + "adam_v"] < 0).any() or online_state["adam_t"][0] < 0:
             raise reader.error("the Adam state is invalid (negative second moment or step)")
         buffer_state = None
-        buffer_keys = [k for k in reader.arrays if k.startswith("buffer/")]
+        buffer_keys = [k for k in reader.arrays if k.startswith(K.BUFFER)]
         if include_buffer and buffer_keys:
             if not hasattr(self.buffer, "load_state_dict"):
                 raise reader.error(
                     f"the checkpoint has a replay buffer but {type(self.buffer).__name__} "
                     "has no load_state_dict(); load with include_buffer=False"
                 )
-            buffer_state = {k[len("buffer/") :]: reader.arrays[k] for k in buffer_keys}
+            buffer_state = {k[len(K.BUFFER) :]: reader.arrays[k] for k in buffer_keys}
             # Check the buffer before changing anything (custom buffers that
             # lack check_state_dict are checked by their load_state_dict only).
             if hasattr(self.buffer, "check_state_dict"):
@@ -726,19 +729,19 @@ class DqnAgent:
         reader = Reader(path)
         reader.check_format(AGENT_FORMAT)
         try:
-            config = DqnConfig.from_dict(reader.json("config"))
+            config = DqnConfig.from_dict(reader.json(K.CONFIG))
             if encoder is None:
-                encoder = encoder_from_description(reader.json("encoder"))
+                encoder = encoder_from_description(reader.json(K.ENCODER))
             if action_mapper is None:
-                action_mapper = mapper_from_description(reader.json("action_mapper"))
+                action_mapper = mapper_from_description(reader.json(K.MAPPER))
         except CheckpointError:
             raise
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise reader.error(f"invalid config or description: {exc}") from None
-        seed = reader.integer("seed")
+        seed = reader.integer(K.SEED)
         if seed < 0:
             raise reader.error(f"'seed' must be >= 0, found {seed}")
-        stored = tuple(reader.array("online/layer_sizes", np.int64, ndim=1).tolist())
+        stored = tuple(reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1).tolist())
         expected = (int(encoder.obs_size), *config.hidden_sizes, int(action_mapper.num_actions))
         if stored != expected:
             raise reader.error(

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ember_np.checkpoint import AGENT_FORMAT, CheckpointError, Reader
+from ember_np.checkpoint import AgentKeys as K
 from ember_np.dqn.forward import CompiledForward, NumpyForward, layer_views
 from ember_np.encoding import (
     DiscreteActionMapper,
@@ -129,18 +130,18 @@ class DqnPolicy:
         _resolve_backend(backend)  # a bad name is the caller's error, not the file's
         reader = Reader(path)
         reader.check_format(AGENT_FORMAT)
-        sizes = tuple(reader.array("online/layer_sizes", np.int64, ndim=1).tolist())
+        sizes = tuple(reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1).tolist())
         if len(sizes) < 2 or min(sizes) < 1:
             raise reader.error(f"'online/layer_sizes' is invalid: {sizes}")
         parts = []
         for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-            parts.append(reader.array(f"online/w{i}", np.float32, (n_in, n_out)).ravel())
-            parts.append(reader.array(f"online/b{i}", np.float32, (n_out,)))
+            parts.append(reader.array(K.weight(K.ONLINE, i), np.float32, (n_in, n_out)).ravel())
+            parts.append(reader.array(K.bias(K.ONLINE, i), np.float32, (n_out,)))
         try:
             if encoder is None:
-                encoder = encoder_from_description(reader.json("encoder"))
+                encoder = encoder_from_description(reader.json(K.ENCODER))
             if action_mapper is None:
-                action_mapper = mapper_from_description(reader.json("action_mapper"))
+                action_mapper = mapper_from_description(reader.json(K.MAPPER))
             policy = cls(sizes, np.concatenate(parts), encoder, action_mapper, backend)
         except CheckpointError:
             raise
