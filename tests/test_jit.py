@@ -97,7 +97,7 @@ _FIRST_UPDATE = textwrap.dedent(
     net.forward(np.zeros(4, np.float32))
     print(json.dumps({
         name: [k.stats.cache_hits.total(), k.stats.cache_misses.total()]
-        for name, k in [("update", network._update), ("push", replay._push),
+        for name, k in [("update", network._checked_update), ("push", replay._push),
                         ("sample", replay._sample), ("forward_one", network._forward_one)]
     }))
     """

@@ -319,11 +319,11 @@ def test_update_float64_inputs_do_not_compile_a_second_version():
     net = QNetwork(sizes, seed=0)
     target = net.copy()
     net.update(*make_batch(sizes), target, gamma=0.9, learning_rate=1e-3)
-    n = len(nw._update.signatures)
+    n = len(nw._checked_update.signatures)
     obs, actions, rewards, next_obs, masks = make_batch(sizes, dtype=np.float64)
     net.update(obs, actions.astype(np.int32), rewards, next_obs, masks.tolist(), target,
                gamma=0.9, learning_rate=1e-3, double_dqn=1, max_grad_norm=5)  # fmt: skip
-    assert len(nw._update.signatures) == n
+    assert len(nw._checked_update.signatures) == n
 
 
 def test_update_errors_say_what_was_expected():

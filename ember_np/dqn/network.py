@@ -389,18 +389,33 @@ def _backward(
         for j in range(n_act):
             w_t[j, k] = w_last[k, j]
     delta = delta_a[: batch * n_in].reshape((batch, n_in))
-    delta[:, :] = 0.0
     for i in range(batch):
+        # dh_i = sum_j dQ[i, j] W_L[:, j]; DQN's rows have one nonzero, taken
+        # in one pass (with the ReLU below) as before the split.
+        nonzero = 0
+        j_last = 0
+        for j in range(n_act):
+            if dq[i, j] != 0.0:
+                nonzero += 1
+                j_last = j
+        row = delta[i]
+        if nonzero <= 1:
+            gij = dq[i, j_last]
+            w_row = w_t[j_last]
+            for k in range(n_in):
+                # dh through ReLU: zero where the activation was clipped at 0.
+                v = gij * w_row[k]
+                row[k] = v if h_in[i, k] > 0.0 else 0.0
+            continue
+        row[:] = 0.0
         for j in range(n_act):
             gij = dq[i, j]
             if gij != 0.0:
                 w_row = w_t[j]
                 for k in range(n_in):
-                    delta[i, k] += gij * w_row[k]
-    for i in range(batch):
+                    row[k] += gij * w_row[k]
         for k in range(n_in):
-            # dh through ReLU: zero where the activation was clipped at 0.
-            delta[i, k] = delta[i, k] if h_in[i, k] > 0.0 else 0.0
+            row[k] = row[k] if h_in[i, k] > 0.0 else 0.0
 
     # Hidden layers, from the top down: delta is dLoss/d(pre-activation).
     for l in range(last - 1, -1, -1):
@@ -547,6 +562,19 @@ def _update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> 
 
 
 @kernel
+def _checked_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> tuple:
+    """:func:`_check_batch`, then :func:`_update` if the batch is valid.
+
+    Returns (code, loss): code 0 and the loss, or the check's nonzero code
+    and NaN with nothing changed. One call from Python instead of two.
+    """
+    code = _check_batch(batch, net.sizes[net.sizes.shape[0] - 1], per)
+    if code != 0:
+        return code, np.nan
+    return 0, _update(net, batch, per, hp)
+
+
+@kernel
 def _polyak(dst: np.ndarray, src: np.ndarray, tau: float) -> None:
     """dst <- tau * src + (1 - tau) * dst."""
     t = dst.dtype.type(tau)
@@ -611,6 +639,7 @@ def _check_positive_float(name: str, value: Any) -> float:
 
 
 _NONE = np.empty(0, dtype=np.float32)  # an absent per-sample array (never written)
+_NO_PER_SAMPLE = PerSample(_NONE, _NONE, _NONE)
 
 
 def _optional_per_sample(name: str, value: Any, batch: int) -> np.ndarray:
@@ -692,8 +721,11 @@ class QNetwork:
         self._adam_m = np.zeros(n, dtype=np.float32)
         self._adam_v = np.zeros(n, dtype=np.float32)
         self._adam_t = np.zeros(1, dtype=np.int64)
-        # Compiled entry points of _check_batch and _update, resolved at the first update.
-        self._entries: tuple[Any, Any] | None = None
+        # (target, NetState with it, compiled entry point of _checked_update),
+        # resolved at the first update.
+        self._cached: tuple[Any, NetState, Any] | None = None
+        self._hp: UpdateSettings | None = None  # the last update's settings, and their key
+        self._hp_key: tuple[Any, ...] = ()
         self.weights: list[np.ndarray] = []
         self.biases: list[np.ndarray] = []
         off = 0
@@ -912,11 +944,14 @@ class QNetwork:
         for name, arr in (("actions", a), ("rewards", r), ("masks", m)):
             if arr.shape != (batch,):
                 raise ValueError(f"expected {name} of shape ({batch},), got {arr.shape}")
-        per = PerSample(
-            _optional_per_sample("discounts", discounts, batch),
-            _optional_per_sample("weights", weights, batch),
-            _td_errors_out(td_errors_out, batch),
-        )
+        if discounts is None and weights is None and td_errors_out is None:
+            per = _NO_PER_SAMPLE
+        else:
+            per = PerSample(
+                _optional_per_sample("discounts", discounts, batch),
+                _optional_per_sample("weights", weights, batch),
+                _td_errors_out(td_errors_out, batch),
+            )
         g = float(gamma)
         if not 0.0 <= g <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
@@ -926,15 +961,20 @@ class QNetwork:
             None if max_grad_norm is None else _check_positive_float("max_grad_norm", max_grad_norm)
         )
         data = Batch(x, a, r, nx, m)
-        net = self.kernel_state(target)
-        hp = update_settings(g, lr, delta, bool(double_dqn), clip)
-        entries = self._entries
-        if entries is None:  # argument types are fixed by the checks above: skip dispatch
-            entries = self._entries = (
-                entry_point(_check_batch, data, self.n_actions, per),
-                entry_point(_update, net, data, per, hp),
-            )
-        bad = entries[0](data, self.n_actions, per)
+        key = (g, lr, delta, bool(double_dqn), clip)
+        hp = self._hp
+        if hp is None or self._hp_key != key:
+            hp = self._hp = update_settings(*key)
+            self._hp_key = key
+        cached = self._cached
+        if cached is None or cached[0] is not target:  # the NetState with this target
+            cached = self._cached = (target, self.kernel_state(target), None)
+        net = cached[1]
+        update = cached[2]
+        if update is None:  # argument types are fixed by the checks above: skip dispatch
+            update = entry_point(_checked_update, net, data, per, hp)
+            self._cached = (target, net, update)
+        bad, loss = update(net, data, per, hp)
         if bad == 1:
             raise ValueError(
                 f"actions must be in [0, {self.n_actions}), got values from {a.min()} to {a.max()}"
@@ -948,7 +988,7 @@ class QNetwork:
             raise ValueError(
                 "the batch contains NaN or infinite values; the network was not changed"
             )
-        return float(entries[1](net, data, per, hp))
+        return float(loss)
 
     # -- state ---------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
