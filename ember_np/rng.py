@@ -37,7 +37,7 @@ _TWO_M53 = 1.0 / 9007199254740992.0  # 2**-53
 
 @kernel
 def mul_hi_lo(a: np.uint64, b: np.uint64) -> tuple[np.uint64, np.uint64]:
-    """Full 64 x 64 -> 128-bit product of two uint64, as (high, low) words."""
+    """Full 64 x 64 -> 128-bit product of two uint64 (a, b), as (high, low) uint64 words."""
     a_lo = a & _M32
     a_hi = a >> _S32
     b_lo = b & _M32
@@ -75,13 +75,19 @@ def next_u64(state: np.ndarray) -> np.uint64:
 
 @kernel
 def next_double(state: np.ndarray) -> float:
-    """Uniform float64 in [0, 1) with 53 random bits (NumPy's ``random()``)."""
+    """Uniform float64 in [0, 1) with 53 random bits (NumPy's ``random()``).
+
+    state : uint64 (4,), a PCG64 state (odd increment), advanced in place.
+    """
     return float(next_u64(state) >> _S11) * _TWO_M53
 
 
 @kernel
 def next_below(state: np.ndarray, n: int) -> int:
-    """Uniform integer in [0, n) for n >= 1, without modulo bias (Lemire)."""
+    """Uniform integer in [0, n) for n >= 1, without modulo bias (Lemire).
+
+    state : uint64 (4,), a PCG64 state (odd increment), advanced in place; n : int >= 1.
+    """
     bound = np.uint64(n)
     hi, lo = mul_hi_lo(next_u64(state), bound)
     if lo < bound:
@@ -93,12 +99,14 @@ def next_below(state: np.ndarray, n: int) -> int:
 
 @kernel
 def _fill_doubles(state: np.ndarray, out: np.ndarray) -> None:
+    """out[i] = next_double(state): state uint64 (4,) advanced; out float64 (n,) written."""
     for i in range(out.shape[0]):
         out[i] = next_double(state)
 
 
 @kernel
 def _fill_below(state: np.ndarray, n: int, out: np.ndarray) -> None:
+    """out[i] = next_below(state, n): state uint64 (4,); n int >= 1; out int64 (m,) written."""
     for i in range(out.shape[0]):
         out[i] = next_below(state, n)
 

@@ -140,7 +140,7 @@ def _epsilon_greedy(
 
 @kernel
 def _epsilon_now(settings: AgentSettings, step: int) -> float:
-    """The exploration rate after ``step`` env steps (:func:`linear_epsilon`)."""
+    """The exploration rate after ``step`` (int >= 0) env steps (:func:`linear_epsilon`)."""
     return linear_epsilon(
         step, settings.epsilon_start, settings.epsilon_end, settings.epsilon_decay_steps
     )
@@ -162,19 +162,30 @@ def _act_explore(net: NetState, settings: AgentSettings, counters: np.ndarray, o
 
 @kernel
 def _target_due(step: int, settings: AgentSettings) -> bool:
-    """Whether the target network is synced after env step ``step`` (from 1)."""
+    """Whether the target network is synced after env step ``step`` (int, from 1).
+
+    The one home of the sync schedule: every ``settings.target_update_freq`` (>= 1) steps.
+    """
     return step % settings.target_update_freq == 0
 
 
 @kernel
 def _train_due(step: int, stored: int, settings: AgentSettings) -> bool:
-    """Whether gradient steps are taken after env step ``step`` with ``stored`` transitions."""
+    """Whether gradient steps are taken after env step ``step`` (int, from 1).
+
+    The one home of the train schedule: every ``settings.train_freq`` (>= 1)
+    steps, once ``stored`` (int, transitions in the buffer) reaches
+    ``settings.learning_starts``.
+    """
     return step % settings.train_freq == 0 and stored >= settings.learning_starts
 
 
 @kernel
 def _sync_target(net: NetState, tau: float) -> None:
-    """Copy (tau >= 1) or Polyak-average (tau < 1) ``net.params`` into ``net.target``."""
+    """Copy (tau >= 1) or Polyak-average (tau in (0, 1)) ``net.params`` into ``net.target``.
+
+    net : NetState; target is updated in place. tau : float in (0, 1].
+    """
     if tau >= 1.0:
         net.target[:] = net.params
     else:

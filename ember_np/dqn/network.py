@@ -46,7 +46,12 @@ ADAM_FLUSH = 1e-30  # Adam moments below this are set to 0 (see _adam_step)
 
 @kernel
 def _layer(params: np.ndarray, sizes: np.ndarray, offset: int, l: int):  # noqa: ANN202
-    """Views (W, b) of layer ``l`` whose weights start at ``offset``."""
+    """Views (W, b) of layer ``l`` whose weights start at ``offset``.
+
+    params : float (num_params,), any float dtype; sizes : int64 (n_layers + 1,);
+    offset : int, where layer ``l``'s W starts in ``params``; l : int in [0, n_layers).
+    Returns W (sizes[l], sizes[l+1]) and b (sizes[l+1],), views into ``params``.
+    """
     n_in = sizes[l]
     n_out = sizes[l + 1]
     w = params[offset : offset + n_in * n_out].reshape((n_in, n_out))
@@ -56,7 +61,10 @@ def _layer(params: np.ndarray, sizes: np.ndarray, offset: int, l: int):  # noqa:
 
 @kernel
 def _bias_act(h: np.ndarray, b: np.ndarray, relu: bool) -> None:
-    """h <- h + b (broadcast over rows), then ReLU if ``relu``."""
+    """h <- h + b (broadcast over rows), then ReLU if ``relu``.
+
+    h : float (B, n), updated in place; b : float (n,), same dtype; relu : bool.
+    """
     for r in range(h.shape[0]):
         for c in range(h.shape[1]):
             v = h[r, c] + b[c]
@@ -69,6 +77,8 @@ def _bias_act(h: np.ndarray, b: np.ndarray, relu: bool) -> None:
 def _forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np.ndarray) -> int:
     """Batch forward pass; layer l's output goes to ``acts`` at a running offset.
 
+    params : float (num_params,); sizes : int64 (n_layers + 1,);
+    x : float (B, sizes[0]), same dtype as params, rows contiguous (a BLAS operand).
     acts : flat workspace of at least ``B * sum(sizes[1:])`` values. Layer l's
     activation (post-ReLU for hidden layers) is the ``(B, sizes[l+1])`` block
     starting at ``B * sum(sizes[1:l+1])``; the Q-values are the last block.
@@ -94,7 +104,12 @@ def _forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np
 
 @kernel
 def _forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray) -> None:
-    """Q-values of a single observation ``x`` (in,) into ``q_out`` (n_actions,)."""
+    """Q-values of a single observation into ``q_out``.
+
+    params : float32 (num_params,); sizes : int64 (n_layers + 1,);
+    x : float32 (sizes[0],); q_out : float32 (sizes[-1],), written.
+    No BLAS: for one row, plain loops that skip ReLU zeros are faster.
+    """
     width = 0
     for l in range(1, sizes.shape[0]):
         width = max(width, sizes[l])
@@ -123,7 +138,7 @@ def _forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np
 
 @kernel
 def _argmax(q: np.ndarray) -> int:
-    """Index of the first maximum (NaN never wins)."""
+    """Index of the first maximum of ``q`` (float (n,), n >= 1; NaN never wins)."""
     best = 0
     for j in range(1, q.shape[0]):
         if q[j] > q[best]:
@@ -133,6 +148,7 @@ def _argmax(q: np.ndarray) -> int:
 
 @kernel
 def _all_finite(x: np.ndarray) -> bool:
+    """Whether every value of ``x`` (float (n,)) is finite."""
     for k in range(x.shape[0]):
         if not np.isfinite(x[k]):
             return False
@@ -141,6 +157,7 @@ def _all_finite(x: np.ndarray) -> bool:
 
 @kernel
 def _greedy_unchecked(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
+    """argmax_a Q(x, a) (arguments as :func:`_forward_one`); assumes ``x`` is finite."""
     q = np.empty(sizes[sizes.shape[0] - 1], dtype=params.dtype)
     _forward_one(params, sizes, x, q)
     return _argmax(q)
@@ -148,13 +165,20 @@ def _greedy_unchecked(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> i
 
 @kernel
 def _greedy_action(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
-    """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf (callers raise)."""
+    """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf (callers raise).
+
+    params : float32 (num_params,); sizes : int64 (n_layers + 1,); x : float32 (sizes[0],).
+    """
     return _greedy_unchecked(params, sizes, x) if _all_finite(x) else -1
 
 
 @kernel
 def _forward_batch(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray) -> None:
-    """Q-values of every row of ``x`` (batch, in) into ``q_out`` (batch, n_actions)."""
+    """Q-values of every row of ``x`` into ``q_out``.
+
+    params : float (num_params,); sizes : int64 (n_layers + 1,);
+    x : float (B, sizes[0]), C-contiguous, B >= 1; q_out : float (B, sizes[-1]), written.
+    """
     batch = x.shape[0]
     total = 0
     for l in range(1, sizes.shape[0]):
@@ -167,7 +191,11 @@ def _forward_batch(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: 
 
 @kernel
 def _greedy_actions(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
-    """argmax_a Q(x_i, a) of every row of ``x`` into ``out`` (batch,)."""
+    """argmax_a Q(x_i, a) of every row of ``x`` into ``out``.
+
+    Arguments as :func:`_forward_batch`; out : int64 (B,), written.
+    Assumes finite inputs (callers check).
+    """
     q = np.empty((x.shape[0], sizes[sizes.shape[0] - 1]), dtype=params.dtype)
     _forward_batch(params, sizes, x, q)
     for i in range(x.shape[0]):
@@ -576,7 +604,10 @@ def _checked_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSetti
 
 @kernel
 def _polyak(dst: np.ndarray, src: np.ndarray, tau: float) -> None:
-    """dst <- tau * src + (1 - tau) * dst."""
+    """dst <- tau * src + (1 - tau) * dst (Polyak averaging).
+
+    dst : float (n,), updated in place; src : float (n,), same dtype; tau : float in (0, 1].
+    """
     t = dst.dtype.type(tau)
     keep = dst.dtype.type(1.0 - tau)
     for i in range(dst.shape[0]):
@@ -585,7 +616,10 @@ def _polyak(dst: np.ndarray, src: np.ndarray, tau: float) -> None:
 
 @kernel
 def _check_batch(batch: Batch, n_actions: int, per: PerSample) -> int:
-    """0 if the batch is valid; else 1 + index of the first offending field.
+    """0 if the batch is valid, else the code of the first problem found.
+
+    batch : Batch as :func:`_td_targets` takes it; n_actions : int;
+    per : PerSample (arrays of length B or 0).
 
     1: an action outside [0, n_actions); 2: a non-finite observation; 3: a
     non-finite reward, mask, discount or weight; 4: a negative weight.

@@ -96,6 +96,8 @@ class ReplayState(NamedTuple):
 
 @kernel
 def _release(cursor: np.ndarray, row: int) -> None:
+    """Push finals row ``row`` (int, in use until now) onto the free stack in
+    ``cursor`` (int64 (CURSOR_LEN + capacity,), updated in place)."""
     cursor[CURSOR_LEN + cursor[_N_FREE]] = row
     cursor[_N_FREE] += 1
 

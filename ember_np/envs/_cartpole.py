@@ -30,13 +30,18 @@ OBS_SIZE = 4
 
 @exact_kernel
 def _write_obs(state: np.ndarray, obs: np.ndarray) -> None:
+    """obs (float32 (4,)) <- the first four slots of state (float64 (8,)), rounded."""
     for i in range(OBS_SIZE):
         obs[i] = state[i]
 
 
 @exact_kernel
 def cartpole_reset(state: np.ndarray, rng_state: np.ndarray, obs: np.ndarray) -> None:
-    """``np_random.uniform(-0.05, 0.05, size=(4,))``: low + (high - low) * u, in order."""
+    """``np_random.uniform(-0.05, 0.05, size=(4,))``: low + (high - low) * u, in order.
+
+    state : float64 (8,), written; rng_state : uint64 (4,), PCG64, four doubles
+    drawn; obs : float32 (4,), written.
+    """
     span = RESET_HIGH - RESET_LOW
     for i in range(OBS_SIZE):
         state[i] = RESET_LOW + span * next_double(rng_state)
@@ -46,7 +51,11 @@ def cartpole_reset(state: np.ndarray, rng_state: np.ndarray, obs: np.ndarray) ->
 
 @exact_kernel
 def cartpole_step(state: np.ndarray, action: int, obs: np.ndarray) -> tuple[float, bool]:
-    """One Euler step of the cart-pole; returns (reward, terminated)."""
+    """One Euler step of the cart-pole; returns (reward, terminated).
+
+    state : float64 (8,), updated in place; action : int, 0 (push left) or 1
+    (push right), any other value counts as 0 (callers check); obs : float32 (4,), written.
+    """
     x = state[0]
     x_dot = state[1]
     theta = state[2]

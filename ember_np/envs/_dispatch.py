@@ -51,7 +51,12 @@ class EnvState(NamedTuple):
 def env_reset(
     kind: int, state: np.ndarray, counters: np.ndarray, rng_state: np.ndarray, obs: np.ndarray
 ) -> None:
-    """Start an episode: draw the initial state from ``rng_state``, write its observation."""
+    """Start an episode: draw the initial state from ``rng_state``, write its observation.
+
+    kind : int, CARTPOLE, ACROBOT or MOUNTAINCAR (anything else runs MountainCar);
+    state : float64 (STATE_SIZE,), written; counters : int64 (2,), counters[0] set to 0;
+    rng_state : uint64 (4,), advanced; obs : float32 (the env's obs_size,), written.
+    """
     counters[0] = 0
     if kind == CARTPOLE:
         cartpole_reset(state, rng_state, obs)
@@ -70,7 +75,12 @@ def env_step(
     obs: np.ndarray,
     max_steps: int,
 ) -> tuple[float, bool, bool]:
-    """Advance one step; returns (reward, terminated, truncated)."""
+    """Advance one step; returns (reward, terminated, truncated).
+
+    kind, state, counters, obs : as :func:`env_reset` (state and counters updated,
+    obs written); action : int in [0, n_actions) (callers check);
+    max_steps : int >= 0, the time limit (0: none).
+    """
     if kind == CARTPOLE:
         reward, terminated = cartpole_step(state, action, obs)
     elif kind == ACROBOT:
@@ -122,6 +132,12 @@ def step_batch(
 ) -> None:
     """Step N copies; a copy whose episode ends is reset in the same call.
 
+    kind : int; states : float64 (N, STATE_SIZE); counters : int64 (N, 2);
+    rng_states : uint64 (N, 4); actions : int64 (N,), each in [0, n_actions);
+    max_steps : int >= 0; obs, final_obs : float32 (N, obs_size);
+    rewards : float64 (N,); terminated, truncated : bool (N,). All but kind,
+    actions and max_steps are updated or written in place.
+
     For a finished copy ``obs[i]`` is the first observation of its next
     episode and ``final_obs[i]`` the last one of the episode that ended.
     """
@@ -170,6 +186,9 @@ def random_rollout(
     n_steps: int,
 ) -> int:
     """``n_steps`` steps with uniformly random actions and automatic resets.
+
+    kind, state, counters, rng_state, obs : as :func:`env_reset` (the env must
+    have been reset); max_steps : int >= 0; n_actions : int >= 1; n_steps : int >= 0.
 
     Returns the number of episodes finished (the speed benchmark's loop).
     """
