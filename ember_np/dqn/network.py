@@ -10,6 +10,22 @@ single loops over that array.
 One DQN step (:meth:`QNetwork.update`) runs entirely in compiled code:
 target forward, online forward, Huber loss, backward pass, global-norm
 clipping and Adam, with BLAS ``?gemm`` for the matrix products (see _blas.py).
+The kernels take the network's arrays as one :class:`NetState`, the batch as
+one :class:`~ember_np.types.Batch`, the per-sample extras as one
+:class:`PerSample` and the scalars as one :class:`UpdateSettings`.
+
+Reading map of one update, in call order (each a kernel below)::
+
+    _checked_update        QNetwork.update's one compiled call
+      _check_batch         actions in range, everything finite, weights >= 0
+      _update
+        _loss_and_grads
+          _td_targets      y = r + discount * Q_target(s', a*)     (n-step: discounts)
+          _forward_into    online forward, every activation kept
+          _huber_grad      dLoss/dQ = w * clip(Q - y, +-delta) / B  (PER: weights in, |TD| out)
+          _backward        MLP backward from any dLoss/dQ           (dueling: another head's dQ)
+        _clip_grad_norm    torch's clip_grad_norm_ rule
+        _adam_step         torch.optim.Adam
 """
 
 from __future__ import annotations
