@@ -11,10 +11,10 @@
      (``self._name = ...``) or defines in its body, i.e. M accesses its own
      class's private state on another instance (``other._params`` in
      QNetwork.copy_from); or
-   * ``x`` names a module M imported and ``_name`` is one of that module's
-     top-level names (a private kernel imported for compiled callers,
-     ``network._update``), or one of a NamedTuple's public ``_fields``,
-     ``_replace``, ``_asdict``, ``_make``.
+   * ``x`` names a module M imported (or a name assigned such a module) and
+     ``_name`` is one of that module's top-level names (a private kernel
+     imported for compiled callers, ``network._update``), or one of a
+     NamedTuple's public ``_fields``, ``_replace``, ``_asdict``, ``_make``.
 
    So ``agent._net`` in trainer.py fails: trainer.py defines no class with a
    ``_net`` attribute, and ``agent`` is not a module. The rule cannot see
@@ -126,6 +126,14 @@ def imported_modules(tree: ast.Module, package: str) -> dict[str, types.ModuleTy
                 except ImportError:
                     continue
                 found[alias.asname or alias.name] = module
+    # A name assigned an imported module (``_kernels = network``, a lazy import
+    # kept in a global) names that module too.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+            if node.value.id in found:
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        found[target.id] = found[node.value.id]
     return found
 
 
