@@ -24,6 +24,7 @@ def test_settings_of_any_values_compile_one_agent_step():
         BASE.replace(huber_delta=2, train_freq=2, epsilon_decay_steps=0),
     ]
     rng = np.random.default_rng(0)
+    counts = []
     for config in variants:
         agent = DqnAgent(VecEncoder(3), IndexActionMapper(2), config, seed=1)
         settings = agent_mod.agent_settings(config)
@@ -36,8 +37,11 @@ def test_settings_of_any_values_compile_one_agent_step():
             agent.observe(Experience(obs, int(rng.integers(2)), 1.0, nxt, EpisodeStatus(0)))
             agent.act_epsilon_greedy(nxt)
         assert agent.n_updates > 0
-    assert len(agent_mod._agent_step.signatures) == 1, agent_mod._agent_step.signatures
-    assert len(agent_mod._act_explore.signatures) == 1
+        counts.append((len(agent_mod._agent_step.signatures),
+                       len(agent_mod._act_explore.signatures)))  # fmt: skip
+    # other tests in the process may have compiled other observation sizes:
+    # what matters is that these variants added nothing after the first
+    assert counts == [counts[0]] * len(variants), counts
 
 
 def test_update_settings_are_typed_the_same_whatever_the_arguments():
