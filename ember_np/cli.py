@@ -22,8 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -48,19 +50,52 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _make_env(env_id: str) -> Any:
+    """``gym.make(env_id)``: any id gymnasium takes, ``module:EnvId`` included.
+
+    gymnasium's own message is kept (its "Did you mean ...?" and "use v1
+    instead" hints), on one line.
+    """
     import gymnasium as gym
 
     try:
-        gym.spec(env_id)
-    except Exception:  # gymnasium raises several error types for unknown ids
-        raise UsageError(
-            f"unknown environment {env_id!r} (not registered with gymnasium; "
-            "check the id and its version, e.g. CartPole-v1)"
-        ) from None
-    try:
         return gym.make(env_id)
-    except Exception as exc:  # a missing optional dependency such as box2d
-        raise UsageError(f"cannot make {env_id!r}: {exc}") from None
+    except (gym.error.NameNotFound, gym.error.NamespaceNotFound) as exc:
+        raise UsageError(f"unknown environment {env_id!r}: {_one_line(exc)}") from None
+    except Exception as exc:  # a bad version, a missing optional dependency such as box2d
+        raise UsageError(f"cannot make {env_id!r}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _native_to_plain(env_id: str) -> str:
+    """The gymnasium id a native or ``module:`` id stands for (its presets' key)."""
+    env_id = env_id.rpartition(":")[2]
+    return env_id[len("ember_np/") :] if env_id.startswith("ember_np/") else env_id
+
+
+def _run_name(env_id: str) -> str:
+    """A run-directory name for an env id: path separators become ``_``."""
+    return re.sub(r"[/\\]", "_", env_id)
+
+
+def _check_checkpoint_env(env: Any, env_id: str, encoder: Any, mapper: Any, path: Path) -> None:
+    """Refuse an env whose spaces differ from the ones the checkpoint was trained on."""
+    from ember_np.encoding import IndexActionMapper, VecEncoder, describe
+
+    try:
+        want = (describe(VecEncoder.for_space(env.observation_space)),
+                describe(IndexActionMapper.for_space(env.action_space)))  # fmt: skip
+    except ValueError as exc:
+        raise UsageError(f"{env_id!r}: {exc}") from None
+    have = (describe(encoder), describe(mapper))
+    if want != have:
+        raise UsageError(
+            f"{path} was trained on {have[0]} and {have[1]}, but config.json's env {env_id!r} "
+            f"has {want[0]} and {want[1]}: set env_id in config.json to the env the run "
+            "trained on"
+        )
 
 
 def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
@@ -74,8 +109,9 @@ def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
             raise UsageError(f"--set expects key=value, got {pair!r}")
         if key not in fields:
             raise UsageError(f"unknown config key {key!r}; valid keys: {', '.join(sorted(fields))}")
+        power = re.fullmatch(r"\s*(\d+)\s*\*\*\s*(\d{1,3})\s*", raw)
         try:
-            value = json.loads(raw)
+            value = int(power[1]) ** int(power[2]) if power else json.loads(raw)
         except json.JSONDecodeError:
             value = raw
         if isinstance(value, list):
@@ -96,8 +132,22 @@ def _open_run(path: str) -> Any:
 
     try:
         return TrainingRun.resume(_run_path(path))
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+
+
+def _read_config(run: Any) -> dict[str, Any]:
+    """The run's config.json, which must name its env."""
+    try:
+        saved = run.read_config() or {}
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if not isinstance(saved.get("env_id"), str):
+        raise UsageError(
+            f"{run.dir / 'config.json'} does not say which env this run trained on: "
+            'add "env_id": "<gymnasium id>" to it'
+        )
+    return saved
 
 
 class _Progress:
@@ -152,6 +202,14 @@ def _train_loop(trainer: Any, steps: int, eval_every: int, eval_episodes: int, q
                     f"best {trainer.best_eval_reward:9.2f}"
                 )
                 next_eval += eval_every
+    except OSError as exc:  # a full disk: the files written so far are intact
+        progress.close()
+        where = f" {exc.filename}" if exc.filename else ""
+        raise UsageError(
+            f"cannot write{where}: {exc.strerror or exc}; stopped at step {agent.total_steps:,}, "
+            "the checkpoints written before are intact: free space, then "
+            f"`ember-np resume {trainer.run.dir if trainer.run is not None else 'RUN'}`"
+        ) from None
     except KeyboardInterrupt:
         progress.close()
         if trainer.run is not None:
@@ -174,6 +232,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ember_np import DqnAgent, DqnConfig, DqnTrainer, TrainingRun
     from ember_np.presets import get_preset, preset_for_env
 
+    args.env_id, args.set = _env_id_and_sets(args.env_id, args.set or [])
     env = _make_env(args.env_id)
     if args.preset is not None:
         try:
@@ -181,7 +240,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     else:
-        preset = preset_for_env(args.env_id)
+        preset = preset_for_env(_native_to_plain(args.env_id))
     config = preset.config if preset is not None else DqnConfig()
     overrides = _parse_sets(args.set or [])
     if overrides:
@@ -191,10 +250,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise UsageError(f"--set: {exc}") from None
     steps = args.steps if args.steps is not None else (preset.steps if preset else 100_000)
     try:
+        _check_replay_memory(env, config)
         agent = DqnAgent.for_env(env, config, seed=args.seed)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    name = args.name or args.env_id
+    name = args.name or _run_name(args.env_id)
     version = args.version or (preset.name if preset else "default")
     try:
         run = TrainingRun.create(name, version, root=args.root)
@@ -229,18 +289,22 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from ember_np import CheckpointError, DqnAgent, DqnTrainer
+    from ember_np.training.run import RunLockedError
     from ember_np.training.trainer import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP_CHECKPOINTS
 
     run = _open_run(args.run_path)
-    saved = run.read_config() or {}
-    if "env_id" not in saved:
-        raise UsageError(f"{run.dir / 'config.json'} does not say which env this run trained on")
+    try:
+        run.lock()  # before anything is read: one writer per run
+    except (RunLockedError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    saved = _read_config(run)
     env = _make_env(saved["env_id"])
     latest = run.latest_checkpoint_path()
     try:
         agent = DqnAgent.from_checkpoint(latest)
     except CheckpointError as exc:
         raise UsageError(str(exc)) from None
+    _check_checkpoint_env(env, saved["env_id"], agent.encoder, agent.action_mapper, latest)
     seed = int(saved.get("seed", 0)) + agent.total_steps  # a fresh episode stream
     trainer = DqnTrainer(
         env, agent, seed=seed, run=run,
@@ -271,15 +335,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"--checkpoint must be best, latest or step_N, got {which!r}") from None
     if not path.exists():
         raise UsageError(f"no checkpoint {path}")
-    saved = run.read_config() or {}
-    if "env_id" not in saved:
-        raise UsageError(f"{run.dir / 'config.json'} does not say which env this run trained on")
+    saved = _read_config(run)
     try:
         policy = DqnPolicy.load(path)
         total_steps = int(Reader(path).array(AgentKeys.COUNTERS, "int64", (2,))[0])
     except CheckpointError as exc:
         raise UsageError(str(exc)) from None
     env = _make_env(saved["env_id"])
+    _check_checkpoint_env(env, saved["env_id"], policy.encoder, policy.action_mapper, path)
     tracker = StatsTracker()
     for episode in range(args.episodes):
         tracker.update(greedy_episode(env, policy.act, seed=args.seed + episode))
@@ -310,6 +373,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         print("ember-np plot needs matplotlib: pip install 'ember-np[plot]'", file=sys.stderr)
         return 1
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    out = _plot_output(Path(args.output), fig)
     for run in runs:
         label = f"{run.name}/{run.version}/{run.dir.name}"
         rows = [r for r in run.read_train_episodes() if "total_steps" in r]
@@ -332,7 +396,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()
-    out = Path(args.output)
     try:
         fig.savefig(out, dpi=120)
     except OSError as exc:
@@ -364,6 +427,47 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(f"wrote {args.output} ({meta['obs_size']} inputs -> {meta['n_actions']} Q-values)")
     return 0
+
+
+def _plot_output(out: Path, fig: Any) -> Path:
+    """The file ``savefig`` will write: a known image format, ``.png`` added when none is given."""
+    formats = fig.canvas.get_supported_filetypes()
+    if not out.suffix:
+        return out.with_name(out.name + ".png")  # what savefig itself would write
+    if out.suffix[1:].lower() not in formats:
+        raise UsageError(
+            f"-o {out}: unknown image format {out.suffix!r}; use one of "
+            f"{', '.join('.' + f for f in sorted(formats))} (e.g. -o curves.png)"
+        )
+    return out
+
+
+def _env_id_and_sets(env_id: str | None, sets: list[str]) -> tuple[str, list[str]]:
+    """``train --set k=v ENV_ID``: argparse gives the id to ``--set``; take it back."""
+    if env_id is None and sets and "=" not in sets[-1]:
+        return sets[-1], sets[:-1]
+    if env_id is None:
+        raise UsageError("the following arguments are required: env_id")
+    return env_id, sets
+
+
+def _check_replay_memory(env: Any, config: Any) -> None:
+    """Refuse a replay buffer that does not fit in the memory available, before allocating it."""
+    from ember_np._memory import available_memory, format_bytes
+    from ember_np.dqn.replay import transition_dtype
+    from ember_np.encoding import IndexActionMapper, VecEncoder
+
+    obs_size = VecEncoder.for_space(env.observation_space).obs_size
+    n_actions = IndexActionMapper.for_space(env.action_space).num_actions
+    per_row = transition_dtype(obs_size, n_actions).itemsize
+    need = config.buffer_capacity * per_row
+    free = available_memory()
+    if free is not None and need > free:
+        raise UsageError(
+            f"buffer_capacity={config.buffer_capacity} needs {format_bytes(need)} for the replay "
+            f"buffer ({per_row} bytes a transition), more than the {format_bytes(free)} of "
+            f"memory available: use --set buffer_capacity=N with N <= {free // per_row:,}"
+        )
 
 
 # -- parser -----------------------------------------------------------------------
@@ -398,7 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("train", help="train DQN on a gymnasium env, with a TrainingRun")
-    p.add_argument("env_id", help="gymnasium id, e.g. CartPole-v1")
+    p.add_argument(
+        "env_id", nargs="?", help="gymnasium id, e.g. CartPole-v1, ember_np/CartPole-v1, module:Id"
+    )
     p.add_argument(
         "--preset",
         help="a name from ember_np.presets or a preset FILE.json, e.g. from ember-np tune "
@@ -461,13 +567,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for bad arguments)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-        return int(args.func(args))
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            args = parser.parse_args(argv)
+            return int(args.func(args))
     except UsageError as exc:
         print(f"ember-np: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # e.g. a full disk while writing a run file: one line, naming it
+        print(f"ember-np: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _show_warning(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
+    """Warnings (a skipped torn log line, ...) as one line each."""
+    print(f"ember-np: warning: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

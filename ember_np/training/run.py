@@ -15,6 +15,15 @@ Layout (ember-rl's ``TrainingRun``, with ``.npz`` checkpoints)::
 ``metadata.json``, ``config.json`` and every checkpoint are written atomically
 (temporary file, fsync, rename); each JSONL record is appended as one whole
 line and flushed.
+
+One process at a time trains in a run: :meth:`TrainingRun.lock` takes an
+exclusive ``fcntl.flock`` on ``<run>/.lock`` (the file holds the owner's PID),
+which the operating system releases when the process ends, killed or not.
+Readers (``eval``, ``plot``, :meth:`TrainingRun.resume` to read) take no lock.
+
+The JSONL readers skip any line that is not a whole episode record (a torn
+last line left by a crash or a full disk, or garbage), with a
+:class:`RunLogWarning` naming the file and the line.
 """
 
 from __future__ import annotations
@@ -23,6 +32,9 @@ import json
 import math
 import os
 import re
+import warnings
+import weakref
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,10 +42,98 @@ from typing import Any
 from ember_np.checkpoint import atomic_write_text
 from ember_np.stats import EpisodeRecord
 
-__all__ = ["TrainingRun"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks, runs are not locked
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["RunLockedError", "RunLogWarning", "TrainingRun"]
 
 _RUN_ID = re.compile(r"^(\d{8}_\d{6})(?:_(\d+))?$")
 _STEP_FILE = re.compile(r"^step_(\d+)\.npz$")
+LOCK_FILE = ".lock"
+
+
+class RunLockedError(RuntimeError):
+    """Another process is training in this run directory (it holds the run's lock)."""
+
+    def __init__(self, run_dir: Path, pid: int | None) -> None:
+        self.run_dir = run_dir
+        self.pid = pid
+        holder = f"process {pid}" if pid is not None else "another process"
+        super().__init__(
+            f"run {run_dir} is in use: {holder} is training in it (lock {run_dir / LOCK_FILE}); "
+            "wait for it to finish or stop it (eval and plot work meanwhile)"
+        )
+
+
+class RunLogWarning(UserWarning):
+    """A JSONL log line that is not a whole record was skipped (torn write or garbage)."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# What every line of each log must hold to count as a record.
+_LOG_FIELDS: dict[str, dict[str, Callable[[Any], bool]]] = {
+    "train_episodes.jsonl": {"total_reward": _is_number, "length": _is_int},
+    "eval_episodes.jsonl": {
+        "total_reward": _is_number, "length": _is_int, "total_steps_at_eval": _is_int,
+    },
+}  # fmt: skip
+
+
+def _parse_log_line(line: str, fields: dict[str, Callable[[Any], bool]]) -> dict[str, Any] | None:
+    """The record on ``line``, or None when it is not a whole record."""
+    try:
+        row = json.loads(line)
+    except ValueError:  # JSONDecodeError, or a torn multi-byte character
+        return None
+    if not isinstance(row, dict):
+        return None
+    for key, ok in fields.items():
+        if key not in row or not ok(row[key]):
+            return None
+    if "total_steps" in row and not _is_int(row["total_steps"]):
+        return None
+    return row
+
+
+def _read_log(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str], bool]:
+    """Split a JSONL log into its records (with their lines) and the lines that are not.
+
+    Each skipped line is reported with a :class:`RunLogWarning` naming the file
+    and the line number. The third value says whether the file lacks its final
+    newline (a write cut short; the line is kept if it still holds a record).
+    """
+    fields = _LOG_FIELDS.get(path.name, {})
+    data = path.read_bytes()
+    text = data.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    torn_end = bool(lines[-1])  # the file does not end with a newline
+    if not torn_end:
+        lines.pop()
+    good: list[tuple[str, dict[str, Any]]] = []
+    bad: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        row = _parse_log_line(line, fields)
+        if row is not None:
+            good.append((line, row))
+            continue
+        bad.append(line)
+        what = "a torn last line" if number == len(lines) else "not a whole record"
+        shown = line if len(line) <= 60 else line[:57] + "..."
+        warnings.warn(
+            f"{path}: line {number} is {what}, skipped: {shown!r}", RunLogWarning, stacklevel=3
+        )
+    return good, bad, torn_end
 
 
 def _now() -> str:
@@ -68,6 +168,7 @@ class TrainingRun:
     def __init__(self, directory: Path, metadata: dict[str, Any]) -> None:
         self._dir = directory
         self._metadata = metadata
+        self._lock_fd: int | None = None
 
     # -- creating and reopening -------------------------------------------------
     @classmethod
@@ -130,20 +231,88 @@ class TrainingRun:
                     "directory holding runs"
                 )
             p = max(runs, key=_run_sort_key)
-        try:
-            metadata = json.loads((p / "metadata.json").read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{p / 'metadata.json'} is not valid JSON: {exc}") from None
-        for key in ("name", "version", "run_id", "total_steps", "total_episodes"):
-            if key not in metadata:
-                raise ValueError(f"{p / 'metadata.json'} lacks {key!r}")
+        metadata = _read_json(p / "metadata.json")
+        _check_metadata(p / "metadata.json", metadata)
         metadata.setdefault("best_eval_reward", None)
-        (p / "checkpoints").mkdir(exist_ok=True)
+        run = cls(p, metadata)
+        # Leftovers of a killed writer are removed only when no process
+        # trains here: a live writer's temporary files are its next checkpoint.
+        try:
+            run.lock()
+        except (RunLockedError, OSError):
+            pass
+        else:
+            run.unlock()
+        return run
+
+    # -- the writer's lock --------------------------------------------------------
+    def lock(self) -> None:
+        """Take the run's writer lock; a no-op when this object holds it already.
+
+        An exclusive, non-blocking ``fcntl.flock`` on ``<run>/.lock``, which
+        then holds this process's PID. It lasts until :meth:`unlock`, until
+        this object is garbage collected, or until the process ends in any way
+        (the OS releases it, ``SIGKILL`` included). Taking it also removes the
+        temporary files a killed writer left behind.
+
+        The lock belongs to the process: other ``TrainingRun`` objects of the
+        same directory in this process share it (a trainer and its resumed
+        successor in one notebook), and it is released when the last of them
+        lets go.
+
+        Raises
+        ------
+        RunLockedError
+            If another process holds it (naming that process).
+        OSError
+            If the run directory is not writable (naming it).
+        """
+        if self._lock_fd is not None or fcntl is None:
+            return
+        key = os.path.realpath(self._dir)
+        held = _HELD.get(key)
+        if held is not None:
+            held[1] += 1
+            self._lock_fd = held[0]
+            self._lock_release = weakref.finalize(self, _release, key)
+            return
+        path = self._dir / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"cannot train in the run {self._dir}: it is not writable ({exc.strerror}); "
+                "fix its permissions or copy the run to a writable place",
+                str(path),
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _read_pid(fd)
+            os.close(fd)
+            raise RunLockedError(self._dir, pid) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _HELD[key] = [fd, 1]
+        self._lock_fd = fd
+        self._lock_release = weakref.finalize(self, _release, key)
+        (self._dir / "checkpoints").mkdir(exist_ok=True)
         # A process killed mid-write leaves its temporary file behind (the
         # target itself is intact): remove those leftovers.
-        for stale in list(p.glob(".*.tmp")) + list((p / "checkpoints").glob(".*.tmp")):
+        for stale in list(self._dir.glob(".*.tmp")) + list(self.checkpoints_dir.glob(".*.tmp")):
             stale.unlink(missing_ok=True)
-        return cls(p, metadata)
+
+    def unlock(self) -> None:
+        """Release the writer lock taken by :meth:`lock` (a no-op otherwise)."""
+        if self._lock_fd is not None:
+            self._lock_release()
+            self._lock_fd = None
+
+    @property
+    def locked(self) -> bool:
+        """Whether this object holds the run's writer lock."""
+        return self._lock_fd is not None
 
     # -- paths --------------------------------------------------------------------
     @property
@@ -194,6 +363,8 @@ class TrainingRun:
     def step_checkpoints(self) -> list[tuple[int, Path]]:
         """Numbered checkpoints on disk, sorted by step."""
         found = []
+        if not self.checkpoints_dir.is_dir():
+            return found
         for p in self.checkpoints_dir.iterdir():
             m = _STEP_FILE.match(p.name)
             if m:
@@ -241,20 +412,19 @@ class TrainingRun:
         self._append("eval_episodes.jsonl", row)
 
     def read_train_episodes(self) -> list[dict[str, Any]]:
+        """The records of ``train_episodes.jsonl``; lines that are not (torn,
+        garbage) are skipped with a :class:`RunLogWarning` naming file and line."""
         return self._read_jsonl("train_episodes.jsonl")
 
     def read_eval_episodes(self) -> list[dict[str, Any]]:
+        """The records of ``eval_episodes.jsonl`` (bad lines skipped, with a warning)."""
         return self._read_jsonl("eval_episodes.jsonl")
 
     def _read_jsonl(self, filename: str) -> list[dict[str, Any]]:
         path = self._dir / filename
         if not path.exists():
             return []
-        rows = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rows.append(json.loads(line))
-        return rows
+        return [row for _, row in _read_log(path)[0]]
 
     def rewind_logs(self, total_steps: int) -> int:
         """Make the JSONL logs agree with a checkpoint taken at ``total_steps``.
@@ -263,7 +433,10 @@ class TrainingRun:
         checkpoint, then was lost with the process) move to
         ``train_episodes.rolled_back.jsonl`` / ``eval_episodes.rolled_back.jsonl``,
         so nothing is deleted and a resumed run does not log the same steps
-        twice. Returns the number of training episodes that remain.
+        twice. Lines that are not whole records (a torn last line, garbage)
+        move there too, with a :class:`RunLogWarning`, and every log is left
+        ending in a newline, so the next record starts a line of its own.
+        Returns the number of training episodes that remain.
         """
         kept_train = 0
         for name, key in (
@@ -273,24 +446,19 @@ class TrainingRun:
             path = self._dir / f"{name}.jsonl"
             if not path.exists():
                 continue
-            keep, drop = [], []
-            for line in path.read_text(encoding="utf-8").splitlines():
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    drop.append(line)  # a torn last line from a crash
-                    continue
-                (keep if int(row.get(key, 0)) <= total_steps else drop).append(line)
+            records, drop, torn_end = _read_log(path)
+            keep = []
+            for line, row in records:
+                (keep if row.get(key, 0) <= total_steps else drop).append(line)
             if name == "train_episodes":
                 kept_train = len(keep)
-            if not drop:
+            if not drop and not torn_end:
                 continue
-            with open(self._dir / f"{name}.rolled_back.jsonl", "a", encoding="utf-8") as f:
-                f.write("".join(line + "\n" for line in drop))
-                f.flush()
-                os.fsync(f.fileno())
+            if drop:
+                with open(self._dir / f"{name}.rolled_back.jsonl", "a", encoding="utf-8") as f:
+                    f.write("".join(line + "\n" for line in drop))
+                    f.flush()
+                    os.fsync(f.fileno())
             atomic_write_text(path, "".join(line + "\n" for line in keep))
         return kept_train
 
@@ -299,8 +467,17 @@ class TrainingRun:
         atomic_write_text(self._dir / "config.json", json.dumps(config, indent=2, sort_keys=True))
 
     def read_config(self) -> dict[str, Any] | None:
+        """``config.json`` as written by :meth:`write_config`, or None if there is none.
+
+        Raises
+        ------
+        ValueError
+            If the file is not a JSON object (naming the file).
+        OSError
+            If it cannot be read (naming the file and the reason).
+        """
         path = self._dir / "config.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        return _read_json(path) if path.exists() else None
 
     def update_metadata(self, total_steps: int, total_episodes: int, **extra: Any) -> None:
         """Record progress in ``metadata.json`` (atomically)."""
@@ -320,3 +497,60 @@ class TrainingRun:
 
     def __repr__(self) -> str:
         return f"TrainingRun({str(self._dir)!r})"
+
+
+#: Run locks this process holds: real path -> [fd, number of TrainingRun objects using it].
+_HELD: dict[str, list[int]] = {}
+
+
+def _release(key: str) -> None:
+    held = _HELD[key]
+    held[1] -= 1
+    if held[1] == 0:
+        del _HELD[key]
+        os.close(held[0])  # releases the flock
+
+
+def _read_pid(fd: int) -> int | None:
+    """The PID written in a lock file, if it holds one."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip()
+    except OSError:  # pragma: no cover
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; errors name the file, the problem and the fix."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:  # e.g. no permission: not a JSON problem
+        raise OSError(exc.errno, f"cannot read {path}: {exc.strerror}", str(path)) from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text: restore it from a copy of the run") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path} is not valid JSON ({exc}): it is written atomically, so it was edited or "
+            "damaged; restore it from a copy of the run"
+        ) from None
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{path} holds a JSON {type(value).__name__}, expected an object: restore it from "
+            "a copy of the run"
+        )
+    return value
+
+
+def _check_metadata(path: Path, metadata: dict[str, Any]) -> None:
+    for key in ("name", "version", "run_id"):
+        if key not in metadata:
+            raise ValueError(f"{path} lacks {key!r}: restore it from a copy of the run")
+    for key in ("total_steps", "total_episodes"):
+        value = metadata.get(key)
+        if not _is_int(value) or value < 0:
+            raise ValueError(
+                f"{path}: {key!r} must be an integer >= 0, found {value!r}: restore it from a "
+                "copy of the run"
+            )

@@ -37,6 +37,7 @@ __all__ = [
     "DqnTrainer",
     "StepMetrics",
     "greedy_episode",
+    "make_eval_env",
 ]
 
 #: Env steps between numbered checkpoints, unless told otherwise (trainer and CLI).
@@ -90,6 +91,88 @@ class StepMetrics(NamedTuple):
     """How the step left the episode (CONTINUING unless episode_done)."""
 
 
+def _check_single_env(env: Any) -> None:
+    """Refuse vectorised envs with what to pass instead (they fail later with a TypeError)."""
+    from gymnasium.vector import VectorEnv
+
+    from ember_np.envs.native import NativeVecEnv
+
+    if isinstance(env, (NativeVecEnv, VectorEnv)):
+        name = type(env).__name__
+        raise ValueError(
+            f"DqnTrainer drives one environment, got {name} with {env.num_envs} copies: pass a "
+            "single gymnasium env, e.g. gym.make('ember_np/CartPole-v1') (a native env: the "
+            "trainer then runs its compiled loop)"
+        )
+
+
+def make_eval_env(env: Any, frozen_stats: bool = True) -> Any:
+    """A separate env for greedy evaluation, built from ``env.spec``.
+
+    ``gymnasium.make(env.spec)`` rebuilds the training env's wrappers, each in
+    its initial state: a ``NormalizeObservation`` wrapper would start from
+    fresh running statistics, so evaluation would see other observations than
+    the ones the agent trained on. With ``frozen_stats`` (default) each
+    ``NormalizeObservation`` of the new env shares the running statistics of
+    the training env's wrapper at the same depth, with updates turned off, as
+    Stable-Baselines3 evaluates with ``VecNormalize(training=False)``: the
+    eval env always normalizes with the training statistics as they are now,
+    and evaluating never changes them.
+
+    Parameters
+    ----------
+    env : gymnasium.Env
+        The training env (it needs a ``spec``).
+    frozen_stats : bool
+        Share the training statistics, frozen (default); False gives the
+        eval env statistics of its own, updated as it runs.
+
+    Raises
+    ------
+    ValueError
+        If ``env`` has no spec to make the new env from, or the two wrapper
+        chains do not line up.
+    """
+    import gymnasium
+    from gymnasium.wrappers import NormalizeObservation
+
+    spec = getattr(env, "spec", None)
+    if spec is None:
+        raise ValueError(
+            "eval needs a separate environment: this env has no gymnasium spec to "
+            "make one from, so pass DqnTrainer(..., eval_env=...)"
+        )
+    eval_env = gymnasium.make(spec)
+    if not frozen_stats:
+        return eval_env
+    train_chain = _wrappers(env, NormalizeObservation)
+    eval_chain = _wrappers(eval_env, NormalizeObservation)
+    if len(train_chain) != len(eval_chain):
+        raise ValueError(
+            f"the eval env made from env.spec has {len(eval_chain)} NormalizeObservation "
+            f"wrapper(s), the training env {len(train_chain)}: pass DqnTrainer(..., eval_env=...)"
+        )
+    for train_wrapper, eval_wrapper in zip(train_chain, eval_chain):
+        if not hasattr(type(eval_wrapper), "update_running_mean"):  # gymnasium < 1.0
+            raise ValueError(
+                "freezing NormalizeObservation statistics needs gymnasium >= 1.0: upgrade "
+                "gymnasium or pass DqnTrainer(..., eval_env=...)"
+            )
+        eval_wrapper.obs_rms = train_wrapper.obs_rms  # the same object: always current
+        eval_wrapper.update_running_mean = False
+    return eval_env
+
+
+def _wrappers(env: Any, kind: type) -> list[Any]:
+    """The wrappers of type ``kind`` in ``env``'s chain, outermost first."""
+    found = []
+    while env is not None:
+        if isinstance(env, kind):
+            found.append(env)
+        env = getattr(env, "env", None)
+    return found
+
+
 class DqnTrainer:
     """Runs DQN training and evaluation of ``agent`` on ``env``.
 
@@ -112,7 +195,9 @@ class DqnTrainer:
     stats : StatsTracker, optional
         Training-episode statistics; default episode_reward and episode_length means.
     eval_env : gymnasium.Env, optional
-        Environment for :meth:`eval`; by default a fresh one made from ``env.spec``.
+        Environment for :meth:`eval`; by default :func:`make_eval_env` ``(env)``:
+        a fresh one made from ``env.spec``, whose ``NormalizeObservation``
+        wrappers use the training env's running statistics, frozen.
     save_buffer : bool
         Include the replay buffer in ``latest.npz`` so a resumed run continues
         exactly. Default True.
@@ -144,6 +229,7 @@ class DqnTrainer:
                 f"agent must be a DqnAgent or implement LearningAgent, got "
                 f"{type(agent).__name__} (missing {missing})"
             )
+        _check_single_env(env)
         for method in ("reset", "step"):
             if not callable(getattr(env, method, None)):
                 raise ValueError(
@@ -180,9 +266,10 @@ class DqnTrainer:
     def _attach_run(self, run: TrainingRun) -> None:
         """Line the run's logs up with the agent: a fresh agent needs a fresh run,
         a restored one continues the episode numbering from its checkpoint."""
+        run.lock()  # one process trains in a run at a time (RunLockedError otherwise)
         steps = self._agent.total_steps
-        logged = run.read_train_episodes()
         if steps == 0:
+            logged = run.read_train_episodes()
             if logged:
                 raise ValueError(
                     f"{run.dir} already holds {len(logged)} training episodes but the agent has "
@@ -392,9 +479,7 @@ class DqnTrainer:
                     "eval needs a separate environment: this env has no gymnasium spec to "
                     "make one from, so pass DqnTrainer(..., eval_env=...)"
                 )
-            import gymnasium
-
-            self._eval_env = gymnasium.make(spec)
+            self._eval_env = make_eval_env(self._env)
         return self._eval_env
 
     def _greedy_episode(self, env: Any) -> EpisodeRecord:
