@@ -4,28 +4,57 @@ A checkpoint is one ``.npz`` archive of plain arrays (numbers and unicode
 strings; never pickled objects). Writes go to a temporary file in the same
 directory, are flushed and fsynced, then renamed over the target with
 ``os.replace``, so a crash leaves either the old file or the new one, never a
-torn one. Reads use ``np.load(..., allow_pickle=False)`` and turn every way a
-file can be wrong (missing, truncated, corrupted, foreign, object arrays,
-missing keys, wrong shapes or versions) into a :class:`CheckpointError`.
+torn one. Files are created as a plain ``open`` would create them (mode
+``0o666`` less the umask), so other users can read a run when the umask lets
+them.
+
+Reads use ``np.load(..., allow_pickle=False)`` and turn every way a file can be
+wrong (missing, truncated, corrupted, foreign, object arrays, missing keys,
+wrong shapes or versions) into a :class:`CheckpointError`. Before anything is
+decompressed, :func:`inspect_archive` checks what the archive declares (the
+zip's central directory and each member's ``.npy`` header) against what the
+format allows, and bounds what the load will allocate: a small hostile file
+cannot make a load take gigabytes of memory.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-import tempfile
+import secrets
+import struct
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["AgentKeys", "CheckpointError", "atomic_write", "load_arrays", "save_arrays"]
+from ember_np._memory import available_memory, format_bytes
+
+__all__ = [
+    "AgentKeys", "ArrayInfo", "CheckpointError", "atomic_write", "inspect_archive",
+    "load_arrays", "save_arrays",
+]  # fmt: skip
 
 #: Identifies an ember_np agent checkpoint; a file without it is foreign.
 AGENT_FORMAT = "ember_np.dqn_agent"
 #: Bumped whenever the layout changes incompatibly.
 FORMAT_VERSION = 1
+
+#: Most members an archive may hold. An agent checkpoint has 17 + 4 per layer
+#: (weights, biases, online and target) + 7 for the replay buffer.
+MAX_MEMBERS = 512
+#: Most bytes of central directory: ``zipfile`` builds one object per entry it
+#: lists, so this bounds them too (an entry takes 46 bytes plus its name).
+MAX_DIRECTORY_BYTES = MAX_MEMBERS * 320
+#: Most a compressed member may inflate. ember_np writes archives uncompressed
+#: (``np.savez``), where a member takes exactly its size on disk; one recompressed
+#: by hand still loads, a zip bomb (deflate reaches ~1000x) does not.
+MAX_INFLATION = 64
+#: Longest ``.npy`` header read (NumPy's own limit for untrusted files).
+MAX_HEADER = 10_000
 
 
 class AgentKeys:
@@ -90,20 +119,40 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
     and the error propagates (an ``OSError`` such as ENOSPC names the file).
     """
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = _create_temporary(target)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):  # name the file the caller asked for, not the temporary
+            raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from exc
         raise
     _fsync_dir(target.parent)
+
+
+def _create_temporary(target: Path) -> tuple[int, Path]:
+    """A new, empty ``.<name>.<random>.tmp`` beside ``target``, opened for writing.
+
+    Created with mode ``0o666``, which the kernel reduces by the umask exactly
+    as for ``open(path, "w")`` (``tempfile.mkstemp`` would make it ``0o600``, so
+    no one else could read the run).
+    """
+    for _ in range(100):
+        tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:  # pragma: no cover - 48 random bits collided
+            continue
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from exc
+    raise FileExistsError(f"cannot create a temporary file beside {target}")  # pragma: no cover
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -120,22 +169,201 @@ def save_arrays(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) 
     atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
-def load_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+class ArrayInfo(NamedTuple):
+    """What one member of an ``.npz`` archive declares, read without decompressing it."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+def _end_of_central_directory(f: IO[bytes], size: int) -> tuple[int, int]:
+    """(number of members, central directory size) from the zip's end record.
+
+    Read before ``zipfile`` parses the central directory, which builds one
+    object per member: a small file listing a million members is refused
+    without building them.
+    """
+    tail_len = min(size, 22 + 65_535)  # the fixed record plus the longest comment
+    f.seek(size - tail_len)
+    tail = f.read(tail_len)
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) - at < 22:
+        raise ValueError("not a zip archive (no end of central directory record)")
+    _, _, _, _, count, cd_size, _, _ = struct.unpack("<4s4H2LH", tail[at : at + 22])
+    if count == 0xFFFF or cd_size == 0xFFFFFFFF:  # ZIP64: the real values are elsewhere
+        loc = tail[at - 20 : at] if at >= 20 else b""
+        if loc[:4] != b"PK\x06\x07":
+            raise ValueError("a ZIP64 archive without its ZIP64 locator")
+        (offset,) = struct.unpack("<Q", loc[8:16])
+        if offset + 56 > size:
+            raise ValueError("the ZIP64 end record lies outside the file")
+        f.seek(offset)
+        record = f.read(56)
+        if record[:4] != b"PK\x06\x06":
+            raise ValueError("a ZIP64 archive without its ZIP64 end record")
+        count, cd_size = struct.unpack("<QQ", record[32:48])
+    return count, cd_size
+
+
+def _npy_header(member: IO[bytes]) -> tuple[np.dtype, tuple[int, ...], int]:
+    """dtype, shape and header length of the ``.npy`` stream ``member``."""
+    from numpy.lib import format as npy
+
+    version = npy.read_magic(member)
+    if version == (1, 0):
+        shape, _, dtype = npy.read_array_header_1_0(member, max_header_size=MAX_HEADER)
+    elif version == (2, 0):
+        shape, _, dtype = npy.read_array_header_2_0(member, max_header_size=MAX_HEADER)
+    else:
+        raise ValueError(f".npy format version {version} is not supported")
+    return dtype, tuple(shape), member.tell()
+
+
+def inspect_archive(
+    path: str | os.PathLike[str], max_bytes: int | None = None
+) -> dict[str, ArrayInfo]:
+    """Check what an ``.npz`` archive declares, before decompressing anything.
+
+    Reads only the zip's end record and central directory and the first bytes
+    of each member (its ``.npy`` header), and requires: at most
+    :data:`MAX_MEMBERS` members, each a ``.npy`` array stored or deflated and
+    unencrypted, whose declared size is exactly its header plus
+    ``prod(shape) * itemsize``, that lies inside the file and inflates at most
+    :data:`MAX_INFLATION` times; no object arrays; and all arrays together at
+    most ``max_bytes`` (default: the memory available now). Loading the arrays
+    then allocates at most that total.
+
+    Returns
+    -------
+    dict
+        ``{key: ArrayInfo(dtype, shape, nbytes)}`` in archive order.
+
+    Raises
+    ------
+    CheckpointError
+        Naming the file and the first rule broken.
+    """
+    p = Path(path)
+    try:
+        return _inspect(p, max_bytes)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # zipfile, struct, numpy header errors
+        raise CheckpointError(
+            p, f"not a readable .npz checkpoint (truncated or corrupted?): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc  # fmt: skip
+
+
+def _inspect(p: Path, max_bytes: int | None) -> dict[str, ArrayInfo]:
+    size = p.stat().st_size
+    out: dict[str, ArrayInfo] = {}
+    with open(p, "rb") as f:
+        if f.read(6) == b"\x93NUMPY":
+            raise CheckpointError(p, "not an .npz archive (a single .npy array)")
+        count, cd_size = _end_of_central_directory(f, size)
+        if count > MAX_MEMBERS:
+            raise CheckpointError(p, f"the archive lists {count} members, at most {MAX_MEMBERS}")
+        if cd_size > min(size, MAX_DIRECTORY_BYTES):
+            raise CheckpointError(
+                p, f"the central directory declares {cd_size} bytes in a {size}-byte file "
+                f"(at most {MAX_DIRECTORY_BYTES})"
+            )  # fmt: skip
+        f.seek(0)
+        with zipfile.ZipFile(f) as archive:
+            infos = archive.infolist()
+            if len(infos) > MAX_MEMBERS:
+                raise CheckpointError(p, f"the archive holds {len(infos)} members, "
+                                      f"at most {MAX_MEMBERS}")  # fmt: skip
+            total = 0
+            for info in infos:
+                key = _check_member(p, info, size)
+                if key in out:
+                    raise CheckpointError(p, f"member {info.filename!r} appears twice")
+                with archive.open(info) as member:
+                    dtype, shape, header = _npy_header(member)
+                if dtype.hasobject:
+                    raise CheckpointError(
+                        p, f"{key!r}: Object arrays cannot be loaded (they would be unpickled)"
+                    )
+                if any(d < 0 for d in shape):
+                    raise CheckpointError(p, f"{key!r}: negative dimension in shape {shape}")
+                nbytes = math.prod(shape) * dtype.itemsize
+                if header + nbytes != info.file_size:
+                    raise CheckpointError(
+                        p, f"{key!r} declares shape {shape} of {dtype} ({nbytes} bytes), but "
+                        f"the member holds {info.file_size - header} bytes of data"
+                    )  # fmt: skip
+                out[key] = ArrayInfo(dtype, shape, nbytes)
+                total += nbytes
+    limit = available_memory() if max_bytes is None else max_bytes
+    if limit is not None and total > limit:
+        raise CheckpointError(
+            p, f"its arrays would take {format_bytes(total)}, more than the "
+            f"{format_bytes(limit)} this load may use"
+            + (" (the memory available)" if max_bytes is None else "")
+        )  # fmt: skip
+    return out
+
+
+def _check_member(p: Path, info: zipfile.ZipInfo, size: int) -> str:
+    """The key of one archive member, after the checks its zip entry allows."""
+    name = info.filename
+    if not name.endswith(".npy"):
+        raise CheckpointError(p, f"member {name!r} is not an .npy array")
+    if info.flag_bits & 0x1:
+        raise CheckpointError(p, f"member {name!r} is encrypted")
+    if info.header_offset + info.compress_size > size:
+        raise CheckpointError(
+            p, f"member {name!r} declares {info.compress_size} bytes at offset "
+            f"{info.header_offset}, past the end of the {size}-byte file"
+        )  # fmt: skip
+    if info.compress_type == zipfile.ZIP_STORED:
+        if info.compress_size != info.file_size:
+            raise CheckpointError(
+                p, f"member {name!r} is stored uncompressed but declares {info.file_size} "
+                f"bytes and holds {info.compress_size}"
+            )  # fmt: skip
+    elif info.compress_type == zipfile.ZIP_DEFLATED:
+        if info.file_size > MAX_INFLATION * max(info.compress_size, 1):
+            raise CheckpointError(
+                p, f"member {name!r} would inflate {info.compress_size} bytes to "
+                f"{info.file_size} (more than {MAX_INFLATION}x): rewrite the checkpoint "
+                "uncompressed (np.savez)"
+            )  # fmt: skip
+    else:
+        raise CheckpointError(
+            p, f"member {name!r} uses zip compression method {info.compress_type}; "
+            "only stored or deflated members are read"
+        )  # fmt: skip
+    return name[: -len(".npy")]
+
+
+def load_arrays(
+    path: str | os.PathLike[str], max_bytes: int | None = None
+) -> dict[str, np.ndarray]:
     """Read every array of an ``.npz`` file, never unpickling.
+
+    :func:`inspect_archive` checks the archive first, so nothing is
+    decompressed or allocated beyond what it declares, and at most
+    ``max_bytes`` (default: the memory available) in all.
 
     Raises
     ------
     CheckpointError
         If the file is missing, unreadable, not an ``.npz`` archive, truncated
-        or corrupted, or holds object arrays.
+        or corrupted, holds object arrays, or declares more than the format
+        or ``max_bytes`` allow.
     """
     p = Path(path)
     if not p.is_file():
         raise CheckpointError(p, "no such checkpoint file")
+    declared = inspect_archive(p, max_bytes)
     try:
-        with np.load(p, allow_pickle=False) as archive:
-            if not hasattr(archive, "files"):
-                raise CheckpointError(p, "not an .npz archive (a single .npy array)")
+        with np.load(p, allow_pickle=False, max_header_size=MAX_HEADER) as archive:
+            if not hasattr(archive, "files") or set(archive.files) != set(declared):
+                raise CheckpointError(p, "the archive changed while it was read")
             return {key: archive[key] for key in archive.files}
     except CheckpointError:
         raise
