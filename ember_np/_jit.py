@@ -14,12 +14,36 @@ Every kernel in ember_np is compiled with :func:`kernel`, which sets
 
 Settings that change per call (learning rate, gamma, ...) are always passed to
 kernels as arguments: numba freezes module globals at compile time.
+
+Where the cache lives. numba caches next to the source (``__pycache__``), and
+only where it can write: installed where the user cannot write, with no
+writable home, numba refuses even to *define* a cached function ("no locator
+available"), so ``import ember_np`` would fail. This module therefore checks
+once, at import, and then
+
+* uses the package's ``__pycache__`` when it is writable (the usual case), or
+  ``NUMBA_CACHE_DIR`` when the user set one;
+* otherwise caches ember_np's kernels in a private directory of the user's
+  (``$XDG_CACHE_HOME/ember_np/numba`` or ``~/.cache/ember_np/numba``, else
+  ``<tempdir>/ember_np-numba-<uid>``, mode 0700 and owned by the user: numba's
+  index files are pickles) through a numba cache locator, copying each
+  kernel's shipped cache files there when it is first used, so a cache
+  compiled at install time still saves the compilation;
+* and when nothing is writable, compiles without caching.
+
+The last two say so once, in one :class:`CacheWarning` line with the cost.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
+import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
 
 import numba
 
@@ -30,10 +54,208 @@ F = TypeVar("F", bound=Callable[..., Any])
 FASTMATH_FLAGS = frozenset({"nsz", "arcp", "contract", "afn", "reassoc"})
 
 
+class CacheWarning(UserWarning):
+    """ember_np's kernels cannot be cached next to the package (said once, at import)."""
+
+
+class CachePlan(NamedTuple):
+    """Where compiled kernels are cached: see the module docstring."""
+
+    cache: bool
+    """Whether kernels are compiled with ``cache=True``."""
+    directory: Path | None
+    """The private fallback directory, when the package's own is not writable."""
+    message: str | None
+    """What the user is told (None when the cache works as usual)."""
+
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _writable(directory: Path) -> bool:
+    """Whether files can be created in ``directory`` (made if missing): numba's own test."""
+    try:
+        directory.mkdir(exist_ok=True)
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError:
+        return False
+    return True
+
+
+def _private(directory: Path) -> bool:
+    """Whether ``directory`` is (or was just made) the user's own, writable by no one else."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(directory)
+        if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+            return False  # someone else's, or others could plant index files (pickles) in it
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError:
+        return False
+    return os.path.isdir(directory) and not os.path.islink(directory)
+
+
+def _fallback_candidates() -> list[Path]:
+    out = []
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):  # no HOME and no password entry
+            base = None
+    if base:
+        out.append(Path(base) / "ember_np" / "numba")
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    out.append(Path(tempfile.gettempdir()) / f"ember_np-numba-{uid}")
+    return out
+
+
+def cache_plan(
+    source_dirs: list[Path] | None = None, candidates: list[Path] | None = None
+) -> CachePlan:
+    """Decide where kernels are cached (the arguments exist for tests)."""
+    if source_dirs is None:
+        source_dirs = [PACKAGE_DIR] + [d for d in PACKAGE_DIR.iterdir() if d.is_dir()
+                                       and (d / "__init__.py").exists()]  # fmt: skip
+    if all(_writable(d / "__pycache__") for d in source_dirs):
+        return CachePlan(True, None, None)
+    user_dir = numba.config.CACHE_DIR
+    if user_dir and _writable(Path(user_dir)):
+        return CachePlan(True, None, None)  # numba's own locator takes NUMBA_CACHE_DIR
+    shipped = any(next((d / "__pycache__").glob("*.nbi"), None) for d in source_dirs)
+    where = source_dirs[0]
+    for directory in candidates if candidates is not None else _fallback_candidates():
+        if _private(directory) and _FallbackLocator.install():
+            cost = (
+                "the cache shipped with it is copied there once, so nothing recompiles"
+                if shipped else
+                "each kernel compiles once there (a few seconds in all), then loads from it"
+            )  # fmt: skip
+            return CachePlan(
+                True, directory, f"ember_np: {where} is not writable, so compiled kernels are "
+                f"cached in {directory}: {cost}"
+            )  # fmt: skip
+    return CachePlan(
+        False, None, f"ember_np: no writable cache directory ({where} and the user's cache "
+        "and temporary directories are not writable): every process compiles the kernels it "
+        "uses (a few seconds at first use); set NUMBA_CACHE_DIR to a writable directory"
+    )  # fmt: skip
+
+
+def _locators() -> tuple[Any, Any] | None:
+    """numba's cache implementation class and in-tree locator (names differ by version)."""
+    from numba.core import caching
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    in_tree = getattr(caching, "InTreeCacheLocator", None) or getattr(
+        caching, "_InTreeCacheLocator", None
+    )
+    if impl is None or in_tree is None or not isinstance(
+        getattr(impl, "_locator_classes", None), list
+    ):  # fmt: skip
+        return None
+    return impl, in_tree
+
+
+_found = _locators()
+_InTree: Any = _found[1] if _found else object
+
+
+class _FallbackLocator(_InTree):  # type: ignore[misc, valid-type]
+    """numba cache locator for ember_np's kernels when the package dir is read-only.
+
+    Placed right after numba's in-tree locator, so it serves only files that
+    one refused. Source stamps and names are the in-tree locator's, so the
+    shipped index and data files are valid here unchanged.
+    """
+
+    def __init__(self, py_func: Any, py_file: str) -> None:
+        super().__init__(py_func, py_file)
+        self._shipped = Path(self._cache_path)
+        assert PLAN.directory is not None
+        self._cache_path = str(PLAN.directory / self.get_suitable_cache_subpath(py_file))
+        self._base = _filename_base(py_func, py_file, self.get_disambiguator())
+
+    @classmethod
+    def from_function(cls, py_func: Any, py_file: str) -> Any:
+        if PLAN.directory is None or not Path(py_file).resolve().is_relative_to(PACKAGE_DIR):
+            return None
+        self = cls(py_func, py_file)
+        try:
+            self.ensure_cache_path()
+            self._copy_shipped()
+        except OSError:
+            return None
+        return self
+
+    def _copy_shipped(self) -> None:
+        """Copy this kernel's shipped cache files here unless a newer copy is here already."""
+        index = self._shipped / f"{self._base}.nbi"
+        target = Path(self._cache_path)
+        if not index.is_file():
+            return
+        mine = target / index.name
+        if mine.exists() and mine.stat().st_mtime >= index.stat().st_mtime:
+            return
+        for data in self._shipped.glob(f"{self._base}.*.nbc"):
+            _copy(data, target / data.name)
+        _copy(index, mine)  # the index last: it names the data files
+
+    @classmethod
+    def install(cls) -> bool:
+        """Put this locator right after numba's in-tree one; False if numba's layout differs."""
+        if _found is None:
+            return False
+        classes = _found[0]._locator_classes
+        if cls not in classes:
+            classes.insert(classes.index(_found[1]) + 1, cls)
+        return True
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Replace ``target`` by a copy of ``source`` (contents and mtime, not its read-only mode)."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    shutil.copyfile(source, tmp)
+    st = source.stat()
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp, target)
+
+
+def _filename_base(py_func: Any, py_file: str, disambiguator: str) -> str:
+    """The stem numba gives a function's cache files (numba.core.caching.CacheImpl)."""
+    modname = os.path.splitext(os.path.basename(py_file))[0]
+    fullname = f"{modname}.{py_func.__qualname__}".replace("<", "").replace(">", "")
+    abiflags = getattr(sys, "abiflags", "")
+    return f"{fullname}-{disambiguator}.py{sys.version_info[0]}{sys.version_info[1]}{abiflags}"
+
+
+def _caller_outside_package() -> int:
+    """The ``stacklevel`` of the first frame outside ember_np (the code importing it).
+
+    ``warnings.warn`` skips the import machinery's frames itself, so only
+    ember_np's own frames are counted.
+    """
+    level, frame = 1, sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not ("importlib" in name and "_bootstrap" in name):
+            if not name.startswith(str(PACKAGE_DIR)):
+                break
+            level += 1
+        frame = frame.f_back
+    return level
+
+
+PLAN = CachePlan(True, None, None)  # read by _FallbackLocator while cache_plan() runs
+PLAN = cache_plan()
+if PLAN.message:
+    warnings.warn(PLAN.message, CacheWarning, stacklevel=_caller_outside_package())
+
+
 def kernel(fn: F) -> F:
     """Compile ``fn`` with the project's numba options (see module docstring)."""
     return numba.njit(  # type: ignore[no-any-return]
-        cache=True,
+        cache=PLAN.cache,
         fastmath=set(FASTMATH_FLAGS),
         error_model="numpy",
         nogil=True,
@@ -54,7 +276,7 @@ def exact_kernel(fn: F) -> F:
     version to every later process.
     """
     return numba.njit(  # type: ignore[no-any-return]
-        cache=True,
+        cache=PLAN.cache,
         fastmath=False,  # explicit, or a fast-math caller's flags would be inherited
         error_model="numpy",
         nogil=True,
@@ -69,7 +291,7 @@ def inlined_exact_kernel(fn: F) -> F:
     written for it alone. Still callable from Python like any kernel.
     """
     return numba.njit(  # type: ignore[no-any-return]
-        cache=True,
+        cache=PLAN.cache,
         fastmath=False,
         error_model="numpy",
         nogil=True,
