@@ -112,8 +112,8 @@ def _read_log(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str], 
     newline (a write cut short; the line is kept if it still holds a record).
     """
     fields = _LOG_FIELDS.get(path.name, {})
-    data = path.read_bytes()
-    text = data.decode("utf-8", errors="replace")
+    # Undecodable bytes survive as surrogates: a line moved aside keeps its exact bytes.
+    text = path.read_bytes().decode("utf-8", errors="surrogateescape")
     lines = text.split("\n")
     torn_end = bool(lines[-1])  # the file does not end with a newline
     if not torn_end:
@@ -129,7 +129,8 @@ def _read_log(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str], 
             continue
         bad.append(line)
         what = "a torn last line" if number == len(lines) else "not a whole record"
-        shown = line if len(line) <= 60 else line[:57] + "..."
+        shown = line.encode("utf-8", "replace").decode("utf-8", "replace")
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
         warnings.warn(
             f"{path}: line {number} is {what}, skipped: {shown!r}", RunLogWarning, stacklevel=3
         )
@@ -455,7 +456,8 @@ class TrainingRun:
             if not drop and not torn_end:
                 continue
             if drop:
-                with open(self._dir / f"{name}.rolled_back.jsonl", "a", encoding="utf-8") as f:
+                with open(self._dir / f"{name}.rolled_back.jsonl", "a", encoding="utf-8",
+                          errors="surrogateescape") as f:  # fmt: skip
                     f.write("".join(line + "\n" for line in drop))
                     f.flush()
                     os.fsync(f.fileno())
