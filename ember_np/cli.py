@@ -58,7 +58,12 @@ def _make_env(env_id: str) -> Any:
     import gymnasium as gym
 
     try:
-        return gym.make(env_id)
+        with warnings.catch_warnings(record=True) as said:  # repeated only if make succeeds
+            warnings.simplefilter("always")
+            env = gym.make(env_id)
+        for w in said:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return env
     except (gym.error.NameNotFound, gym.error.NamespaceNotFound) as exc:
         raise UsageError(f"unknown environment {env_id!r}: {_one_line(exc)}") from None
     except Exception as exc:  # a bad version, a missing optional dependency such as box2d
@@ -76,8 +81,8 @@ def _native_to_plain(env_id: str) -> str:
 
 
 def _run_name(env_id: str) -> str:
-    """A run-directory name for an env id: path separators become ``_``."""
-    return re.sub(r"[/\\]", "_", env_id)
+    """A run-directory name for an env id: path separators (and ``:``) become ``_``."""
+    return re.sub(r"[/\\:]", "_", env_id)
 
 
 def _check_checkpoint_env(env: Any, env_id: str, encoder: Any, mapper: Any, path: Path) -> None:

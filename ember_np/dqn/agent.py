@@ -13,8 +13,10 @@ checkpoints, so a restored agent continues exactly where it stopped.
 
 from __future__ import annotations
 
+import json
 import operator
 import os
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -655,14 +657,37 @@ class DqnAgent:
         """Load a checkpoint into this agent (same layer sizes) and return it.
 
         Weights, Adam state, counters and random streams are restored, and the
-        replay buffer too when the file has one and ``include_buffer``. The
-        agent keeps its own config, encoder and mapper. Everything is checked
+        replay buffer too when the file has one and ``include_buffer``.
+
+        **Which config wins:** the agent's own. Its config, encoder and mapper
+        stay as they are, and the checkpoint's config is not applied; when the
+        two differ, a ``UserWarning`` names the fields. To train on with the
+        saved config, use :meth:`from_checkpoint`. Everything is checked
         before anything changes: on :class:`CheckpointError` the agent is as
         it was.
         """
         reader = Reader(path)
         self._load_reader(reader, include_buffer)
+        self._warn_if_config_differs(reader)
         return self
+
+    def _warn_if_config_differs(self, reader: Reader) -> None:
+        try:
+            saved = reader.json("config")
+        except CheckpointError:
+            return  # load() never used the saved config; an unreadable one changes nothing
+        if not isinstance(saved, dict):
+            return
+        mine = json.loads(json.dumps(self.config.to_dict()))  # tuples as JSON lists
+        keys = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
+        differ = [f"{k} {saved.get(k)!r} (this agent: {mine.get(k)!r})" for k in keys]
+        if differ:
+            warnings.warn(
+                f"{reader.path} was saved with another config: {', '.join(differ)}; load() keeps "
+                "this agent's config (DqnAgent.from_checkpoint uses the saved one)",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _load_reader(self, reader: Reader, include_buffer: bool) -> None:
         reader.check_format(AGENT_FORMAT)
