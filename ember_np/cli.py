@@ -210,10 +210,15 @@ def _train_loop(trainer: Any, steps: int, eval_every: int, eval_episodes: int, q
     except OSError as exc:  # a full disk: the files written so far are intact
         progress.close()
         where = f" {exc.filename}" if exc.filename else ""
+        run = trainer.run
+        then = (
+            f"then `ember-np resume {run.dir}`"
+            if run is not None and run.latest_checkpoint_path().exists()
+            else "then train again (no checkpoint was written yet)"
+        )
         raise UsageError(
             f"cannot write{where}: {exc.strerror or exc}; stopped at step {agent.total_steps:,}, "
-            "the checkpoints written before are intact: free space, then "
-            f"`ember-np resume {trainer.run.dir if trainer.run is not None else 'RUN'}`"
+            f"the checkpoints written before are intact: free space, {then}"
         ) from None
     except KeyboardInterrupt:
         progress.close()

@@ -205,6 +205,28 @@ def test_a_full_disk_stops_training_with_one_line_and_keeps_what_was_saved(
     assert main(["resume", str(run_dir), "--steps", "200", "--quiet"]) == 0  # and it goes on
 
 
+def test_a_full_disk_while_logging_an_episode_names_the_log(tmp_path, capsys, monkeypatch):
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if (
+            path.name == "train_episodes.jsonl"
+            and (path.parent / "checkpoints/step_100.npz").exists()
+        ):
+            raise OSError(errno.ENOSPC, "No space left on device")  # full after a checkpoint
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert train(tmp_path, steps=300) == 2
+    (run_dir,) = (tmp_path / "CartPole-v1" / "ember").iterdir()
+    line = one_error_line(capsys)
+    assert f"cannot write {run_dir / 'train_episodes.jsonl'}: No space left on device" in line
+    assert f"then `ember-np resume {run_dir}`" in line
+    monkeypatch.undo()
+    assert main(["resume", str(run_dir), "--steps", "100", "--quiet"]) == 0
+
+
 # -- item 9: smaller fixes ------------------------------------------------------------------
 
 

@@ -389,11 +389,16 @@ class TrainingRun:
     def _append(self, filename: str, row: dict[str, Any]) -> None:
         line = json.dumps(row, allow_nan=True) + "\n"
         # One write() of the whole line on an O_APPEND file, then flush + fsync:
-        # a crash can only lose whole trailing lines, never leave half of one.
-        with open(self._dir / filename, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        # a crash loses whole trailing lines; a full disk can leave part of one,
+        # which the readers skip and resume moves aside.
+        path = self._dir / filename
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:  # name the log (a write error alone does not)
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
 
     def log_train_episode(
         self, record: EpisodeRecord, episode: int | None = None, total_steps: int | None = None
