@@ -9,6 +9,7 @@ and ``ember-np plot``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -106,7 +107,7 @@ def test_the_lock_is_shared_within_a_process_and_released_by_unlock(tmp_path):
     a, b = TrainingRun.resume(run.dir), TrainingRun.resume(run.dir)
     a.lock()
     b.lock()  # the same process: a notebook resuming beside an idle trainer
-    assert (run.dir / ".lock").read_text().strip() == str(__import__("os").getpid())
+    assert (run.dir / ".lock").read_text().strip() == str(os.getpid())
     a.unlock()
     b.unlock()
     probe = subprocess.run(
