@@ -144,6 +144,7 @@ def test_api_lists_the_run_and_serves_its_logs(served, root):
     meta = json.loads((run_dir / "metadata.json").read_text())
     train = read_jsonl(run_dir / "train_episodes.jsonl")
     evals = read_jsonl(run_dir / "eval_episodes.jsonl")
+    (run_dir / ".lock").unlink()  # as a run written before runs were locked: the mtime rule
     listing = served.json("/api/runs")
     assert listing["root"] == str(root.resolve())
     (run,) = listing["runs"]
