@@ -107,8 +107,8 @@ def test_read_only_install_without_a_cache_compiles_once_into_a_private_dir(dirs
     read_only(site)
     helped = run(dirs, site, "-m", "ember_np", "--help")
     assert helped.returncode == 0 and "train" in helped.stdout, helped.stderr
-    assert_one_warning_line(helped.stderr, "each kernel compiles once there")
-    (first, _), (second, _) = probe(dirs, site), probe(dirs, site)
+    (first, stderr), (second, _) = probe(dirs, site), probe(dirs, site)
+    assert_one_warning_line(stderr, "each kernel compiles once there")
     assert first["misses"] == 1 and second["hits"] == 1 and second["misses"] == 0
     cache = dirs / "tmp" / f"ember_np-numba-{os.geteuid()}"
     assert cache.stat().st_mode & 0o777 == 0o700  # numba's index files are pickles: private
