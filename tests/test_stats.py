@@ -19,7 +19,13 @@ from ember_np import (
     StatsTracker,
     Std,
 )
-from ember_np.stats import iqm
+from ember_np.stats import (
+    bootstrap_ci,
+    iqm,
+    iqm_curve,
+    performance_profile,
+    probability_of_improvement,
+)
 
 VALUES = [3.0, -1.0, 4.0, 1.5, 9.0, 2.0, 6.5]
 
@@ -134,3 +140,151 @@ def test_iqm_rejects_empty_and_nonfinite():
         iqm([])
     with pytest.raises(ValueError, match="finite"):
         iqm([1.0, float("nan")])
+
+
+# -- statistics over runs ------------------------------------------------------------
+
+
+def _naive_statistic(values, statistic, threshold=None):
+    v = list(values)
+    if statistic == "iqm":
+        return iqm(v)
+    if statistic == "mean":
+        return sum(v) / len(v)
+    if statistic == "median":
+        return float(np.median(v))
+    return sum(max(threshold - s, 0.0) for s in v) / len(v)
+
+
+def _naive_bootstrap_ci(scores, statistic, confidence, reps, seed, threshold=None):
+    """One resample at a time, with the documented draws: task by task, (reps, runs) indices."""
+    x = np.asarray(scores, dtype=np.float64)
+    x = x[:, None] if x.ndim == 1 else x
+    runs, tasks = x.shape
+    rng = np.random.default_rng(seed)
+    draws = [rng.integers(0, runs, (reps, runs)) for _ in range(tasks)]
+    values = []
+    for r in range(reps):
+        pooled = [x[i, t] for t in range(tasks) for i in draws[t][r]]
+        values.append(_naive_statistic(pooled, statistic, threshold))
+    a = (1 - confidence) / 2
+    return tuple(np.quantile(values, [a, 1 - a]))
+
+
+@pytest.mark.parametrize("statistic", ["iqm", "mean", "median", "optimality_gap"])
+@pytest.mark.parametrize("shape", [(7,), (20,), (6, 3)])
+def test_bootstrap_ci_matches_a_slow_reference(statistic, shape):
+    x = np.random.default_rng(3).normal(size=shape) * 10
+    kwargs = {"threshold": 5.0} if statistic == "optimality_gap" else {}
+    fast = bootstrap_ci(x, statistic, confidence=0.9, reps=300, seed=7, **kwargs)
+    slow = _naive_bootstrap_ci(x, statistic, 0.9, 300, 7, **kwargs)
+    assert fast == pytest.approx(slow, rel=1e-12, abs=1e-12)
+
+
+def test_bootstrap_ci_by_hand():
+    assert bootstrap_ci([4.0] * 9) == (4.0, 4.0)
+    # Two runs {0, 1}: a resample's mean is 0, 0.5 or 1 with probabilities 1/4, 1/2, 1/4.
+    assert bootstrap_ci([0.0, 1.0], "mean", confidence=0.4) == (0.5, 0.5)
+    assert bootstrap_ci([0.0, 1.0], "mean", confidence=0.9) == (0.0, 1.0)
+    # Optimality gap of runs all at or above the threshold is 0.
+    assert bootstrap_ci([5.0, 7.0, 9.0], "optimality_gap", threshold=5.0) == (0.0, 0.0)
+    # Same arguments, same interval; another seed, another draw.
+    x = np.arange(10.0) ** 2
+    assert bootstrap_ci(x, seed=1) == bootstrap_ci(x, seed=1) != bootstrap_ci(x, seed=2)
+
+
+def test_bootstrap_ci_of_iqm_covers_the_true_iqm():
+    """20 runs from Exp(1), 200 times: the 95% interval covers the true IQM >= 90% of the time."""
+    # True IQM: 2 * integral over [0.25, 0.75] of the quantile -ln(1 - u) du.
+    true = 2 * (0.5 - 0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    rng = np.random.default_rng(11)
+    covered = 0
+    for rep in range(200):
+        low, high = bootstrap_ci(rng.exponential(size=20), "iqm", reps=2_000, seed=rep)
+        covered += low <= true <= high
+    assert covered >= 180, covered
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"statistic": "max"}, "statistic must be one of iqm, mean, median, optimality_gap"),
+        ({"statistic": "optimality_gap"}, "needs a finite threshold"),
+        ({"confidence": 95}, r"confidence must be in \(0, 1\)"),
+        ({"reps": 0}, "reps must be a positive integer"),
+    ],
+)
+def test_bootstrap_ci_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        bootstrap_ci([1.0, 2.0], **kwargs)
+
+
+@pytest.mark.parametrize(
+    "scores, message",
+    [([], "at least one run"), ([1.0, math.nan], "must be finite"), (np.ones((2, 2, 2)), "shape")],
+)
+def test_bootstrap_ci_bad_scores(scores, message):
+    with pytest.raises(ValueError, match=message):
+        bootstrap_ci(scores)
+
+
+def _naive_improvement(x, y):
+    total = 0.0
+    for a in x:
+        for b in y:
+            total += 1.0 if a > b else (0.5 if a == b else 0.0)
+    return total / (len(x) * len(y))
+
+
+def test_probability_of_improvement_against_the_direct_formula():
+    p, _ = probability_of_improvement([1.0, 2.0], [1.0])
+    assert p == 0.75  # (tie 0.5 + win 1) / 2
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 6, 15).astype(float)  # many ties
+    y = rng.integers(0, 6, 11).astype(float)
+    p, (low, high) = probability_of_improvement(x, y, reps=400, seed=3)
+    assert p == pytest.approx(_naive_improvement(x, y), abs=1e-15)
+    assert low <= p <= high
+    # The interval: the documented draws, one resample at a time.
+    draw = np.random.default_rng(3)
+    cx = draw.multinomial(15, np.full(15, 1 / 15), size=400)
+    cy = draw.multinomial(11, np.full(11, 1 / 11), size=400)
+    boot = [_naive_improvement(np.repeat(x, cx[r]), np.repeat(y, cy[r])) for r in range(400)]
+    assert (low, high) == pytest.approx(tuple(np.quantile(boot, [0.025, 0.975])), abs=1e-12)
+    # Symmetry: P(X > Y) + P(Y > X) = 1.
+    q, _ = probability_of_improvement(y, x, reps=10)
+    assert p + q == pytest.approx(1.0)
+
+
+def test_probability_of_improvement_over_tasks_averages_them():
+    x = np.array([[1.0, 10.0], [2.0, 20.0], [3.0, 30.0]])
+    y = np.array([[2.0, 0.0], [2.0, 0.0]])
+    p, _ = probability_of_improvement(x, y, reps=50)
+    assert p == pytest.approx((_naive_improvement(x[:, 0], y[:, 0]) + 1.0) / 2)
+    with pytest.raises(ValueError, match="same tasks"):
+        probability_of_improvement(x, y[:, :1])
+
+
+def test_performance_profile_counts_runs_above_tau():
+    x = np.array([0.0, 1.0, 2.0, 3.0, 3.0])
+    taus = [-1.0, 0.0, 2.5, 3.0]
+    band = performance_profile(x, taus, reps=500)
+    assert band.value.tolist() == [1.0, 0.8, 0.4, 0.0]
+    assert np.all(band.low <= band.value) and np.all(band.value <= band.high)
+    assert band.low[0] == band.high[0] == 1.0 and band.high[-1] == 0.0
+    rng = np.random.default_rng(0)
+    draws = rng.integers(0, 5, (500, 5))
+    naive = [[sum(x[i] > t for i in draws[r]) / 5 for t in taus] for r in range(500)]
+    assert band.low == pytest.approx(np.quantile(naive, 0.025, axis=0))
+    assert band.high == pytest.approx(np.quantile(naive, 0.975, axis=0))
+
+
+def test_iqm_curve_is_the_iqm_at_each_point_with_whole_runs_resampled():
+    rng = np.random.default_rng(2)
+    curves = rng.normal(size=(9, 4)).cumsum(axis=1)
+    band = iqm_curve(curves, reps=300, seed=4)
+    assert band.value == pytest.approx([iqm(curves[:, p]) for p in range(4)])
+    draws = np.random.default_rng(4).integers(0, 9, (300, 9))
+    naive = [[iqm(curves[draws[r], p]) for p in range(4)] for r in range(300)]
+    assert band.low == pytest.approx(np.quantile(naive, 0.025, axis=0))
+    assert band.high == pytest.approx(np.quantile(naive, 0.975, axis=0))
