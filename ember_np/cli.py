@@ -2,11 +2,13 @@
 
 Subcommands::
 
-    ember-np train ENV_ID [--preset NAME] [--steps N] [--seed S] [--name NAME]
+    ember-np train ENV_ID [--preset NAME] [--steps N] [--seed S | --seeds K [--workers W]]
+                   [--gymnasium-env] [--name NAME]
                    [--version V] [--root DIR] [--eval-every N] [--eval-episodes K]
                    [--checkpoint-freq N] [--keep K] [--set key=value ...]
     ember-np eval RUN_PATH [--episodes K] [--checkpoint best|latest|step_N] [--seed S]
-    ember-np resume RUN_PATH --steps N
+    ember-np resume RUN_PATH --steps N    (a multi-seed parent: ember-np resume PARENT)
+    ember-np report RUN_DIR [RUN_DIR ...]
     ember-np plot RUN_PATH [RUN_PATH ...] -o FILE.png
     ember-np dashboard [RUNS_ROOT] [--host 127.0.0.1] [--port 6006]
     ember-np export RUN_PATH_OR_CHECKPOINT [--checkpoint best|latest|step_N] -o FILE.onnx
@@ -32,6 +34,8 @@ from typing import Any, NoReturn
 
 __all__ = ["main"]
 
+#: gymnasium ids that have a compiled twin: ``train`` uses it unless --gymnasium-env.
+NATIVE_IDS = {e: f"ember_np/{e}" for e in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")}
 DEFAULT_EVAL_EVERY = 10_000
 DEFAULT_EVAL_EPISODES = 10
 PROGRESS_CHUNK = 1_000  # env steps between progress-bar refreshes
@@ -243,7 +247,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ember_np.presets import get_preset, preset_for_env
 
     args.env_id, args.set = _env_id_and_sets(args.env_id, args.set or [])
-    env = _make_env(args.env_id)
+    env_id = args.env_id
+    if not args.gymnasium_env and env_id in NATIVE_IDS:
+        env_id = NATIVE_IDS[env_id]
+        print(f"{args.env_id}: training on {env_id}, the compiled env (bit for bit "
+              "gymnasium's); --gymnasium-env uses gymnasium's own")  # fmt: skip
+    env = _make_env(env_id)
     if args.preset is not None:
         try:
             preset = get_preset(args.preset)
@@ -266,13 +275,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     name = args.name or _run_name(args.env_id)
     version = args.version or (preset.name if preset else "default")
+    if args.seeds is not None:
+        from ember_np.training.multiseed import cli_train
+
+        return cli_train(args, env_id, preset.name if preset else None, config, steps, name,
+                         version)  # fmt: skip
     try:
         run = TrainingRun.create(name, version, root=args.root)
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     run.write_config(
         {
-            "env_id": args.env_id,
+            "env_id": env_id,
             "preset": preset.name if preset else None,
             "seed": args.seed,
             "steps": steps,
@@ -299,9 +313,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from ember_np import CheckpointError, DqnAgent, DqnTrainer
+    from ember_np.training.multiseed import cli_resume, is_multiseed
     from ember_np.training.run import RunLockedError
     from ember_np.training.trainer import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP_CHECKPOINTS
 
+    if is_multiseed(args.run_path):
+        return cli_resume(args)
+    if args.steps is None:
+        raise UsageError("the following arguments are required: --steps")
     run = _open_run(args.run_path)
     try:
         run.lock()  # before anything is read: one writer per run
@@ -373,6 +392,11 @@ def _smooth(values: list[float], window: int) -> list[float]:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    from ember_np.report import cmd_plot_multiseed
+    from ember_np.training.multiseed import is_multiseed
+
+    if any(is_multiseed(p) for p in args.run_paths):
+        return cmd_plot_multiseed(args)
     runs = [_open_run(p) for p in args.run_paths]
     try:
         import matplotlib
@@ -505,6 +529,21 @@ _positive = _int_at_least(1)
 _non_negative = _int_at_least(0)
 
 
+def _seeds(text: str) -> list[int]:
+    from ember_np.training.multiseed import parse_seeds
+
+    try:
+        return parse_seeds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--seeds ")) from None
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from ember_np.report import cmd_report
+
+    return cmd_report(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ember_np.training.trainer import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP_CHECKPOINTS
 
@@ -521,7 +560,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the env's RL Zoo preset)",
     )
     p.add_argument("--steps", type=_positive, help="env steps (default: the preset's budget)")
-    p.add_argument("--seed", type=_non_negative, default=0)
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=_non_negative, default=0)
+    seeds.add_argument("--seeds", type=_seeds, help="many seeds: 20, 0-19 or 1,4,7")
+    p.add_argument("--workers", type=_positive, help="processes for --seeds (default: cores)")
+    p.add_argument("--gymnasium-env", action="store_true",
+                   help="train on gymnasium's env even where a compiled one exists")  # fmt: skip
     p.add_argument("--name", help="run name (default: the env id)")
     p.add_argument("--version", help="run version (default: the preset name)")
     p.add_argument("--root", default="runs", help="runs directory (default: runs)")
@@ -543,11 +587,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_non_negative, default=0)
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("resume", help="continue a run from latest.npz")
+    p = sub.add_parser(
+        "resume", help="continue a run from latest.npz, or finish a multi-seed run's seeds"
+    )
     p.add_argument("run_path")
-    p.add_argument("--steps", type=_positive, required=True)
+    p.add_argument("--steps", type=_positive, help="more env steps (a single run)")
+    p.add_argument("--workers", type=_positive, help="processes (a multi-seed run)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("report", help="IQM [95%% CI] and more over the seeds of multi-seed runs")
+    p.add_argument("run_paths", nargs="+", metavar="RUN_DIR")
+    p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("plot", help="learning curves of one or more runs")
     p.add_argument("run_paths", nargs="+", metavar="RUN_PATH")

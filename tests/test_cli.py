@@ -30,7 +30,8 @@ def test_train_creates_a_run_with_evals_and_checkpoints(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Eval at step 1500" in out and f"run directory: {run_dir}" in out
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["env_id"] == "CartPole-v1" and config["preset"] == "ember"
+    # the compiled twin of gymnasium's CartPole-v1 (same episodes), with CartPole's name
+    assert config["env_id"] == "ember_np/CartPole-v1" and config["preset"] == "ember"
     assert config["dqn"]["min_replay_size"] == 200 and config["dqn"]["hidden_sizes"] == [32]
     run = TrainingRun.resume(run_dir)
     assert [s for s, _ in run.step_checkpoints()] == [500, 1000, 1500]
@@ -158,3 +159,28 @@ def test_progress_bar_shows_the_loss_of_the_chunk_it_reports(capsys):
     assert any("2.00k/3.00k" in line and "loss=0.2500" in line and "eps=0.100" in line
                for line in shown)  # fmt: skip
     assert any("3.00k/3.00k" in line and "loss=0.1250" in line for line in shown)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0"])
+def test_train_uses_the_compiled_env_and_says_so_in_one_line(env_id, tmp_path, capsys):
+    assert main(["train", env_id, "--steps", "300", "--eval-every", "300", "--eval-episodes",
+                 "1", "--root", str(tmp_path), *SMALL]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if f"ember_np/{env_id}" in line]
+    assert lines[0].startswith(f"{env_id}: training on ember_np/{env_id}, the compiled env")
+    (run_dir,) = (tmp_path / env_id / "ember").iterdir()
+    assert json.loads((run_dir / "config.json").read_text())["env_id"] == f"ember_np/{env_id}"
+
+
+def test_gymnasium_env_opts_out_and_gives_the_same_run(tmp_path, capsys):
+    native = train_run(tmp_path / "native")
+    assert "training on ember_np/CartPole-v1" in capsys.readouterr().out
+    gym_run = train_run(tmp_path / "gym", "--gymnasium-env")
+    assert "training on ember_np/" not in capsys.readouterr().out
+    assert json.loads((gym_run / "config.json").read_text())["env_id"] == "CartPole-v1"
+    # bit for bit gymnasium's dynamics: the same episodes and weights either way
+    for log in ("train_episodes.jsonl", "eval_episodes.jsonl"):
+        assert (native / log).read_bytes() == (gym_run / log).read_bytes()
+    pa = DqnAgent.from_checkpoint(native / "checkpoints" / "latest.npz").online._params
+    pb = DqnAgent.from_checkpoint(gym_run / "checkpoints" / "latest.npz").online._params
+    assert np.array_equal(pa, pb)

@@ -199,11 +199,28 @@ class TrainingRun:
                 break
             except FileExistsError:
                 k += 1
+        return cls._init(directory, name, str(version), run_id)
+
+    @classmethod
+    def create_in(cls, directory: str | os.PathLike[str], name: str, version: str) -> TrainingRun:
+        """Make a run in exactly ``directory`` (which must not exist yet; its parent must).
+
+        For runs grouped under one directory, such as the seeds of a
+        multi-seed run (``<parent>/seed_<s>/``); ``run_id`` is the directory's name.
+        """
+        _check_name("name", name)
+        _check_name("version", str(version))
+        directory = Path(directory)
+        directory.mkdir()  # FileExistsError if taken: never mix two runs' files
+        return cls._init(directory, name, str(version), directory.name)
+
+    @classmethod
+    def _init(cls, directory: Path, name: str, version: str, run_id: str) -> TrainingRun:
         (directory / "checkpoints").mkdir()
         now = _now()
         metadata = {
             "name": name,
-            "version": str(version),
+            "version": version,
             "run_id": run_id,
             "total_steps": 0,
             "total_episodes": 0,

@@ -1,0 +1,637 @@
+"""Many seeds in one call: K independent training runs on W worker processes.
+
+:func:`train_seeds` (and ``ember-np train ENV_ID --seeds K --workers W``)
+trains every seed as an ordinary :class:`~ember_np.TrainingRun` under one
+parent directory::
+
+    <root>/<name>/<version>/<YYYYMMDD_HHMMSS>/
+        seeds.json              what to train: env, config, steps, the seeds
+        seed_<s>/               exactly the run ``ember-np train ... --seed s`` makes
+            ...                 (config.json, checkpoints/, *.jsonl, metadata.json)
+            result.json         written last: the seed finished
+
+Each seed runs :func:`train_seed`, the same steps in the same order as the
+single-seed command line (``cli._train_loop``): chunks of ``PROGRESS_CHUNK``
+env steps, a greedy evaluation every ``eval_every`` steps, a final one. Same
+seed, same options: the same numbers in the logs and checkpoints
+(``tests/test_multiseed.py`` compares the files).
+
+Why processes, not threads or numba's parallel loops in one process: the
+kernels release the GIL, but everything between compiled chunks (episode
+records, JSONL, checkpoints, every evaluation on the Python path) holds it;
+and a process that dies (a SIGKILL, the OOM killer) takes only its own seed
+with it. Workers are spawned (no fork of a process that may hold OpenBLAS
+threads or locks), with one BLAS thread each (``OPENBLAS_NUM_THREADS=1`` and
+friends, set in the environment the child starts with, before NumPy loads).
+``bench/bench_multiseed.py`` measured both ways (README, "Many seeds").
+
+A worker that dies leaves the other seeds untouched (every file of a run is
+written atomically); its seed has no ``result.json``, and
+:func:`resume_seeds` (``ember-np resume PARENT``) trains the seeds that did
+not finish again from the start (a partial attempt is kept, renamed
+``seed_<s>.interrupted``), so every seed is still exactly the run
+``--seed s`` makes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ember_np.checkpoint import atomic_write_text
+from ember_np.dqn.config import DqnConfig
+
+__all__ = [
+    "MultiSeedResult",
+    "SeedResult",
+    "SeedSpec",
+    "is_multiseed",
+    "load_multiseed",
+    "parse_seeds",
+    "resume_seeds",
+    "train_seed",
+    "train_seeds",
+]
+
+SPEC_FILE = "seeds.json"
+RESULT_FILE = "result.json"
+#: Environment of every worker: one thread per BLAS / OpenMP library, so W
+#: workers use W cores and do not oversubscribe them.
+WORKER_THREADS = {
+    var: "1"
+    for var in (
+        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+        "NUMBA_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+    )
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SeedSpec:
+    """What every seed of a multi-seed run trains: the options of ``ember-np train``.
+
+    ``env_id`` is the environment actually made (``ember_np/CartPole-v1`` for
+    the command line's default); ``preset`` is recorded in each run's
+    ``config.json`` as the single-seed command records it.
+    """
+
+    env_id: str
+    config: DqnConfig
+    steps: int
+    name: str
+    version: str
+    preset: str | None = None
+    eval_every: int = 10_000
+    eval_episodes: int = 10
+    checkpoint_freq: int = 10_000
+    keep: int = 5
+
+    def run_config(self, seed: int) -> dict[str, Any]:
+        """The seed's ``config.json``: what ``ember-np train --seed seed`` writes."""
+        return {
+            "env_id": self.env_id,
+            "preset": self.preset,
+            "seed": seed,
+            "steps": self.steps,
+            "eval_every": self.eval_every,
+            "eval_episodes": self.eval_episodes,
+            "checkpoint_freq": self.checkpoint_freq,
+            "keep": self.keep,
+            "dqn": self.config.to_dict(),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["config"] = self.config.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SeedSpec:
+        return cls(**{**data, "config": DqnConfig.from_dict(data["config"])})
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    """One finished seed.
+
+    final_reward : float
+        Mean reward of the greedy evaluation after the last step.
+    best_eval_reward : float
+        Best mean of the periodic greedy evaluations (``best.npz``).
+    curve : list of (step, mean eval reward, seconds since the seed started)
+        Every periodic evaluation, then the final one.
+    """
+
+    seed: int
+    run_dir: Path
+    final_reward: float
+    best_eval_reward: float
+    curve: list[tuple[int, float, float]] = field(default_factory=list)
+    train_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["run_dir"] = str(self.run_dir)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], run_dir: Path) -> SeedResult:
+        curve = [(int(s), float(m), float(t)) for s, m, t in data["curve"]]
+        return cls(
+            int(data["seed"]), run_dir, float(data["final_reward"]),
+            float(data["best_eval_reward"]), curve, float(data["train_seconds"]),
+        )  # fmt: skip
+
+
+@dataclass
+class MultiSeedResult:
+    """The seeds of one multi-seed run: ``runs`` finished (by seed), ``failed`` not."""
+
+    parent: Path
+    spec: SeedSpec
+    runs: list[SeedResult]
+    failed: list[int]
+    wall_seconds: float = math.nan
+
+    def scores(self, which: str = "final") -> list[float]:
+        """Each finished seed's ``final_reward`` (``"final"``) or ``best_eval_reward``."""
+        if which not in ("final", "best"):
+            raise ValueError(f"which must be 'final' or 'best', got {which!r}")
+        return [r.final_reward if which == "final" else r.best_eval_reward for r in self.runs]
+
+    def summary(self) -> str:
+        """A table: IQM [95% CI], median and mean of the final and best rewards."""
+        from ember_np.stats import bootstrap_ci, iqm
+
+        n = len(self.runs) + len(self.failed)
+        head = (f"{self.spec.env_id}: {len(self.runs)} of {n} seeds finished, "
+                f"{self.spec.steps:,} steps each")  # fmt: skip
+        if math.isfinite(self.wall_seconds):
+            head += f", {self.wall_seconds:.1f} s"
+        lines = [head]
+        if self.runs:
+            lines.append(f"  {'':<6} {'IQM [95% CI]':>28} {'median':>9} {'mean':>9}")
+            for which in ("final", "best"):
+                x = self.scores(which)
+                low, high = bootstrap_ci(x, "iqm")
+                ci = f"{iqm(x):.2f} [{low:.2f}, {high:.2f}]"
+                lines.append(f"  {which:<6} {ci:>28} {_median(x):>9.2f} {sum(x) / len(x):>9.2f}")
+        if self.failed:
+            lines.append(
+                f"  seeds that did not finish: {_seed_list(self.failed)} "
+                f"(ember-np resume {self.parent} trains them)"
+            )
+        lines.append(f"  runs: {self.parent}/seed_<s>/")
+        return "\n".join(lines)
+
+
+def _median(x: Sequence[float]) -> float:
+    s = sorted(x)
+    k = len(s) // 2
+    return s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2
+
+
+def _seed_list(seeds: Iterable[int]) -> str:
+    return ", ".join(str(s) for s in seeds)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"20"`` -> seeds 0..19; ``"5-9"`` -> 5..9; ``"1,4,7"`` (ranges allowed in the list).
+
+    Raises ValueError naming the text and the accepted forms.
+    """
+    usage = f"--seeds expects a count (20), a range (0-19) or a list (1,4,7), got {text!r}"
+    text = text.strip()
+    if text.isdigit():
+        count = int(text)
+        if count < 1:
+            raise ValueError(usage)
+        return list(range(count))
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise ValueError(usage)
+        first, last = int(lo), int(hi) if dash else int(lo)
+        if last < first:
+            raise ValueError(f"{usage} (a range must go up: {part.strip()!r})")
+        seeds += range(first, last + 1)
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds lists a seed twice: {text!r}")
+    return seeds
+
+
+# -- one seed ---------------------------------------------------------------------
+
+
+def train_seed(
+    spec: SeedSpec,
+    seed: int,
+    run_dir: str | os.PathLike[str],
+    on_steps: Callable[[int], None] | None = None,
+) -> SeedResult:
+    """Train one seed into the new run directory ``run_dir``; returns its result.
+
+    The same run as ``ember-np train`` with ``--seed seed`` and ``spec``'s
+    options: the same env, agent and trainer, chunks of ``PROGRESS_CHUNK``
+    steps, a greedy evaluation every ``spec.eval_every`` steps and a final
+    one. ``on_steps(n)`` is called after each chunk (progress). Writes
+    ``result.json`` into the run directory last.
+    """
+    import gymnasium as gym
+
+    from ember_np.cli import PROGRESS_CHUNK
+    from ember_np.dqn.agent import DqnAgent
+    from ember_np.training.run import TrainingRun
+    from ember_np.training.trainer import DqnTrainer
+
+    t0 = time.perf_counter()
+    env = gym.make(spec.env_id)
+    agent = DqnAgent.for_env(env, spec.config, seed=seed)
+    run = TrainingRun.create_in(run_dir, spec.name, spec.version)
+    run.write_config(spec.run_config(seed))
+    trainer = DqnTrainer(env, agent, seed=seed, run=run, checkpoint_freq=spec.checkpoint_freq,
+                         keep_checkpoints=spec.keep)  # fmt: skip
+    curve: list[tuple[int, float, float]] = []
+    next_eval = spec.eval_every
+    while agent.total_steps < spec.steps:
+        total = agent.total_steps
+        chunk = min(PROGRESS_CHUNK, spec.steps - total, next_eval - total)
+        trainer.train(chunk)
+        if on_steps is not None:
+            on_steps(chunk)
+        if agent.total_steps >= next_eval:
+            report = trainer.eval(spec.eval_episodes)
+            curve.append((agent.total_steps, report.mean_reward, time.perf_counter() - t0))
+            next_eval += spec.eval_every
+    report = trainer.eval(spec.eval_episodes)
+    curve.append((agent.total_steps, report.mean_reward, time.perf_counter() - t0))
+    result = SeedResult(seed, run.dir, report.mean_reward, trainer.best_eval_reward, curve,
+                        time.perf_counter() - t0)  # fmt: skip
+    atomic_write_text(run.dir / RESULT_FILE, json.dumps(result.to_dict(), indent=1))
+    return result
+
+
+def _worker_main(conn: Any, spec_dict: dict[str, Any]) -> None:
+    """A worker process: train the seeds the parent sends until it sends None."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent decides
+    spec = SeedSpec.from_dict(spec_dict)
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        seed, run_dir = job
+        try:
+            result = train_seed(spec, seed, run_dir, lambda n: conn.send(("steps", n)))
+            conn.send(("done", result.to_dict()))
+        except BaseException:  # noqa: BLE001  reported to the parent, which goes on
+            conn.send(("error", seed, traceback.format_exc(limit=5)))
+
+
+# -- many seeds -------------------------------------------------------------------
+
+
+def _make_parent(root: str | os.PathLike[str], name: str, version: str) -> Path:
+    """``root/name/version/<YYYYMMDD_HHMMSS>[_k]/``, as TrainingRun.create names runs."""
+    from ember_np.training.run import _check_name
+
+    _check_name("name", name)
+    _check_name("version", version)
+    base = Path(root) / name / version
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot create the run directory under {base}: "
+                      f"{exc.strerror}") from exc  # fmt: skip
+    stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
+    k = 0
+    while True:
+        parent = base / (stamp if k == 0 else f"{stamp}_{k}")
+        try:
+            parent.mkdir()
+            return parent
+        except FileExistsError:
+            k += 1
+
+
+def default_workers() -> int:
+    """One worker per core this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def train_seeds(
+    env_id: str,
+    seeds: Iterable[int],
+    *,
+    config: DqnConfig | None = None,
+    steps: int = 100_000,
+    workers: int | None = None,
+    root: str | os.PathLike[str] = "runs",
+    name: str | None = None,
+    version: str = "default",
+    preset: str | None = None,
+    eval_every: int = 10_000,
+    eval_episodes: int = 10,
+    checkpoint_freq: int = 10_000,
+    keep: int = 5,
+    progress: bool = True,
+    on_start: Callable[[Path], None] | None = None,
+) -> MultiSeedResult:
+    """Train ``seeds`` independently on ``workers`` processes; returns their results.
+
+    Each seed is the run :func:`train_seed` makes (``ember-np train env_id
+    --seed s`` with the same options), in ``<root>/<name>/<version>/<time>/seed_<s>/``.
+
+    Parameters
+    ----------
+    env_id : str
+        A gymnasium id, e.g. ``"ember_np/CartPole-v1"`` (compiled, fused training).
+    seeds : iterable of int
+        Distinct non-negative seeds.
+    config : DqnConfig, optional
+        Default ``DqnConfig()``.
+    steps : int
+        Env steps per seed.
+    workers : int, optional
+        Worker processes (default: one per core; never more than the seeds).
+    root, name, version
+        Where the parent directory goes (name defaults to ``env_id`` with
+        ``/`` replaced by ``-``).
+    preset : str, optional
+        Recorded in each run's config.json.
+    eval_every, eval_episodes, checkpoint_freq, keep
+        As ``ember-np train``'s options.
+    progress : bool
+        One tqdm bar over all seeds' env steps (stderr).
+    on_start : callable, optional
+        Called with the parent directory once it exists, before training.
+
+    Returns
+    -------
+    MultiSeedResult
+        ``failed`` lists the seeds whose worker died or raised; their partial
+        runs stay on disk, and :func:`resume_seeds` finishes them.
+    """
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed, got none")
+    if min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct non-negative integers, got {seeds}")
+    spec = SeedSpec(
+        env_id, config or DqnConfig(), int(steps), name or env_id.replace("/", "-"), version,
+        preset, int(eval_every), int(eval_episodes), int(checkpoint_freq), int(keep),
+    )  # fmt: skip
+    if spec.steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    parent = _make_parent(root, spec.name, spec.version)
+    atomic_write_text(parent / SPEC_FILE, json.dumps({"spec": spec.to_dict(), "seeds": seeds},
+                                                     indent=1))  # fmt: skip
+    if on_start is not None:
+        on_start(parent)
+    return _run(parent, spec, seeds, workers, progress)
+
+
+def is_multiseed(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is the parent directory of a multi-seed run."""
+    return (Path(path) / SPEC_FILE).is_file()
+
+
+def _read_spec(parent: Path) -> tuple[SeedSpec, list[int]]:
+    try:
+        data = json.loads((parent / SPEC_FILE).read_text())
+        return SeedSpec.from_dict(data["spec"]), [int(s) for s in data["seeds"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{parent / SPEC_FILE} is not a valid multi-seed description: "
+                         f"{exc}") from None  # fmt: skip
+
+
+def load_multiseed(parent: str | os.PathLike[str]) -> MultiSeedResult:
+    """The finished and unfinished seeds of the multi-seed run in ``parent``."""
+    parent = Path(parent)
+    spec, seeds = _read_spec(parent)
+    runs, failed = [], []
+    for seed in seeds:
+        path = parent / f"seed_{seed}" / RESULT_FILE
+        try:
+            runs.append(SeedResult.from_dict(json.loads(path.read_text()), path.parent))
+        except (OSError, ValueError, KeyError):
+            failed.append(seed)
+    return MultiSeedResult(parent, spec, runs, failed)
+
+
+def resume_seeds(
+    parent: str | os.PathLike[str], workers: int | None = None, progress: bool = True
+) -> MultiSeedResult:
+    """Train the seeds of ``parent`` that did not finish; returns all its results.
+
+    A seed without ``result.json`` is trained again from the start, so it is
+    exactly the run ``--seed s`` makes; its partial directory is kept,
+    renamed ``seed_<s>.interrupted`` (``..._1``, ... for later attempts).
+    """
+    parent = Path(parent)
+    spec, seeds = _read_spec(parent)
+    missing = load_multiseed(parent).failed
+    for seed in missing:
+        partial = parent / f"seed_{seed}"
+        if partial.exists():
+            k, target = 0, parent / f"seed_{seed}.interrupted"
+            while target.exists():
+                k += 1
+                target = parent / f"seed_{seed}.interrupted_{k}"
+            partial.rename(target)
+    if missing:
+        _run(parent, spec, missing, workers, progress)
+    return load_multiseed(parent)
+
+
+def _run(
+    parent: Path, spec: SeedSpec, seeds: list[int], workers: int | None, progress: bool
+) -> MultiSeedResult:
+    t0 = time.perf_counter()
+    workers = default_workers() if workers is None else int(workers)
+    if workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers}")
+    _Pool(parent, spec, seeds, min(workers, len(seeds)), progress).run()
+    result = load_multiseed(parent)
+    result.wall_seconds = time.perf_counter() - t0
+    return result
+
+
+class _Pool:
+    """Worker processes fed one seed at a time through a pipe each.
+
+    Pipes rather than a shared task queue: a worker killed while it holds a
+    queue's lock would block every other worker; here a dead worker only
+    closes its own pipe, its seed is marked failed and a new worker takes
+    over the seeds still waiting.
+    """
+
+    def __init__(
+        self, parent: Path, spec: SeedSpec, seeds: list[int], workers: int, progress: bool
+    ) -> None:
+        self.parent = parent
+        self.spec = spec
+        self.pending = list(seeds)
+        self.n_workers = workers
+        self.failed: list[int] = []
+        self.finished = 0
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=spec.steps * len(seeds), unit="step", unit_scale=True,
+                        dynamic_ncols=True, disable=not progress, desc=f"{len(seeds)} seeds",
+                        smoothing=0.1)  # fmt: skip
+
+    def _start_worker(self, ctx: Any) -> tuple[Any, Any]:
+        conn, child = ctx.Pipe()
+        saved = {var: os.environ.get(var) for var in WORKER_THREADS}
+        os.environ.update(WORKER_THREADS)  # the child starts with them, before NumPy loads
+        try:
+            process = ctx.Process(target=_worker_main, args=(child, self.spec.to_dict()),
+                                  daemon=True)  # fmt: skip
+            process.start()
+        finally:
+            for var, value in saved.items():
+                if value is None:
+                    os.environ.pop(var, None)
+                else:
+                    os.environ[var] = value
+        child.close()
+        return process, conn
+
+    def _assign(self, conn: Any) -> int | None:
+        if not self.pending:
+            conn.send(None)
+            return None
+        seed = self.pending.pop(0)
+        conn.send((seed, str(self.parent / f"seed_{seed}")))
+        return seed
+
+    def _lost(self, seed: int, why: str) -> None:
+        self.failed.append(seed)
+        message = (f"seed {seed} did not finish: {why}; the other seeds go on "
+                   f"(ember-np resume {self.parent} trains it again)")  # fmt: skip
+        self.bar.write(message, file=sys.stderr)
+
+    def run(self) -> list[int]:
+        import multiprocessing as mp
+        from multiprocessing.connection import wait
+
+        ctx = mp.get_context("spawn")
+        live: dict[Any, tuple[Any, int | None]] = {}  # conn -> (process, its seed)
+        try:
+            for _ in range(self.n_workers):
+                process, conn = self._start_worker(ctx)
+                live[conn] = (process, self._assign(conn))
+            while live:
+                for conn in wait(list(live)):
+                    process, seed = live[conn]
+                    try:
+                        message = conn.recv()
+                    except (EOFError, OSError):  # the worker died
+                        process.join()
+                        del live[conn]
+                        if seed is not None:
+                            self._lost(seed, _exit_reason(process.exitcode))
+                        if self.pending:
+                            process, conn = self._start_worker(ctx)
+                            live[conn] = (process, self._assign(conn))
+                        continue
+                    kind = message[0]
+                    if kind == "steps":
+                        self.bar.update(message[1])
+                        continue
+                    if kind == "done":
+                        self.finished += 1
+                    else:  # "error": the worker is fine, the seed raised
+                        self._lost(message[1], f"it raised\n{message[2]}")
+                    self.bar.set_postfix(done=self.finished, failed=len(self.failed),
+                                         refresh=False)  # fmt: skip
+                    live[conn] = (process, self._assign(conn))
+                    if live[conn][1] is None:
+                        process.join()
+                        del live[conn]
+        finally:
+            self.bar.close()
+            for conn, (process, _) in live.items():  # interrupted: stop the rest
+                process.terminate()
+                process.join()
+                conn.close()
+        return self.failed
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"its worker was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return f"its worker exited with status {code}"
+
+
+# -- the command line ---------------------------------------------------------------
+
+
+def cli_train(
+    args: Any,
+    env_id: str,
+    preset: str | None,
+    config: DqnConfig,
+    steps: int,
+    name: str,
+    version: str,
+) -> int:
+    """``ember-np train ENV_ID --seeds K``: the options ``cmd_train`` resolved; exit status."""
+    from ember_np.cli import UsageError
+
+    workers = args.workers or default_workers()
+    seeds = args.seeds
+
+    def announce(parent: Path) -> None:
+        print(f"{len(seeds)} seeds ({_seed_list(seeds)}) of {env_id}, preset "
+              f"{preset or '(none: DqnConfig defaults)'}, {steps:,} steps each, on "
+              f"{min(workers, len(seeds))} worker processes; runs: {parent}/seed_<s>/")  # fmt: skip
+        sys.stdout.flush()
+
+    try:
+        result = train_seeds(
+            env_id, seeds, config=config, steps=steps, workers=workers, root=args.root,
+            name=name, version=version, preset=preset, eval_every=args.eval_every,
+            eval_episodes=args.eval_episodes, checkpoint_freq=args.checkpoint_freq,
+            keep=args.keep, progress=not args.quiet, on_start=announce,
+        )  # fmt: skip
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    print(result.summary())
+    return 1 if result.failed else 0
+
+
+def cli_resume(args: Any) -> int:
+    """``ember-np resume PARENT``: train the seeds that did not finish; exit status."""
+    from ember_np.cli import UsageError
+
+    try:
+        before = load_multiseed(args.run_path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if before.failed:
+        print(f"{before.parent}: {len(before.runs)} seeds finished; training seeds "
+              f"{_seed_list(before.failed)} again from the start")  # fmt: skip
+    else:
+        print(f"{before.parent}: all {len(before.runs)} seeds already finished")
+    sys.stdout.flush()
+    result = resume_seeds(args.run_path, workers=args.workers, progress=not args.quiet)
+    print(result.summary())
+    return 1 if result.failed else 0

@@ -1,0 +1,177 @@
+"""Many seeds: each seed is exactly its single-seed run; a killed worker; report and plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ember_np.cli import main
+from ember_np.training.multiseed import load_multiseed, parse_seeds, train_seeds
+
+SMALL = ["--preset", "ember", "--set", "min_replay_size=200", "hidden_sizes=[32]", "--quiet"]
+TRAIN = ["train", "CartPole-v1", "--steps", "1500", "--eval-every", "500", "--eval-episodes",
+         "2", "--checkpoint-freq", "500", *SMALL]  # fmt: skip
+
+
+def only_dir(path: Path) -> Path:
+    (found,) = [p for p in path.iterdir() if p.is_dir()]
+    return found
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    """Same config, logs byte for byte, same checkpoint files with equal arrays."""
+    assert json.loads((a / "config.json").read_text()) == json.loads(
+        (b / "config.json").read_text()
+    )
+    for log in ("train_episodes.jsonl", "eval_episodes.jsonl"):
+        assert (a / log).read_bytes() == (b / log).read_bytes(), log
+    names = sorted(p.name for p in (a / "checkpoints").iterdir())
+    assert names == sorted(p.name for p in (b / "checkpoints").iterdir())
+    for name in names:
+        with np.load(a / "checkpoints" / name) as x, np.load(b / "checkpoints" / name) as y:
+            assert sorted(x.files) == sorted(y.files)
+            for key in x.files:
+                assert np.array_equal(x[key], y[key]), (name, key)
+    ma, mb = (json.loads((d / "metadata.json").read_text()) for d in (a, b))
+    for key in ("total_steps", "total_episodes", "best_eval_reward", "name", "version"):
+        assert ma[key] == mb[key], key
+
+
+def test_seeds_on_two_workers_are_exactly_the_single_seed_runs(tmp_path, capsys):
+    assert main([*TRAIN, "--seeds", "3", "--workers", "2", "--root", str(tmp_path / "m")]) == 0
+    out = capsys.readouterr().out
+    assert "CartPole-v1: training on ember_np/CartPole-v1" in out
+    assert "3 of 3 seeds finished" in out and "IQM [95% CI]" in out
+    parent = only_dir(tmp_path / "m" / "CartPole-v1" / "ember")
+    result = load_multiseed(parent)
+    assert [r.seed for r in result.runs] == [0, 1, 2] and result.failed == []
+    for seed in range(3):
+        assert main([*TRAIN, "--seed", str(seed), "--root", str(tmp_path / f"s{seed}")]) == 0
+        single = only_dir(tmp_path / f"s{seed}" / "CartPole-v1" / "ember")
+        assert_same_run(parent / f"seed_{seed}", single)
+        evals = [json.loads(line) for line in (single / "eval_episodes.jsonl").open()]
+        final = [r["total_reward"] for r in evals[-2:]]  # the last evaluation, 2 episodes
+        assert result.runs[seed].final_reward == pytest.approx(sum(final) / 2)
+
+
+def test_python_api_trains_a_list_of_seeds(tmp_path):
+    from ember_np.presets import get_preset
+
+    config = get_preset("ember").config.replace(min_replay_size=200, hidden_sizes=(32,))
+    result = train_seeds("ember_np/CartPole-v1", [4, 2], config=config, steps=600, workers=1,
+                         root=tmp_path, eval_every=300, eval_episodes=1, progress=False)  # fmt: skip
+    assert [r.seed for r in result.runs] == [2, 4] or [r.seed for r in result.runs] == [4, 2]
+    assert sorted(r.run_dir.name for r in result.runs) == ["seed_2", "seed_4"]
+    assert all([s for s, _, _ in r.curve] == [300, 600, 600] for r in result.runs)
+    assert len(result.scores("final")) == 2 and "2 of 2 seeds finished" in result.summary()
+    assert result.parent.parent == tmp_path / "ember_np-CartPole-v1" / "default"
+
+
+@pytest.mark.parametrize(
+    "text, seeds",
+    [("3", [0, 1, 2]), ("5-7", [5, 6, 7]), ("1,4,7", [1, 4, 7]), ("0-1,9", [0, 1, 9])],
+)
+def test_parse_seeds(text, seeds):
+    assert parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize("text", ["0", "x", "3-1", "1,1", "-2", "1,,2"])
+def test_parse_seeds_rejects(text):
+    with pytest.raises(ValueError, match="--seeds"):
+        parse_seeds(text)
+
+
+def test_bad_seed_options_are_one_line(tmp_path, capsys):
+    assert main(["train", "CartPole-v1", "--seeds", "3-1"]) == 2
+    assert "a range must go up" in capsys.readouterr().err
+    assert main(["train", "CartPole-v1", "--seeds", "3", "--seed", "1"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert main(["report", str(tmp_path)]) == 2
+    assert "is not a multi-seed run" in capsys.readouterr().err
+
+
+def worker_pids(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    found = []
+    for child in children:
+        try:
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(int(child))
+        except FileNotFoundError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigkilled_worker_leaves_other_seeds_and_resume_finishes(tmp_path):
+    args = ["train", "CartPole-v1", "--preset", "ember", "--steps", "30000", "--eval-every",
+            "10000", "--eval-episodes", "2", "--checkpoint-freq", "5000", "--quiet"]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ember_np", *args, "--seeds", "3", "--workers", "2",
+         "--root", str(tmp_path / "m")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    # Wait until both workers are training (two seeds under way, neither finished).
+    deadline = time.time() + 120
+    while True:
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        busy = [d for d in tmp_path.glob("m/*/*/*/seed_*")
+                if (d / "train_episodes.jsonl").is_file()
+                and (d / "train_episodes.jsonl").stat().st_size > 0
+                and not (d / "result.json").exists()]  # fmt: skip
+        if len(busy) == 2:
+            break
+        time.sleep(0.02)
+    os.kill(worker_pids(proc.pid)[0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err
+    assert "killed by SIGKILL" in err and "seeds that did not finish" in out
+    parent = only_dir(tmp_path / "m" / "CartPole-v1" / "ember")
+    before = load_multiseed(parent)
+    assert len(before.failed) == 1 and len(before.runs) == 2
+    (lost,) = before.failed
+    finished = {r.seed: {p: p.read_bytes() for p in r.run_dir.rglob("*") if p.is_file()}
+                for r in before.runs}  # fmt: skip
+    assert main(["resume", str(parent), "--workers", "1", "--quiet"]) == 0
+    after = load_multiseed(parent)
+    assert sorted(r.seed for r in after.runs) == [0, 1, 2] and after.failed == []
+    for seed, files in finished.items():  # the seeds that finished are untouched
+        assert {p: p.read_bytes() for p in (parent / f"seed_{seed}").rglob("*")
+                if p.is_file()} == files  # fmt: skip
+    assert (parent / f"seed_{lost}.interrupted").is_dir()  # the partial attempt is kept
+    # The seed trained again is exactly the run --seed makes.
+    assert main([*args, "--seed", str(lost), "--root", str(tmp_path / "single")]) == 0
+    assert_same_run(
+        parent / f"seed_{lost}", only_dir(tmp_path / "single" / "CartPole-v1" / "ember")
+    )
+
+
+def test_report_and_plot_of_multiseed_runs(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    root = str(tmp_path)
+    assert main([*TRAIN, "--seeds", "4", "--workers", "1", "--root", root, "--version", "a"]) == 0
+    assert main([*TRAIN, "--seeds", "2", "--workers", "1", "--root", root, "--version", "b",
+                 "--set", "learning_rate=0.01"]) == 0  # fmt: skip
+    capsys.readouterr()
+    a = only_dir(tmp_path / "CartPole-v1" / "a")
+    b = only_dir(tmp_path / "CartPole-v1" / "b")
+    assert main(["report", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "[1] ember_np/CartPole-v1: 4 of 4 seeds finished" in out
+    assert "[2] ember_np/CartPole-v1: 2 of 2 seeds finished" in out
+    assert "[1] over [2]: final" in out
+    from ember_np.stats import probability_of_improvement
+
+    p, _ = probability_of_improvement(load_multiseed(a).scores(), load_multiseed(b).scores())
+    assert f"final {p:.2f}" in out
+    png = tmp_path / "seeds.png"
+    assert main(["plot", str(a), str(b), "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
