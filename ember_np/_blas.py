@@ -173,3 +173,38 @@ def gemm(
         (m, n, k), a, b, beta, c,
         (a.strides[0] // itemsize, b.strides[0] // itemsize, c.strides[0] // itemsize),
     )  # fmt: skip
+
+
+#: OpenBLAS's runtime thread switch, by build (NumPy >= 2 wheels first).
+_THREAD_SWITCHES = (
+    "scipy_openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "openblas_set_num_threads",
+)
+
+
+def set_blas_threads(n: int) -> bool:
+    """Make the BLAS the kernels call use ``n`` threads; False if it has no such switch.
+
+    The command line runs on one thread (``ember-np train``, ``resume`` and
+    every worker of ``--seeds``): a multi-threaded ``sgemm`` may sum a 256-wide
+    product in another order, so a run's numbers would depend on the core
+    count; with one thread, ``--seed s`` alone and seed s of ``--seeds`` are
+    the same run on any machine. (threadpoolctl does this for every BLAS it
+    knows, but is not a dependency of the library; this is the one call it
+    would make here.)
+    """
+    path = BLAS_LIBRARY.rsplit(":", 1)[0]
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:
+        return False
+    for name in _THREAD_SWITCHES:
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.argtypes = [ctypes.c_int64 if name.endswith("64_") else ctypes.c_int]
+            fn.restype = None
+            fn(int(n))
+            return True
+    return False

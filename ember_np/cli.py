@@ -244,8 +244,10 @@ def _train_loop(trainer: Any, steps: int, eval_every: int, eval_episodes: int, q
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ember_np import DqnAgent, DqnConfig, DqnTrainer, TrainingRun
+    from ember_np._blas import set_blas_threads
     from ember_np.presets import get_preset, preset_for_env
 
+    set_blas_threads(1)  # the same numbers on any core count (and in --seeds workers)
     args.env_id, args.set = _env_id_and_sets(args.env_id, args.set or [])
     env_id = args.env_id
     if not args.gymnasium_env and env_id in NATIVE_IDS:
@@ -321,6 +323,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return cli_resume(args)
     if args.steps is None:
         raise UsageError("the following arguments are required: --steps")
+    from ember_np._blas import set_blas_threads
+
+    set_blas_threads(1)  # as train: the same numbers on any core count
     run = _open_run(args.run_path)
     try:
         run.lock()  # before anything is read: one writer per run
