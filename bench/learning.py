@@ -1,17 +1,29 @@
-"""Learning results: every RL Zoo preset on 5 seeds at the Zoo's step budget.
+"""Learning results: every RL Zoo preset on 20 seeds, reported as IQM [95% CI].
 
 Usage::
 
-    python bench/learning.py                       # all presets whose env is installed
-    python bench/learning.py --envs CartPole-v1 --seeds 5 --jobs 2
+    python bench/learning.py --library ember_np --envs CartPole-v1,Acrobot-v1,MountainCar-v0
+    nice -n 10 python bench/learning.py --library sb3 --envs CartPole-v1
+    python bench/learning.py --report        # table + curves from the saved results
 
-Each (preset, seed) trains in its own process (``--jobs`` at a time) with the
-preset's config and budget, a greedy evaluation of 10 episodes every tenth of
-the budget (kept as ``best.npz``), then a final greedy evaluation of 20
-episodes of the final policy and of ``best.npz``. Writes a markdown table
-(mean and std across seeds of the per-seed means, wall time per run) to
-``bench/results_learning.md`` and the learning curves to
-``bench/learning_curves.png`` (needs matplotlib).
+Protocol, the same for both libraries: each seed trains with the preset's
+config for the Zoo's step budget, one process per seed at a time on
+``--workers`` processes with one BLAS / torch thread each; a greedy
+evaluation of 10 episodes every tenth of the budget (the best one kept as
+``best.npz``); then the final policy and the best one are each evaluated
+greedily on the same 20 fresh episodes (seeds 10,000 + 100 * seed ...).
+ember_np trains through its multi-seed runner
+(:func:`ember_np.training.multiseed.train_seeds`, the code behind
+``ember-np train ENV --seeds 20``) on its compiled env (bit for bit
+gymnasium's); SB3 gets the Zoo's own arguments (``Preset.sb3_kwargs``) on
+gymnasium's env, one subprocess per seed.
+
+Each (library, env) writes ``bench/results/learning_<library>_<env>.json``
+(per-seed final and best means, the evaluation curve with the wall time at
+each point, and the wall time for all seeds: a few KB). ``--report`` turns
+the saved files into ``bench/results_learning.md`` (IQM [95% CI] of the
+final and best policy, P(ember_np > SB3) with its CI, wall time for all
+seeds, time to solve CartPole) and ``bench/learning_curves.png``.
 """
 
 from __future__ import annotations
@@ -27,7 +39,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
 
 #: Bars of issue 5, and the published figures quoted in ANCHORS.md.
 REFERENCE = {
@@ -36,11 +51,14 @@ REFERENCE = {
     "MountainCar-v0": {"bar": -120.0, "zoo": "-100.8 ± 9.9", "cleanrl": "-195.0 ± 8.5"},
     "LunarLander-v3": {"bar": 150.0, "zoo": "154.4 ± 79.2 (v2)", "cleanrl": "n/a"},
 }
+DEFAULT_ENVS = "CartPole-v1,Acrobot-v1,MountainCar-v0"
 FINAL_EPISODES = 20
 EVAL_EPISODES = 10
+SOLVED = {"CartPole-v1": 475.0}  # "time to solve": IQM of the greedy evaluations reaches this
 
 
 def evaluate(policy, env_id: str, episodes: int, seed: int) -> list[float]:
+    """Undiscounted returns of ``episodes`` greedy episodes (reset seeds seed, seed + 1, ...)."""
     import gymnasium as gym
 
     env = gym.make(env_id)
@@ -56,41 +74,53 @@ def evaluate(policy, env_id: str, episodes: int, seed: int) -> list[float]:
     return returns
 
 
-def worker(env_id: str, seed: int, steps: int) -> dict:
-    import gymnasium as gym
+def final_eval_seed(seed: int) -> int:
+    return 10_000 + 100 * seed  # episodes never seen in training
 
-    from ember_np import DqnAgent, DqnPolicy, DqnTrainer, TrainingRun
+
+# -- ember_np: the multi-seed runner ---------------------------------------------------
+
+
+def run_ember(env_id: str, seeds: list[int], workers: int, steps: int) -> dict:
+    from ember_np import DqnPolicy
     from ember_np.presets import get_preset
+    from ember_np.training.multiseed import train_seeds
 
     preset = get_preset(env_id)
-    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as root:
-        run = TrainingRun.create(env_id, "bench", root=root)
-        env = gym.make(env_id)
-        agent = DqnAgent.for_env(env, preset.config, seed=seed)
-        trainer = DqnTrainer(env, agent, seed=seed, run=run, checkpoint_freq=steps)
-        curve = []
-        chunk = steps // 10
-        while agent.total_steps < steps:
-            trainer.train(min(chunk, steps - agent.total_steps))
-            curve.append((agent.total_steps, trainer.eval(EVAL_EPISODES).mean_reward))
-        train_seconds = time.perf_counter() - t0
-        eval_seed = 10_000 + 100 * seed  # episodes never seen in training
-        final = evaluate(agent.into_policy(), env_id, FINAL_EPISODES, eval_seed)
-        best = evaluate(DqnPolicy.load(run.best_checkpoint_path()), env_id, FINAL_EPISODES,
-                        eval_seed)  # fmt: skip
-    return {
-        "env_id": env_id,
-        "seed": seed,
-        "final_mean": statistics.fmean(final),
-        "best_mean": statistics.fmean(best),
-        "curve": curve,
-        "train_seconds": train_seconds,
-    }
+        t0 = time.perf_counter()
+        result = train_seeds(
+            env_id, seeds, config=preset.config, steps=steps, workers=workers, root=root,
+            version="bench", eval_every=steps // 10, eval_episodes=EVAL_EPISODES,
+            checkpoint_freq=steps, keep=1, progress=sys.stderr.isatty(),
+        )  # fmt: skip
+        wall = time.perf_counter() - t0
+        if result.failed:
+            raise SystemExit(f"{env_id}: seeds {result.failed} failed")
+        per_seed = []
+        for r in result.runs:
+            ckpt = r.run_dir / "checkpoints"
+            final = evaluate(DqnPolicy.load(ckpt / "latest.npz"), env_id, FINAL_EPISODES,
+                             final_eval_seed(r.seed))  # fmt: skip
+            best = evaluate(DqnPolicy.load(ckpt / "best.npz"), env_id, FINAL_EPISODES,
+                            final_eval_seed(r.seed))  # fmt: skip
+            per_seed.append(
+                {
+                    "seed": r.seed,
+                    "final": statistics.fmean(final),
+                    "best": statistics.fmean(best),
+                    "curve": [[s, round(m, 2), round(t, 2)] for s, m, t in r.curve],
+                    "train_seconds": round(r.train_seconds, 2),
+                }
+            )
+    return {"wall_seconds": round(wall, 1), "runs": per_seed}
 
 
-def worker_sb3(env_id: str, seed: int, steps: int) -> dict:
-    """The same protocol with Stable-Baselines3's DQN and the Zoo's own arguments."""
+# -- SB3: the same protocol, one subprocess per seed -----------------------------------
+
+
+def sb3_seed(env_id: str, seed: int, steps: int) -> dict:
+    """One seed of SB3's DQN with the Zoo's arguments (runs in its own process)."""
     import copy
 
     import gymnasium as gym
@@ -103,7 +133,7 @@ def worker_sb3(env_id: str, seed: int, steps: int) -> dict:
     torch.set_num_threads(1)
     preset = get_preset(env_id)
     chunk = steps // 10
-    curve: list[tuple[int, float]] = []
+    curve: list[list[float]] = []
     best: dict = {"mean": -float("inf"), "state": None}
 
     class Greedy:
@@ -113,86 +143,159 @@ def worker_sb3(env_id: str, seed: int, steps: int) -> dict:
         def act(self, obs):
             return int(self.policy.predict(obs, deterministic=True)[0])
 
+    t0 = time.perf_counter()
+
     class PeriodicEval(BaseCallback):
         def _on_step(self) -> bool:
             if self.num_timesteps % chunk == 0:
                 mean = statistics.fmean(
                     evaluate(Greedy(self.model.policy), env_id, EVAL_EPISODES, 5_000 + seed)
                 )
-                curve.append((self.num_timesteps, mean))
+                curve.append([self.num_timesteps, round(mean, 2),
+                              round(time.perf_counter() - t0, 2)])  # fmt: skip
                 if mean > best["mean"]:
                     best["mean"] = mean
                     best["state"] = copy.deepcopy(self.model.policy.state_dict())
             return True
 
-    t0 = time.perf_counter()
     model = DQN("MlpPolicy", gym.make(env_id), seed=seed, device="cpu", verbose=0,
                 **preset.sb3_kwargs)  # fmt: skip
     model.learn(steps, callback=PeriodicEval())
     train_seconds = time.perf_counter() - t0
-    eval_seed = 10_000 + 100 * seed
-    final = evaluate(Greedy(model.policy), env_id, FINAL_EPISODES, eval_seed)
+    final = evaluate(Greedy(model.policy), env_id, FINAL_EPISODES, final_eval_seed(seed))
     model.policy.load_state_dict(best["state"])
-    best_returns = evaluate(Greedy(model.policy), env_id, FINAL_EPISODES, eval_seed)
+    best_returns = evaluate(Greedy(model.policy), env_id, FINAL_EPISODES, final_eval_seed(seed))
     return {
-        "env_id": env_id,
         "seed": seed,
-        "final_mean": statistics.fmean(final),
-        "best_mean": statistics.fmean(best_returns),
+        "final": statistics.fmean(final),
+        "best": statistics.fmean(best_returns),
         "curve": curve,
-        "train_seconds": train_seconds,
+        "train_seconds": round(train_seconds, 2),
     }
 
 
-def run_worker(env_id: str, seed: int, library: str, steps: int) -> dict:
-    # One BLAS thread per process: --jobs processes share the cores, and
-    # OpenBLAS threads spinning against each other slow everything down ~10x.
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    out = subprocess.run(
-        [sys.executable, __file__, "--worker", env_id, str(seed), library, str(steps)],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
-    if out.returncode != 0:
-        raise SystemExit(f"{env_id} seed {seed} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def run_sb3(env_id: str, seeds: list[int], workers: int, steps: int) -> dict:
+    # One BLAS / OpenMP thread per process: the workers share the cores.
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+    def one(seed: int) -> dict:
+        out = subprocess.run(
+            [sys.executable, __file__, "--sb3-worker", env_id, str(seed), str(steps)],
+            capture_output=True, text=True, env=env,
+        )  # fmt: skip
+        if out.returncode != 0:
+            raise SystemExit(f"SB3 {env_id} seed {seed} failed:\n{out.stderr[-3000:]}")
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"sb3 {env_id} seed {seed}: final {r['final']:.1f}, best {r['best']:.1f}, "
+              f"{r['train_seconds']:.0f} s", file=sys.stderr)  # fmt: skip
+        return r
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        runs = list(pool.map(one, seeds))
+    return {"wall_seconds": round(time.perf_counter() - t0, 1), "runs": runs}
 
 
-def installed(env_id: str) -> bool:
-    import gymnasium as gym
-
-    try:
-        gym.make(env_id).close()
-        return True
-    except Exception:
-        return False
+# -- the report -------------------------------------------------------------------------
 
 
-def mean_std(values: list[float]) -> str:
-    return f"{statistics.fmean(values):.1f} ± {statistics.pstdev(values):.1f}"
+def result_path(results: Path, library: str, env_id: str) -> Path:
+    return results / f"learning_{library}_{env_id}.json"
 
 
-def chance_of_bar(finals: list[float], bar: float, k: int = 5) -> float:
-    """Share of the k-seed subsets of ``finals`` whose mean reaches ``bar``.
+def ci_text(values: list[float]) -> str:
+    from ember_np.stats import bootstrap_ci, iqm
 
-    With more seeds than the bar's five, this says how likely a five-seed
-    run is to clear the bar, given the spread of final policies these seeds
-    show: every subset when there are at most 20,000, else 20,000 random ones.
-    """
-    import itertools
-    import math
-    import random
-
-    if len(finals) < k:
-        return float("nan")
-    if math.comb(len(finals), k) <= 20_000:
-        subsets = list(itertools.combinations(finals, k))
-    else:
-        draw = random.Random(0)
-        subsets = [draw.sample(finals, k) for _ in range(20_000)]
-    return sum(statistics.fmean(c) >= bar for c in subsets) / len(subsets)
+    low, high = bootstrap_ci(values, "iqm")
+    return f"{iqm(values):.1f} [{low:.1f}, {high:.1f}]"
 
 
-def plot(results: dict[str, list[dict]], path: Path) -> bool:
+def curve_arrays(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps (points,), mean eval reward (seeds, points), elapsed seconds (seeds, points)."""
+    curves = [r["curve"] for r in data["runs"]]
+    n = min(len(c) for c in curves)
+    arr = np.array([c[:n] for c in curves], dtype=np.float64)
+    return arr[0, :, 0], arr[:, :, 1], arr[:, :, 2]
+
+
+def time_to_solve(data: dict, threshold: float) -> str:
+    """Wall time (for all seeds) until the IQM over seeds of the greedy evaluations
+    first reaches ``threshold``: the step of that evaluation, and the wall time for
+    all seeds scaled by the seeds' mean share of their training time spent by then."""
+    from ember_np.stats import iqm
+
+    steps, rewards, elapsed = curve_arrays(data)
+    for i in range(steps.size):
+        if iqm(rewards[:, i]) >= threshold:
+            share = float(np.mean(elapsed[:, i] / elapsed[:, -1]))
+            return f"{share * data['wall_seconds']:.0f} s (step {int(steps[i]):,})"
+    return "not reached"
+
+
+def report(results: Path, out: Path, plot_path: Path) -> str:
+    from ember_np.stats import probability_of_improvement
+
+    found = {(lib, env): json.loads(result_path(results, lib, env).read_text())
+             for lib in ("ember_np", "sb3") for env in REFERENCE
+             if result_path(results, lib, env).exists()}  # fmt: skip
+    lines = [
+        "Commands: python bench/learning.py --library ember_np --seeds 20 --workers 2; "
+        "nice -n 10 python bench/learning.py --library sb3 --seeds 20 --workers 2 "
+        "(--envs as below); python bench/learning.py --report",
+        "",
+        f"IQM [95% stratified-bootstrap CI] over seeds of each seed's mean greedy return on "
+        f"{FINAL_EPISODES} fresh episodes: 'final' is the policy at the end of the budget, "
+        "'best' best.npz (the best of ten periodic 10-episode evaluations). P(ember_np > SB3): "
+        "probability that a random ember_np seed's final policy beats a random SB3 seed's "
+        "(ties count half), with its 95% CI. Wall time: all seeds, on the workers shown.",
+        "",
+        "| env (budget) | seeds | ember_np final | ember_np best | SB3 final | SB3 best "
+        "| P(ember_np > SB3), final | wall time ember_np / SB3 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for env_id in REFERENCE:
+        ours, theirs = found.get(("ember_np", env_id)), found.get(("sb3", env_id))
+        if ours is None and theirs is None:
+            continue
+        row = [f"{env_id} ({(ours or theirs)['steps']:,})"]
+        row.append(" / ".join(str(len(d["runs"])) if d else "-" for d in (ours, theirs)))
+        for d in (ours, theirs):
+            for key in ("final", "best"):
+                row.append(ci_text([r[key] for r in d["runs"]]) if d else "not run")
+        if ours and theirs:
+            p, (low, high) = probability_of_improvement(
+                [r["final"] for r in ours["runs"]], [r["final"] for r in theirs["runs"]]
+            )
+            row.append(f"{p:.2f} [{low:.2f}, {high:.2f}]")
+        else:
+            row.append("-")
+        row.append(" / ".join(
+            f"{d['wall_seconds']:.0f} s ({d['workers']} workers)" if d else "not run"
+            for d in (ours, theirs)
+        ))  # fmt: skip
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    for env_id, threshold in SOLVED.items():
+        parts = [f"{lib}: {time_to_solve(found[(lib, env_id)], threshold)}"
+                 for lib in ("ember_np", "sb3") if (lib, env_id) in found]  # fmt: skip
+        if parts:
+            lines.append(f"Time to solve {env_id} (IQM of greedy evaluations >= {threshold:g}, "
+                         f"wall time for all seeds): " + "; ".join(parts))  # fmt: skip
+    missing = [f"{lib} {env}" for env in DEFAULT_ENVS.split(",") for lib in ("ember_np", "sb3")
+               if (lib, env) not in found]  # fmt: skip
+    if missing:
+        lines.append(f"Not run: {', '.join(missing)}.")
+    for (lib, env_id), d in sorted(found.items()):
+        lines.append(f"- {lib} {env_id}: machine load during the run: {d.get('load', '?')}; "
+                     f"command: {d.get('command', '?')}")  # fmt: skip
+    if plot(found, plot_path):
+        lines += ["", f"IQM learning curves with 95% CI bands: {plot_path.name}"]
+    table = "\n".join(lines)
+    out.write_text(table + "\n")
+    return table
+
+
+def plot(found: dict, path: Path) -> bool:
     try:
         import matplotlib
 
@@ -200,115 +303,85 @@ def plot(results: dict[str, list[dict]], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.6), squeeze=False)
-    for ax, (env_id, runs) in zip(axes[0], results.items()):
-        for r in runs:
-            xs, ys = zip(*r["curve"])
-            ax.plot(xs, ys, alpha=0.35, lw=1)
-        steps = [x for x, _ in runs[0]["curve"]]
-        means = [statistics.fmean(r["curve"][i][1] for r in runs) for i in range(len(steps))]
-        ax.plot(steps, means, "k-", lw=2, label="mean of seeds")
+    from ember_np.stats import iqm_curve
+
+    envs = [e for e in REFERENCE if any((lib, e) in found for lib in ("ember_np", "sb3"))]
+    if not envs:
+        return False
+    fig, axes = plt.subplots(1, len(envs), figsize=(4.5 * len(envs), 3.6), squeeze=False)
+    for ax, env_id in zip(axes[0], envs):
+        for lib, color in (("ember_np", "C0"), ("sb3", "C1")):
+            if (lib, env_id) not in found:
+                continue
+            steps, rewards, _ = curve_arrays(found[(lib, env_id)])
+            mid, low, high = iqm_curve(rewards, reps=2_000)
+            ax.plot(steps, mid, color=color, label=f"{lib} ({rewards.shape[0]} seeds)")
+            ax.fill_between(steps, low, high, color=color, alpha=0.25, lw=0)
         ax.axhline(REFERENCE[env_id]["bar"], color="r", ls="--", lw=1, label="bar")
         ax.set_title(env_id)
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("greedy eval reward (10 episodes)")
+    axes[0][0].set_ylabel("IQM of greedy eval reward, 95% CI")
     axes[0][0].legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=80)
     return True
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--envs", default=",".join(REFERENCE))
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--out", type=Path, default=HERE / "results_learning.md")
-    p.add_argument("--plot", type=Path, default=HERE / "learning_curves.png")
-    p.add_argument(
-        "--library",
-        choices=["ember_np", "sb3"],
-        default="ember_np",
-        help="sb3: the same protocol with Stable-Baselines3 (needs the bench extra)",
-    )
+    p.add_argument("--envs", default=DEFAULT_ENVS)
+    p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--library", choices=["ember_np", "sb3"], default="ember_np",
+                   help="sb3 needs the bench extra")  # fmt: skip
     p.add_argument(
         "--steps",
         type=int,
-        help="train this many steps instead of each preset's Zoo budget (a quick check: "
-        "the bars apply at the Zoo's budget)",
+        help="train this many steps instead of each preset's Zoo budget (a quick check)",
     )
-    p.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument("--results", type=Path, default=RESULTS, help="where the JSON files go")
+    p.add_argument("--report", action="store_true", help="write the table from saved results")
+    p.add_argument("--out", type=Path, default=HERE / "results_learning.md")
+    p.add_argument("--plot", type=Path, default=HERE / "learning_curves.png")
+    p.add_argument("--sb3-worker", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.worker:
-        env_id, seed, library, steps = args.worker
-        run = worker_sb3 if library == "sb3" else worker
-        print(json.dumps(run(env_id, int(seed), int(steps))))
+    if args.sb3_worker:
+        env_id, seed, steps = args.sb3_worker
+        print(json.dumps(sb3_seed(env_id, int(seed), int(steps))))
         return
-    if args.library == "sb3":
-        args.out = args.out.with_name(args.out.stem + "_sb3.md")
-        args.plot = args.plot.with_name(args.plot.stem + "_sb3.png")
-    envs = [e for e in args.envs.split(",") if e]
-    skipped = [e for e in envs if not installed(e)]
-    envs = [e for e in envs if e not in skipped]
-    jobs = [(e, s) for e in envs for s in range(args.seeds)]
+    if args.report:
+        print(report(args.results, args.out, args.plot))
+        return
+    from ember_np.presets import get_preset
 
-    def budget(env_id: str) -> int:
-        from ember_np.presets import get_preset
-
-        return args.steps or get_preset(env_id).steps
-
-    results: dict[str, list[dict]] = {e: [] for e in envs}
-    with ThreadPoolExecutor(args.jobs) as pool:
-        for r in pool.map(lambda job: run_worker(*job, args.library, budget(job[0])), jobs):
-            results[r["env_id"]].append(r)
-            print(
-                f"{r['env_id']} seed {r['seed']}: final {r['final_mean']:.1f}, "
-                f"best {r['best_mean']:.1f}, {r['train_seconds']:.0f} s",
-                file=sys.stderr,
-            )
-    lines = [
-        f"Command: python bench/learning.py --seeds {args.seeds} --jobs {args.jobs}"
-        + (f" --envs {args.envs}" if args.envs != ",".join(REFERENCE) else "")
-        + (f" --steps {args.steps}" if args.steps else "")
-        + (" --library sb3" if args.library == "sb3" else ""),
-        "",
-        f"Greedy evaluation, {FINAL_EPISODES} episodes per seed; mean ± std across {args.seeds} "
-        "seeds of the per-seed means. 'final' is the policy at the end of the budget, 'best' "
-        "the best periodic evaluation (best.npz), re-evaluated on fresh episodes.",
-        "",
-        f"| env (budget) | bar | {args.library} final | {args.library} best | RL Zoo | CleanRL "
-        "| wall time per run |" + (" P(5-seed final mean >= bar) |" if args.seeds > 5 else ""),
-        "|---|---|---|---|---|---|---|" + ("---|" if args.seeds > 5 else ""),
-    ]
-    for env_id, runs in results.items():
-        ref = REFERENCE[env_id]
-        finals = [r["final_mean"] for r in runs]
-        bests = [r["best_mean"] for r in runs]
-        wall = statistics.median(r["train_seconds"] for r in runs)
-        steps = budget(env_id)
-        ok = "meets" if statistics.fmean(finals) >= ref["bar"] else "misses"
-        chance = f" {chance_of_bar(finals, ref['bar']):.2f} |" if args.seeds > 5 else ""
-        lines.append(
-            f"| {env_id} ({steps:,}) | >= {ref['bar']:g} | {mean_std(finals)} ({ok}) | "
-            f"{mean_std(bests)} | {ref['zoo']} | {ref['cleanrl']} | {wall:.0f} s |{chance}"
-        )
-    lines.append("")
-    for env_id, runs in results.items():
-        ordered = sorted(runs, key=lambda r: r["seed"])
-        finals = ", ".join(f"{r['final_mean']:.1f}" for r in ordered)
-        bests = ", ".join(f"{r['best_mean']:.1f}" for r in ordered)
-        lines.append(f"- {env_id} per seed: final {finals}; best {bests}")
-    for env_id in skipped:
-        lines.append(f"- {env_id}: not run (environment not installed)")
-    if plot(results, args.plot):
-        lines += ["", f"Learning curves: {args.plot.name}"]
-    table = "\n".join(lines)
-    print(table)
-    args.out.write_text(table + "\n")
-    args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    args.results.mkdir(parents=True, exist_ok=True)
+    seeds = list(range(args.seeds))
+    for env_id in [e for e in args.envs.split(",") if e]:
+        steps = args.steps or get_preset(env_id).steps
+        load_before = load_average()
+        run = run_sb3 if args.library == "sb3" else run_ember
+        data = run(env_id, seeds, args.workers, steps)
+        data.update(
+            library=args.library, env_id=env_id, steps=steps, workers=args.workers,
+            load=f"{load_before} before, {load_average()} after (1/5/15-min load averages)",
+            command=f"python bench/learning.py --library {args.library} --envs {env_id} "
+            f"--seeds {args.seeds} --workers {args.workers}"
+            + (f" --steps {args.steps}" if args.steps else ""),
+        )  # fmt: skip
+        result_path(args.results, args.library, env_id).write_text(json.dumps(data) + "\n")
+        finals = [r["final"] for r in data["runs"]]
+        print(f"{args.library} {env_id}: final IQM {ci_text(finals)}, "
+              f"{data['wall_seconds']:.0f} s for {len(seeds)} seeds", file=sys.stderr)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
-from learning import chance_of_bar  # noqa: E402
 from streams import episode_stream  # noqa: E402
 
 HAS_SB3 = importlib.util.find_spec("stable_baselines3") is not None
@@ -28,13 +27,6 @@ def run(*args: str, timeout: int = 300) -> str:
     return out.stdout
 
 
-def test_chance_of_bar_counts_five_seed_subsets():
-    assert chance_of_bar([500.0] * 6, 475) == 1.0
-    assert chance_of_bar([500.0] * 5 + [0.0], 475) == 1 / 6  # only the subset without the 0
-    assert chance_of_bar([500.0] * 4 + [400.0] * 2, 475) == 2 / 6  # at most one 400
-    assert np.isnan(chance_of_bar([500.0] * 4, 475))
-
-
 def test_episode_stream_is_episodic():
     items = list(episode_stream(120, 3, length=50))
     assert len(items) == 120
@@ -45,17 +37,27 @@ def test_episode_stream_is_episodic():
         assert np.array_equal(following, next_obs) == (status == 0)
 
 
-def test_learning_bench_writes_its_table(tmp_path):
+def test_learning_bench_writes_its_results_and_table(tmp_path):
+    results = tmp_path / "results"
+    run("bench/learning.py", "--envs", "CartPole-v1", "--seeds", "2", "--workers", "2",
+        "--steps", "2000", "--results", str(results))  # fmt: skip
+    data = json.loads((results / "learning_ember_np_CartPole-v1.json").read_text())
+    assert data["steps"] == 2000 and data["workers"] == 2 and "--steps 2000" in data["command"]
+    assert sorted(r["seed"] for r in data["runs"]) == [0, 1]
+    for r in data["runs"]:
+        assert [p[0] for p in r["curve"]] == [200 * k for k in range(1, 11)] + [2000]
+        assert 8.0 <= r["final"] <= 500.0 and 8.0 <= r["best"] <= 500.0
     out = tmp_path / "learning.md"
-    run("bench/learning.py", "--envs", "CartPole-v1", "--seeds", "2", "--jobs", "2",
-        "--steps", "2000", "--out", str(out), "--plot", str(tmp_path / "curves.png"))  # fmt: skip
+    run("bench/learning.py", "--report", "--results", str(results), "--out", str(out),
+        "--plot", str(tmp_path / "curves.png"))  # fmt: skip
     table = out.read_text()
-    assert "--steps 2000" in table
-    assert "| CartPole-v1 (2,000) | >= 475 |" in table
-    results = json.loads(out.with_suffix(".json").read_text())["CartPole-v1"]
-    assert sorted(r["seed"] for r in results) == [0, 1]
-    for r in results:
-        assert len(r["curve"]) == 10 and 8.0 <= r["final_mean"] <= 500.0
+    assert "| CartPole-v1 (2,000) | 2 / - |" in table and "Not run: sb3 CartPole-v1" in table
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_multiseed_scaling_bench_runs(tmp_path):
+    out = run("bench/multiseed.py", "--steps", "300", "--seeds", "2")
+    assert "| processes |" in out and "| threads |" in out
 
 
 @pytest.mark.parametrize("lib", ["ember_np", "ember_np-fused"])
