@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         StatsTracker,
         Std,
     )
+    from ember_np.training.multiseed import MultiSeedResult, SeedResult, train_seeds
     from ember_np.training.run import TrainingRun
     from ember_np.training.trainer import DqnTrainer, StepMetrics
     from ember_np.types import EpisodeStatus, Experience, Policy, ReplayBuffer
@@ -77,6 +78,9 @@ _HOMES = {
     "RollingMean": "ember_np.stats",
     "StatsTracker": "ember_np.stats",
     "Std": "ember_np.stats",
+    "MultiSeedResult": "ember_np.training.multiseed",
+    "SeedResult": "ember_np.training.multiseed",
+    "train_seeds": "ember_np.training.multiseed",
     "TrainingRun": "ember_np.training.run",
     "DqnTrainer": "ember_np.training.trainer",
     "StepMetrics": "ember_np.training.trainer",
@@ -123,6 +127,7 @@ __all__ = [
     "Experience",
     "IndexActionMapper",
     "Last",
+    "MultiSeedResult",
     "Max",
     "Mean",
     "Min",
@@ -132,11 +137,13 @@ __all__ = [
     "ReplayBuffer",
     "RollingMean",
     "Rng",
+    "SeedResult",
     "StatsTracker",
     "Std",
     "StepMetrics",
     "TrainingRun",
     "VecEncoder",
+    "train_seeds",
     "transition_dtype",
 ]
 __version__ = "0.1.0"
