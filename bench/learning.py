@@ -81,22 +81,38 @@ def final_eval_seed(seed: int) -> int:
 # -- ember_np: the multi-seed runner ---------------------------------------------------
 
 
-def run_ember(env_id: str, seeds: list[int], workers: int, steps: int) -> dict:
+def run_ember(
+    env_id: str,
+    seeds: list[int],
+    workers: int,
+    steps: int,
+    runs_root: Path | None = None,
+    collect: bool = False,
+) -> dict:
+    """Train (or, with a ``runs_root`` holding this env's multi-seed run, finish) the
+    seeds; then evaluate every finished seed's final and best policy. ``collect``:
+    evaluate the seeds finished so far, train nothing."""
     from ember_np import DqnPolicy
     from ember_np.presets import get_preset
-    from ember_np.training.multiseed import train_seeds
+    from ember_np.training.multiseed import load_multiseed, resume_seeds, train_seeds
 
     preset = get_preset(env_id)
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = runs_root or Path(tmp)
+        existing = sorted(root.glob(f"{env_id}/bench/*/seeds.json"))
         t0 = time.perf_counter()
-        result = train_seeds(
-            env_id, seeds, config=preset.config, steps=steps, workers=workers, root=root,
-            version="bench", eval_every=steps // 10, eval_episodes=EVAL_EPISODES,
-            checkpoint_freq=steps, keep=1, progress=sys.stderr.isatty(),
-        )  # fmt: skip
+        if existing:  # an interrupted run: finish it (or only read it)
+            parent = existing[-1].parent
+            result = load_multiseed(parent) if collect else resume_seeds(parent, workers)
+        elif collect:
+            raise SystemExit(f"no multi-seed run of {env_id} under {root} to collect")
+        else:
+            result = train_seeds(
+                env_id, seeds, config=preset.config, steps=steps, workers=workers, root=root,
+                version="bench", eval_every=steps // 10, eval_episodes=EVAL_EPISODES,
+                checkpoint_freq=steps, keep=1, progress=sys.stderr.isatty(),
+            )  # fmt: skip
         wall = time.perf_counter() - t0
-        if result.failed:
-            raise SystemExit(f"{env_id}: seeds {result.failed} failed")
         per_seed = []
         for r in result.runs:
             ckpt = r.run_dir / "checkpoints"
@@ -113,7 +129,11 @@ def run_ember(env_id: str, seeds: list[int], workers: int, steps: int) -> dict:
                     "train_seconds": round(r.train_seconds, 2),
                 }
             )
-    return {"wall_seconds": round(wall, 1), "runs": per_seed}
+    out = {"wall_seconds": round(wall, 1), "runs": per_seed, "missing_seeds": result.failed}
+    if existing:  # trained in more than one call: the seeds' own times, spread on the workers
+        out["wall_seconds"] = round(sum(r["train_seconds"] for r in per_seed) / workers, 1)
+        out["wall_estimated"] = True
+    return out
 
 
 # -- SB3: the same protocol, one subprocess per seed -----------------------------------
@@ -270,7 +290,8 @@ def report(results: Path, out: Path, plot_path: Path) -> str:
         else:
             row.append("-")
         row.append(" / ".join(
-            f"{d['wall_seconds']:.0f} s ({d['workers']} workers)" if d else "not run"
+            f"{'~' if d.get('wall_estimated') else ''}{d['wall_seconds']:.0f} s "
+            f"({d['workers']} workers)" if d else "not run"
             for d in (ours, theirs)
         ))  # fmt: skip
         lines.append("| " + " | ".join(row) + " |")
@@ -353,6 +374,17 @@ def main() -> None:
     p.add_argument("--report", action="store_true", help="write the table from saved results")
     p.add_argument("--out", type=Path, default=HERE / "results_learning.md")
     p.add_argument("--plot", type=Path, default=HERE / "learning_curves.png")
+    p.add_argument(
+        "--runs-root",
+        type=Path,
+        help="ember_np: keep the runs here (default: a temporary directory); a "
+        "multi-seed run of the env already there is finished, not restarted",
+    )
+    p.add_argument(
+        "--collect",
+        action="store_true",
+        help="ember_np: with --runs-root, evaluate the seeds finished so far",
+    )
     p.add_argument("--sb3-worker", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.sb3_worker:
@@ -369,8 +401,10 @@ def main() -> None:
     for env_id in [e for e in args.envs.split(",") if e]:
         steps = args.steps or get_preset(env_id).steps
         load_before = load_average()
-        run = run_sb3 if args.library == "sb3" else run_ember
-        data = run(env_id, seeds, args.workers, steps)
+        if args.library == "sb3":
+            data = run_sb3(env_id, seeds, args.workers, steps)
+        else:
+            data = run_ember(env_id, seeds, args.workers, steps, args.runs_root, args.collect)
         data.update(
             library=args.library, env_id=env_id, steps=steps, workers=args.workers,
             load=f"{load_before} before, {load_average()} after (1/5/15-min load averages)",
