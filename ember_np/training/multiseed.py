@@ -625,6 +625,11 @@ def cli_resume(args: Any) -> int:
     """``ember-np resume PARENT``: train the seeds that did not finish; exit status."""
     from ember_np.cli import UsageError
 
+    if args.steps is not None:
+        raise UsageError(
+            f"{args.run_path} is a multi-seed run: resume trains its unfinished seeds to their "
+            "budget, so drop --steps (to train longer, start a new run with --steps)"
+        )
     try:
         before = load_multiseed(args.run_path)
     except ValueError as exc:
