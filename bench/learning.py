@@ -194,26 +194,51 @@ def sb3_seed(env_id: str, seed: int, steps: int) -> dict:
     }
 
 
-def run_sb3(env_id: str, seeds: list[int], workers: int, steps: int) -> dict:
+def run_sb3(
+    env_id: str,
+    seeds: list[int],
+    workers: int,
+    steps: int,
+    runs_root: Path | None = None,
+    collect: bool = False,
+) -> dict:
+    """Every seed in its own subprocess, ``workers`` at a time. With ``runs_root``, each
+    seed's result is kept there as it finishes and a later call skips it; ``collect``
+    gathers the seeds finished so far and trains nothing."""
     # One BLAS / OpenMP thread per process: the workers share the cores.
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        done_dir = (runs_root or Path(tmp)) / "sb3" / env_id
+        done_dir.mkdir(parents=True, exist_ok=True)
 
-    def one(seed: int) -> dict:
-        out = subprocess.run(
-            [sys.executable, __file__, "--sb3-worker", env_id, str(seed), str(steps)],
-            capture_output=True, text=True, env=env,
-        )  # fmt: skip
-        if out.returncode != 0:
-            raise SystemExit(f"SB3 {env_id} seed {seed} failed:\n{out.stderr[-3000:]}")
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"sb3 {env_id} seed {seed}: final {r['final']:.1f}, best {r['best']:.1f}, "
-              f"{r['train_seconds']:.0f} s", file=sys.stderr)  # fmt: skip
-        return r
+        def one(seed: int) -> dict | None:
+            path = done_dir / f"seed_{seed}.json"
+            if path.exists():
+                return json.loads(path.read_text())
+            if collect:
+                return None
+            out = subprocess.run(
+                [sys.executable, __file__, "--sb3-worker", env_id, str(seed), str(steps)],
+                capture_output=True, text=True, env=env,
+            )  # fmt: skip
+            if out.returncode != 0:
+                raise SystemExit(f"SB3 {env_id} seed {seed} failed:\n{out.stderr[-3000:]}")
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            path.write_text(json.dumps(r))
+            print(f"sb3 {env_id} seed {seed}: final {r['final']:.1f}, best {r['best']:.1f}, "
+                  f"{r['train_seconds']:.0f} s", file=sys.stderr)  # fmt: skip
+            return r
 
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(workers) as pool:
-        runs = list(pool.map(one, seeds))
-    return {"wall_seconds": round(time.perf_counter() - t0, 1), "runs": runs}
+        already = sum((done_dir / f"seed_{s}.json").exists() for s in seeds)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(workers) as pool:
+            runs = [r for r in pool.map(one, seeds) if r is not None]
+    out = {"wall_seconds": round(time.perf_counter() - t0, 1), "runs": runs,
+           "missing_seeds": [s for s in seeds if s not in {r["seed"] for r in runs}]}  # fmt: skip
+    if already or collect:  # trained in more than one call: the seeds' own times, spread
+        out["wall_seconds"] = round(sum(r["train_seconds"] for r in runs) / workers, 1)
+        out["wall_estimated"] = True
+    return out
 
 
 # -- the report -------------------------------------------------------------------------
@@ -377,13 +402,13 @@ def main() -> None:
     p.add_argument(
         "--runs-root",
         type=Path,
-        help="ember_np: keep the runs here (default: a temporary directory); a "
-        "multi-seed run of the env already there is finished, not restarted",
+        help="keep the runs (ember_np) or per-seed results (sb3) here (default: a temporary "
+        "directory); a run of the env already there is finished, not restarted",
     )
     p.add_argument(
         "--collect",
         action="store_true",
-        help="ember_np: with --runs-root, evaluate the seeds finished so far",
+        help="with --runs-root: report the seeds finished so far, train nothing",
     )
     p.add_argument("--sb3-worker", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -402,7 +427,7 @@ def main() -> None:
         steps = args.steps or get_preset(env_id).steps
         load_before = load_average()
         if args.library == "sb3":
-            data = run_sb3(env_id, seeds, args.workers, steps)
+            data = run_sb3(env_id, seeds, args.workers, steps, args.runs_root, args.collect)
         else:
             data = run_ember(env_id, seeds, args.workers, steps, args.runs_root, args.collect)
         data.update(
