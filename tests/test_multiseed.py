@@ -80,6 +80,23 @@ def test_python_api_trains_a_list_of_seeds(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"seeds": []}, "at least one seed"),
+        ({"seeds": [1, 1]}, "distinct non-negative"),
+        ({"steps": 0}, "steps must be an integer >= 1, got 0"),
+        ({"eval_every": 0}, "eval_every must be an integer >= 1, got 0"),
+        ({"workers": 0}, "workers must be a positive integer"),
+    ],
+)
+def test_train_seeds_rejects_bad_arguments(kwargs, message, tmp_path):
+    args = {"seeds": [0], "steps": 10, "root": tmp_path, "progress": False, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        train_seeds("ember_np/CartPole-v1", **args)
+    assert not list(tmp_path.iterdir())  # refused before any directory is made
+
+
+@pytest.mark.parametrize(
     "text, seeds",
     [("3", [0, 1, 2]), ("5-7", [5, 6, 7]), ("1,4,7", [1, 4, 7]), ("0-1,9", [0, 1, 9])],
 )

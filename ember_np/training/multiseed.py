@@ -397,8 +397,13 @@ def train_seeds(
         env_id, config or DqnConfig(), int(steps), name or env_id.replace("/", "-"), version,
         preset, int(eval_every), int(eval_episodes), int(checkpoint_freq), int(keep),
     )  # fmt: skip
-    if spec.steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    for option, minimum in (("steps", 1), ("eval_every", 1), ("eval_episodes", 1),
+                            ("checkpoint_freq", 1), ("keep", 0)):  # fmt: skip
+        if getattr(spec, option) < minimum:
+            raise ValueError(f"{option} must be an integer >= {minimum}, got "
+                             f"{getattr(spec, option)}")  # fmt: skip
+    if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
     parent = _make_parent(root, spec.name, spec.version)
     atomic_write_text(parent / SPEC_FILE, json.dumps({"spec": spec.to_dict(), "seeds": seeds},
                                                      indent=1))  # fmt: skip
