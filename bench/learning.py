@@ -270,11 +270,16 @@ def time_to_solve(data: dict, threshold: float) -> str:
     from ember_np.stats import iqm
 
     steps, rewards, elapsed = curve_arrays(data)
-    for i in range(steps.size):
-        if iqm(rewards[:, i]) >= threshold:
+    curve = [iqm(rewards[:, i]) for i in range(steps.size)]
+    for i, value in enumerate(curve):
+        if value >= threshold:
             share = float(np.mean(elapsed[:, i] / elapsed[:, -1]))
             return f"{share * data['wall_seconds']:.0f} s (step {int(steps[i]):,})"
-    return "not reached"
+    top = int(np.argmax(curve))
+    return (
+        f"not reached in {int(steps[-1]):,} steps (highest IQM {curve[top]:.1f}, step "
+        f"{int(steps[top]):,})"
+    )
 
 
 def report(results: Path, out: Path, plot_path: Path) -> str:
