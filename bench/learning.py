@@ -337,6 +337,11 @@ def report(results: Path, out: Path, plot_path: Path) -> str:
     if missing:
         lines.append(f"Not run: {', '.join(missing)}.")
     for (lib, env_id), d in sorted(found.items()):
+        if d.get("missing_seeds"):
+            n = len(d["runs"])
+            lines.append(f"- {lib} {env_id}: partial, {n} of {n + len(d['missing_seeds'])} "
+                         f"seeds finished (not run: seeds {d['missing_seeds']})")  # fmt: skip
+    for (lib, env_id), d in sorted(found.items()):
         lines.append(f"- {lib} {env_id}: machine load during the run: {d.get('load', '?')}; "
                      f"command: {d.get('command', '?')}")  # fmt: skip
     if plot(found, plot_path):
@@ -435,12 +440,18 @@ def main() -> None:
             data = run_sb3(env_id, seeds, args.workers, steps, args.runs_root, args.collect)
         else:
             data = run_ember(env_id, seeds, args.workers, steps, args.runs_root, args.collect)
+        if not data["runs"]:
+            print(f"{args.library} {env_id}: no seed finished; nothing written", file=sys.stderr)
+            continue
         data.update(
             library=args.library, env_id=env_id, steps=steps, workers=args.workers,
-            load=f"{load_before} before, {load_average()} after (1/5/15-min load averages)",
+            load=f"{load_before} before, {load_average()} after (1/5/15-min load averages)"
+            + (" of collecting; the training ran earlier" if args.collect else ""),
             command=f"python bench/learning.py --library {args.library} --envs {env_id} "
             f"--seeds {args.seeds} --workers {args.workers}"
-            + (f" --steps {args.steps}" if args.steps else ""),
+            + (f" --steps {args.steps}" if args.steps else "")
+            + (f" --runs-root {args.runs_root}" if args.runs_root else "")
+            + (" --collect" if args.collect else ""),
         )  # fmt: skip
         result_path(args.results, args.library, env_id).write_text(json.dumps(data) + "\n")
         finals = [r["final"] for r in data["runs"]]
