@@ -345,13 +345,9 @@ def train_seeds(
     root: str | os.PathLike[str] = "runs",
     name: str | None = None,
     version: str = "default",
-    preset: str | None = None,
-    eval_every: int = 10_000,
-    eval_episodes: int = 10,
-    checkpoint_freq: int = 10_000,
-    keep: int = 5,
     progress: bool = True,
     on_start: Callable[[Path], None] | None = None,
+    **options: Any,
 ) -> MultiSeedResult:
     """Train ``seeds`` independently on ``workers`` processes; returns their results.
 
@@ -373,10 +369,10 @@ def train_seeds(
     root, name, version
         Where the parent directory goes (name defaults to ``env_id`` with
         ``/`` replaced by ``-``).
-    preset : str, optional
-        Recorded in each run's config.json.
-    eval_every, eval_episodes, checkpoint_freq, keep
-        As ``ember-np train``'s options.
+    **options
+        ``preset`` (recorded in each run's config.json), ``eval_every``,
+        ``eval_episodes``, ``checkpoint_freq``, ``keep``: as ``ember-np
+        train``'s options (defaults 10,000, 10, 10,000, 5; see :class:`SeedSpec`).
     progress : bool
         One tqdm bar over all seeds' env steps (stderr).
     on_start : callable, optional
@@ -393,10 +389,12 @@ def train_seeds(
         raise ValueError("seeds must name at least one seed, got none")
     if min(seeds) < 0 or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct non-negative integers, got {seeds}")
-    spec = SeedSpec(
-        env_id, config or DqnConfig(), int(steps), name or env_id.replace("/", "-"), version,
-        preset, int(eval_every), int(eval_episodes), int(checkpoint_freq), int(keep),
-    )  # fmt: skip
+    known = {"preset", "eval_every", "eval_episodes", "checkpoint_freq", "keep"}
+    if set(options) - known:
+        raise ValueError(f"unknown options {sorted(set(options) - known)}; train_seeds takes "
+                         f"{', '.join(sorted(known))} besides its named parameters")  # fmt: skip
+    spec = SeedSpec(env_id, config or DqnConfig(), int(steps), name or env_id.replace("/", "-"),
+                    version, **options)  # fmt: skip
     for option, minimum in (("steps", 1), ("eval_every", 1), ("eval_episodes", 1),
                             ("checkpoint_freq", 1), ("keep", 0)):  # fmt: skip
         if getattr(spec, option) < minimum:
