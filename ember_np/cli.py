@@ -601,7 +601,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_resume)
 
-    p = sub.add_parser("report", help="IQM [95%% CI] and more over the seeds of multi-seed runs")
+    p = sub.add_parser(
+        "report",
+        help="IQM [95%% CI] and more over the seeds of multi-seed runs; "
+        "a tune directory's best trials and importances",
+    )
     p.add_argument("run_paths", nargs="+", metavar="RUN_DIR")
     p.set_defaults(func=_cmd_report)
 

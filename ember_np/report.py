@@ -45,9 +45,19 @@ def _load(paths: list[str]) -> list[MultiSeedResult]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Print each run's summary and P(first run > each other run)."""
+    from ember_np import tune
     from ember_np.stats import probability_of_improvement
 
-    results = _load(args.run_paths)
+    tune_dirs = [p for p in args.run_paths if tune.is_tune_dir(p)]
+    for path in tune_dirs:  # a tune directory: its study's best trials and importances
+        status = tune.cmd_tune(argparse.Namespace(
+            env_id=None, study=None, dir=path, show=True, storage=None))  # fmt: skip
+        if status:
+            return status
+    run_paths = [p for p in args.run_paths if p not in tune_dirs]
+    if not run_paths:
+        return 0
+    results = _load(run_paths)
     for k, result in enumerate(results, 1):
         print(f"[{k}] {result.summary()}")
     if len(results) > 1:

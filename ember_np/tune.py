@@ -719,7 +719,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return 2
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     name = args.study or args.env_id
-    tune_dir = Path(args.dir) if args.dir else Path("tunes") / name.replace("/", "_")
+    tune_dir = Path(args.dir) if args.dir else Path("tunes") / str(name).replace("/", "_")
     if args.show:  # the study named in the tune directory, unless named here.
         return show(tune_dir, args.storage, args.study or (None if is_tune_dir(tune_dir) else name))
     settings = _settings(args)  # bad arguments fail before anything is created

@@ -205,6 +205,14 @@ def test_show_prints_the_best_trials_and_importances(first_study, capsys):
     assert f"trial {best.number:>4}  IQM {best.value:9.2f}" in out
 
 
+def test_report_on_a_tune_directory_shows_the_study(first_study, capsys):
+    assert main(["report", str(first_study / "tune")]) == 0
+    out = capsys.readouterr().out
+    assert "study CartPole-v1: 3 complete, 0 pruned, 0 failed" in out
+    best = load(first_study).best_trial
+    assert f"trial {best.number:>4}  IQM {best.value:9.2f}" in out
+
+
 def test_joining_with_other_settings_is_refused(first_study, capsys):
     assert tune(first_study, "--trials", "4", "--workers", "1", "--seed", "7") == 2
     err = capsys.readouterr().err
