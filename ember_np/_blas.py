@@ -167,12 +167,25 @@ def gemm(
     m = c.shape[0]
     n = c.shape[1]
     k = a.shape[0] if trans_a else a.shape[1]
-    itemsize = c.itemsize
     _cblas_gemm(
         (_TRANS if trans_a else _NO_TRANS, _TRANS if trans_b else _NO_TRANS),
         (m, n, k), a, b, beta, c,
-        (a.strides[0] // itemsize, b.strides[0] // itemsize, c.strides[0] // itemsize),
+        (_leading_dim(a), _leading_dim(b), _leading_dim(c)),
     )  # fmt: skip
+
+
+@kernel
+def _leading_dim(x: np.ndarray) -> int:
+    """The row stride of ``x`` in elements, as BLAS needs it: at least max(1, columns).
+
+    NumPy ignores the stride of a length-1 axis when it flags an array
+    C-contiguous, so a one-row array can carry any row stride: 0 for
+    ``obs[None]`` or ``np.broadcast_to``, negative for a reversed view.
+    Only one row is read then, so the column count is a valid stride; passed
+    as it is, BLAS rejects it ("parameter number 10 had an illegal value")
+    and leaves the output unwritten.
+    """
+    return max(x.strides[0] // x.itemsize, x.shape[1], 1)
 
 
 #: OpenBLAS's runtime thread switch, by build (NumPy >= 2 wheels first).

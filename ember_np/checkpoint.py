@@ -69,7 +69,7 @@ class AgentKeys:
     CONFIG = "config"  # JSON text: DqnConfig.to_dict()
     ENCODER = "encoder"  # JSON text: the encoder's description
     MAPPER = "action_mapper"  # JSON text: the action mapper's description
-    SEED = "seed"  # int64 scalar
+    SEED = "seed"  # int64 scalar below 2**63, else its decimal digits (a string)
     COUNTERS = "counters"  # int64 (2,): total_steps, n_updates
     RNG_EXPLORE = "rng/explore"  # uint64 (4,): PCG64 state
     RNG_REPLAY = "rng/replay"  # uint64 (4,): PCG64 state

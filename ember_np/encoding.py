@@ -16,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ember_np._arrays import as_f32
+
 __all__ = [
     "DiscreteActionMapper",
     "IndexActionMapper",
@@ -26,6 +28,7 @@ __all__ = [
     "encoder_from_description",
     "mapper_from_description",
     "nonfinite_observation",
+    "nonfinite_row",
 ]
 
 _F32 = np.dtype(np.float32)
@@ -102,11 +105,13 @@ class VecEncoder:
         return self._obs_size
 
     def encode(self, obs: Any) -> np.ndarray:
-        try:
-            arr = np.ascontiguousarray(obs, dtype=_F32)
-        except (TypeError, ValueError):
+        arr = obs
+        try:  # as_f32 with its no-copy test inlined (DqnPolicy.act's hot path)
+            if not (type(arr) is np.ndarray and arr.dtype is _F32 and arr.flags.carray):
+                arr = as_f32(arr, "obs")
+        except ValueError:
             raise ValueError(
-                f"expected an observation of shape {self.shape} (numbers), got {obs!r}"
+                f"expected an observation of shape {self.shape} (real numbers), got {obs!r}"
             ) from None
         if arr.shape == self._flat:
             return arr
@@ -116,8 +121,8 @@ class VecEncoder:
 
     def encode_batch(self, obs_batch: Any) -> np.ndarray:
         try:
-            arr = np.ascontiguousarray(obs_batch, dtype=_F32)
-        except (TypeError, ValueError):
+            arr = as_f32(obs_batch, "obs_batch")
+        except ValueError:
             raise ValueError(
                 f"expected a batch of observations of shape (batch, *{self.shape}), "
                 f"got {obs_batch!r}"
@@ -200,15 +205,26 @@ class IndexActionMapper:
 
 def encode_for_network(encoder: ObservationEncoder, obs: Any, shape: tuple[int]) -> np.ndarray:
     """``encoder.encode(obs)`` as the C-contiguous float32 vector of ``shape`` kernels take."""
-    x = np.ascontiguousarray(encoder.encode(obs), dtype=_F32)
+    x = encoder.encode(obs)
+    if type(encoder) is not VecEncoder:  # VecEncoder's output is already in that layout
+        if not (type(x) is np.ndarray and x.dtype is _F32 and x.flags.carray):  # as_f32's test
+            x = as_f32(x, "the encoder's output")
     if x.shape != shape:
         raise ValueError(f"the encoder returned shape {x.shape}; the network expects {shape}")
     return x
 
 
-def nonfinite_observation(x: np.ndarray) -> ValueError:
-    """The error for an encoded observation holding NaN or inf (agent and policy raise it)."""
-    return ValueError(f"observation must be finite (no NaN or inf), got {x.tolist()}")
+def nonfinite_observation(x: np.ndarray, name: str = "obs") -> ValueError:
+    """The error for an encoded observation holding NaN or inf (every entry point raises it)."""
+    return ValueError(f"observation must be finite (no NaN or inf), got {name}={x.tolist()}")
+
+
+def nonfinite_row(x: np.ndarray, row: int, name: str) -> ValueError:
+    """The error for a batch whose row ``row`` holds NaN or inf (names the parameter and row)."""
+    return ValueError(
+        f"observation must be finite (no NaN or inf), got {name}[{row}]={x[row].tolist()} "
+        f"(row {row} of {x.shape[0]}); nothing was computed"
+    )
 
 
 def describe(obj: Any) -> dict[str, Any]:

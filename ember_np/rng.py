@@ -16,6 +16,8 @@ The generator is NumPy's ``PCG64`` (128-bit LCG, XSL-RR output), bit for bit:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ember_np._jit import kernel
@@ -178,6 +180,10 @@ class Rng:
         if arr[3] & 1 == 0:
             raise ValueError("invalid PCG64 state: the increment (last word) must be odd")
         self._state[:] = arr
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Copies and pickles get their own state array (even from out-of-band pickle buffers)."""
+        return (Rng.from_state, (self._state,))
 
     def random(self, size: int | None = None) -> float | np.ndarray:
         """Uniform float64 in [0, 1): one number, or an array of ``size``."""

@@ -86,14 +86,14 @@ def test_forward_accepts_lists_and_float64_without_new_specialization():
     net = QNetwork((4, 8, 2), seed=0)
     net.forward(np.zeros((2, 4), dtype=np.float32))
     net.forward(np.zeros(4, dtype=np.float32))
-    n_batch = len(nw._forward_batch.signatures)
-    n_one = len(nw._forward_one.signatures)
+    n_batch = len(nw._q_values_batch_checked.signatures)
+    n_one = len(nw._q_values_checked.signatures)
     q64 = net.forward(np.zeros((2, 4), dtype=np.float64))
     q_list = net.forward([0.0, 0.0, 0.0, 0.0])
     q_fortran = net.forward(np.asfortranarray(np.zeros((2, 4))))
     assert q64.dtype == q_list.dtype == q_fortran.dtype == np.float32
-    assert len(nw._forward_batch.signatures) == n_batch
-    assert len(nw._forward_one.signatures) == n_one
+    assert len(nw._q_values_batch_checked.signatures) == n_batch
+    assert len(nw._q_values_checked.signatures) == n_one
 
 
 def test_forward_rejects_wrong_shape_with_expected_and_given():

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ember_np._arrays import as_f32
 from ember_np._jit import entry_point, kernel
 from ember_np._validate import check_int
 from ember_np.checkpoint import (
@@ -65,6 +66,8 @@ from ember_np.rng import Rng, next_below, next_double
 from ember_np.types import Batch, Experience, ReplayBuffer
 
 __all__ = ["DqnAgent"]
+
+_F32 = np.dtype(np.float32)
 
 
 class AgentSettings(NamedTuple):
@@ -274,6 +277,30 @@ def _agent_step(
     return 0
 
 
+def _seed_array(seed: int) -> np.ndarray:
+    """The checkpoint's ``seed``: int64 when it fits (below 2**63), else its decimal digits.
+
+    SeedSequence takes any non-negative integer (its own entropy is 128
+    bits), so a seed of 2**63 or more is valid; written as int64 it would
+    overflow at the first checkpoint and lose the run.
+    """
+    return np.array(seed, dtype=np.int64) if seed < 2**63 else string_array(str(seed))
+
+
+def _read_seed(reader: Reader) -> int:
+    """:func:`_seed_array`'s inverse; CheckpointError for anything but a non-negative integer."""
+    arr = reader.arrays.get(K.SEED)
+    if arr is not None and arr.dtype.kind == "U":
+        digits = reader.string(K.SEED)
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 1000):
+            raise reader.error(f"'seed' must be a non-negative integer, found {digits[:40]!r}")
+        return int(digits)
+    seed = reader.integer(K.SEED)
+    if seed < 0:
+        raise reader.error(f"'seed' must be >= 0, found {seed}")
+    return seed
+
+
 class DqnAgent:
     """A DQN agent: acts epsilon-greedily, stores experience, learns from replay.
 
@@ -285,8 +312,10 @@ class DqnAgent:
         Maps env actions to indices and back (``IndexActionMapper`` for Discrete).
     config : DqnConfig, optional
         Hyperparameters; ``DqnConfig()`` (ember-rl's defaults) when omitted.
-    seed : int
-        Seeds initialisation, replay sampling and exploration (separate streams).
+    seed : int >= 0
+        Seeds initialisation, replay sampling and exploration (separate
+        streams). Any size (``SeedSequence`` entropy is 128 bits); checkpoints
+        keep it exactly.
     buffer : ReplayBuffer, optional
         A custom replay buffer; by default a ``CircularBuffer`` of
         ``config.buffer_capacity``.
@@ -321,10 +350,10 @@ class DqnAgent:
                 )
         self.encoder = encoder
         self.action_mapper = action_mapper
-        self.seed = seed
         obs_size = int(encoder.obs_size)
         n_actions = int(action_mapper.num_actions)
-        init_rng, self._replay_rng, self._explore_rng = Rng.streams(seed, 3)
+        init_rng, self._replay_rng, self._explore_rng = Rng.streams(seed, 3)  # checks the seed
+        self.seed = int(seed)  # any size: saved losslessly (see _seed_array)
         sizes = (obs_size, *config.hidden_sizes, n_actions)
         self.online = QNetwork(sizes, init_rng)
         self._obs_shape = (obs_size,)
@@ -426,7 +455,11 @@ class DqnAgent:
 
     # -- acting ----------------------------------------------------------------
     def act(self, obs: Any) -> Any:
-        """The greedy action ``argmax_a Q(obs, a)``, as an env action."""
+        """The greedy action ``argmax_a Q(obs, a)``, as an env action.
+
+        Raises ValueError for an observation holding NaN or inf (the rule of
+        every method that reads observations; see :class:`~ember_np.DqnPolicy`).
+        """
         x = self.encode(obs)
         index = _greedy_action(self._net.params, self._net.sizes, x)
         if index < 0:
@@ -464,10 +497,13 @@ class DqnAgent:
     def encode(self, obs: Any) -> np.ndarray:
         """The encoder's output as a C-contiguous float32 vector of obs_size."""
         if self._flat_encoder:  # VecEncoder of a 1-D shape: encoding is this cast
-            try:
-                x = np.ascontiguousarray(obs, dtype=np.float32)
-            except (TypeError, ValueError):
-                x = None
+            if type(obs) is np.ndarray and obs.dtype is _F32 and obs.flags.carray:
+                x = obs  # as_f32's no-copy test, inlined on the trainer's hot path
+            else:
+                try:
+                    x = as_f32(obs, "obs")
+                except ValueError:
+                    x = None
             if x is not None and x.shape == self._obs_shape:
                 return x
         return encode_for_network(self.encoder, obs, self._obs_shape)
@@ -620,7 +656,7 @@ class DqnAgent:
             K.CONFIG: json_array(self.config.to_dict()),
             K.ENCODER: json_array(describe(self.encoder)),
             K.MAPPER: json_array(describe(self.action_mapper)),
-            K.SEED: np.array(int(self.seed), dtype=np.int64),
+            K.SEED: _seed_array(self.seed),
             K.COUNTERS: self._counters.copy(),
             K.RNG_EXPLORE: self._explore_rng.state.copy(),
             K.RNG_REPLAY: self._replay_rng.state.copy(),
@@ -774,9 +810,7 @@ class DqnAgent:
             raise
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise reader.error(f"invalid config or description: {exc}") from None
-        seed = reader.integer(K.SEED)
-        if seed < 0:
-            raise reader.error(f"'seed' must be >= 0, found {seed}")
+        seed = _read_seed(reader)
         stored = tuple(reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1).tolist())
         expected = (int(encoder.obs_size), *config.hidden_sizes, int(action_mapper.num_actions))
         if stored != expected:
@@ -790,6 +824,27 @@ class DqnAgent:
             raise reader.error(f"cannot build the agent: {exc!r}") from None
         agent._load_reader(reader, include_buffer=True)
         return agent
+
+    # -- copying and pickling --------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """What ``copy.deepcopy`` and ``pickle`` keep: everything but the kernels' argument tuple.
+
+        The networks and the buffer copy themselves (see theirs); the tuple of
+        live arrays the kernels take is rebuilt from the copies, so the copy
+        trains its own parameters and nothing is shared with the original.
+        """
+        state = self.__dict__.copy()
+        for derived in ("_settings", "_net", "_state"):
+            del state[derived]
+        state["_step_entry"] = state["_explore_entry"] = None  # compiled for the original
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        # Own, writeable counters even when unpickled from shared (out-of-band) buffers.
+        self._counters = np.array(self._counters, dtype=np.int64)
+        self._out = np.array(self._out, dtype=np.float64)
+        self.config = self._config  # rebuilds _settings, _net and _state from the copies
 
     def __repr__(self) -> str:
         return (

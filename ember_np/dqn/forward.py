@@ -12,7 +12,10 @@ Both read the same flat float32 parameter array (layer l: ``W_l`` row-major
   is imported when one is built. About 3x faster per single observation.
 
 They agree on actions (the same argmax rule, :func:`greedy_index`) and on
-Q-values up to float32 rounding (the sums run in a different order).
+Q-values up to float32 rounding (the sums run in a different order), and on
+observations holding NaN or inf: ``greedy_one`` returns -1, ``q_one`` None,
+and the batch methods the first such row beside their result (-1 if none),
+so that :class:`~ember_np.DqnPolicy` raises one error for all four methods.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 __all__ = [
     "CompiledForward",
     "NumpyForward",
+    "first_nonfinite_row",
     "greedy_index",
     "greedy_indices",
     "layer_views",
@@ -55,6 +59,12 @@ def greedy_indices(q: np.ndarray) -> np.ndarray:
         for r in np.flatnonzero(np.isnan(q).any(axis=1)):
             best[r] = greedy_index(q[r])
     return best
+
+
+def first_nonfinite_row(x: np.ndarray) -> int:
+    """Index of the first row of ``x`` (batch, n) holding NaN or inf, else -1."""
+    ok = np.isfinite(x).all(axis=1)
+    return -1 if ok.all() else int(ok.argmin())
 
 
 def layer_views(
@@ -142,13 +152,27 @@ class NumpyForward:
             return h
         return np.dot(h, self._head_w)
 
-    def q_one(self, x: np.ndarray) -> np.ndarray:
-        """Q-values of one observation: x float32 (obs_size,) -> float32 (n_actions,)."""
-        return self._head(self._trunk(x))
+    # A non-finite x makes every Q-value of its row NaN or inf (the carried
+    # unit, or x @ W itself without hidden layers), so finite Q-values prove
+    # a finite x and only non-finite ones lead to a look at x.
 
-    def q_batch(self, x: np.ndarray) -> np.ndarray:
-        """Q-values of a batch: x float32 (batch, obs_size) -> float32 (batch, n_actions)."""
-        return self._head(self._trunk(x))
+    def q_one(self, x: np.ndarray) -> np.ndarray | None:
+        """Q-values of one observation: x float32 (obs_size,) -> float32 (n_actions,).
+
+        None when ``x`` holds NaN or inf (callers raise).
+        """
+        q = self._head(self._trunk(x))
+        if not np.isfinite(q).all() and not np.isfinite(x).all():
+            return None
+        return q
+
+    def q_batch(self, x: np.ndarray) -> tuple[np.ndarray, int]:
+        """Q-values of a batch: x float32 (batch, obs_size) -> float32 (batch, n_actions).
+
+        Also returns the first row of ``x`` holding NaN or inf, or -1.
+        """
+        q = self._head(self._trunk(x))
+        return q, (-1 if np.isfinite(q).all() else first_nonfinite_row(x))
 
     def greedy_one(self, x: np.ndarray) -> int:
         """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf (callers raise)."""
@@ -162,9 +186,12 @@ class NumpyForward:
             return -1
         return greedy_index(q)
 
-    def greedy_batch(self, x: np.ndarray) -> np.ndarray:
-        """argmax_a Q(x_i, a) of every row: int64 (batch,)."""
-        return greedy_indices(self.q_batch(x))
+    def greedy_batch(self, x: np.ndarray) -> tuple[np.ndarray, int]:
+        """argmax_a Q(x_i, a) of every row: int64 (batch,); and the first non-finite row or -1."""
+        q = self._head(self._trunk(x))
+        if np.isfinite(q).all():  # no NaN: np.argmax's rule is the kernel's (one pass, not two)
+            return q.argmax(axis=1), -1
+        return greedy_indices(q), first_nonfinite_row(x)
 
 
 _kernels: ModuleType | None = None
@@ -206,22 +233,28 @@ class CompiledForward:
         _network_kernels()
         self.__dict__.update(state)
 
-    def q_one(self, x: np.ndarray) -> np.ndarray:
+    # The checked kernels test x itself: here ReLU would hide a +inf whose
+    # products are all -inf, and a single observation's NaN (ReLU maps it to 0).
+
+    def q_one(self, x: np.ndarray) -> np.ndarray | None:
         q = np.empty(self._n_actions, dtype=np.float32)
-        _kernels._forward_one(self._params, self._sizes, x, q)  # type: ignore[union-attr]
+        if not _kernels._q_values_checked(self._params, self._sizes, x, q):  # type: ignore[union-attr]
+            return None
         return q
 
-    def q_batch(self, x: np.ndarray) -> np.ndarray:
+    def q_batch(self, x: np.ndarray) -> tuple[np.ndarray, int]:
         q = np.empty((x.shape[0], self._n_actions), dtype=np.float32)
+        row = -1
         if x.shape[0]:
-            _kernels._forward_batch(self._params, self._sizes, x, q)  # type: ignore[union-attr]
-        return q
+            row = _kernels._q_values_batch_checked(self._params, self._sizes, x, q)  # type: ignore[union-attr]
+        return q, int(row)
 
     def greedy_one(self, x: np.ndarray) -> int:
         return int(_kernels._greedy_action(self._params, self._sizes, x))  # type: ignore[union-attr]
 
-    def greedy_batch(self, x: np.ndarray) -> np.ndarray:
+    def greedy_batch(self, x: np.ndarray) -> tuple[np.ndarray, int]:
         out = np.empty(x.shape[0], dtype=np.int64)
+        row = -1
         if x.shape[0]:
-            _kernels._greedy_actions(self._params, self._sizes, x, out)  # type: ignore[union-attr]
-        return out
+            row = _kernels._greedy_actions_checked(self._params, self._sizes, x, out)  # type: ignore[union-attr]
+        return out, int(row)

@@ -37,9 +37,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ember_np._arrays import as_f32, as_i64
 from ember_np._blas import gemm
 from ember_np._jit import entry_point, kernel
 from ember_np.encoding import nonfinite_observation as _nonfinite_observation
+from ember_np.encoding import nonfinite_row as _nonfinite_row
 from ember_np.rng import Rng
 from ember_np.types import Batch
 
@@ -216,6 +218,67 @@ def _greedy_actions(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, out: n
     _forward_batch(params, sizes, x, q)
     for i in range(x.shape[0]):
         out[i] = _argmax(q[i])
+
+
+# Checked entry points: one rule for every way an observation is read (act,
+# act_batch, q_values, q_values_batch, forward, greedy_action(s)): an
+# observation holding NaN or inf (also a float64 beyond float32's range,
+# inf after the cast) computes nothing and the caller raises ValueError.
+# Without the check, a NaN came out as NaN from a batch but as finite numbers
+# from one observation (ReLU maps NaN to 0) and as action 0 from argmax.
+
+
+@kernel
+def _first_nonfinite_row(x: np.ndarray) -> int:
+    """Index of the first row of ``x`` (batch, n) holding NaN or inf, else -1.
+
+    First one pass that vectorises (``v * 0`` is 0 for finite v, NaN for NaN
+    or inf; the flags leave out nnan/ninf, so LLVM keeps it), then the rows.
+    """
+    flat = x.reshape(x.size)
+    acc = 0.0
+    for k in range(flat.shape[0]):
+        acc += flat[k] * 0.0
+    if acc == 0.0:
+        return -1
+    for i in range(x.shape[0]):
+        for k in range(x.shape[1]):
+            if not np.isfinite(x[i, k]):
+                return i
+    return -1
+
+
+@kernel
+def _q_values_checked(
+    params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray
+) -> bool:
+    """:func:`_forward_one` if ``x`` (in,) is finite; returns False (nothing written) if not."""
+    if not _all_finite(x):
+        return False
+    _forward_one(params, sizes, x, q_out)
+    return True
+
+
+@kernel
+def _q_values_batch_checked(
+    params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray
+) -> int:
+    """:func:`_forward_batch` if every row of ``x`` is finite (returns -1), else the bad row."""
+    row = _first_nonfinite_row(x)
+    if row < 0:
+        _forward_batch(params, sizes, x, q_out)
+    return row
+
+
+@kernel
+def _greedy_actions_checked(
+    params: np.ndarray, sizes: np.ndarray, x: np.ndarray, out: np.ndarray
+) -> int:
+    """:func:`_greedy_actions` if every row of ``x`` is finite (returns -1), else the bad row."""
+    row = _first_nonfinite_row(x)
+    if row < 0:
+        _greedy_actions(params, sizes, x, out)
+    return row
 
 
 class NetState(NamedTuple):
@@ -668,16 +731,6 @@ def _check_batch(batch: Batch, n_actions: int, per: PerSample) -> int:
 # ---------------------------------------------------------------------------
 
 
-def _as_f32(x: Any) -> np.ndarray:
-    """``x`` as a C-contiguous float32 array (no copy when it already is one)."""
-    if type(x) is np.ndarray and x.dtype is _F32 and x.flags.c_contiguous:
-        return x
-    try:
-        return np.ascontiguousarray(x, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"expected an array of numbers convertible to float32, got {x!r}") from exc
-
-
 def _check_positive_float(name: str, value: Any) -> float:
     try:
         v = float(value)
@@ -696,7 +749,7 @@ def _optional_per_sample(name: str, value: Any, batch: int) -> np.ndarray:
     """A per-sample input as float32 (batch,), or an empty array when None."""
     if value is None:
         return _NONE
-    arr = _as_f32(value)
+    arr = as_f32(value, name)
     if arr.shape != (batch,):
         raise ValueError(f"expected {name} of shape ({batch},), got {arr.shape}")
     return arr
@@ -706,9 +759,13 @@ def _td_errors_out(out: Any, batch: int) -> np.ndarray:
     """The array the update writes |TD errors| into, or an empty one when None."""
     if out is None:
         return _NONE
-    if not isinstance(out, np.ndarray) or out.dtype != _F32 or not out.flags.c_contiguous:
+    if (
+        not isinstance(out, np.ndarray)
+        or out.dtype != _F32
+        or not (out.flags.c_contiguous and out.flags.aligned)
+    ):
         raise ValueError(
-            "td_errors_out must be a C-contiguous float32 ndarray (e.g. "
+            "td_errors_out must be a C-contiguous float32 ndarray, aligned (e.g. "
             f"np.empty({batch}, np.float32)), got {type(out).__name__}"
             + (f" of dtype {out.dtype}" if isinstance(out, np.ndarray) else "")
         )
@@ -830,7 +887,9 @@ class QNetwork:
 
     # -- inference -----------------------------------------------------------
     def _obs(self, obs: Any, name: str = "obs") -> np.ndarray:
-        x = _as_f32(obs)
+        x = obs
+        if not (type(x) is np.ndarray and x.dtype is _F32 and x.flags.carray):
+            x = as_f32(x, name)  # (its no-copy test inlined above: forward's hot path)
         n_in = self._sizes_tuple[0]
         if x.ndim == 1 and x.shape[0] == n_in:
             return x
@@ -848,21 +907,33 @@ class QNetwork:
         Returns
         -------
         ndarray of float32, shape (n_actions,) or (batch, n_actions)
+
+        Raises
+        ------
+        ValueError
+            On a wrong shape, or an observation holding NaN or inf (the
+            message names the row of a batch); nothing is computed then.
         """
         x = self._obs(obs)
         if x.ndim == 1:
             q = np.empty(self.n_actions, dtype=np.float32)
-            _forward_one(self._params, self._sizes, x, q)
+            if not _q_values_checked(self._params, self._sizes, x, q):
+                raise _nonfinite_observation(x)
             return q
         q = np.empty((x.shape[0], self.n_actions), dtype=np.float32)
         if x.shape[0] > 0:
-            _forward_batch(self._params, self._sizes, x, q)
+            row = _q_values_batch_checked(self._params, self._sizes, x, q)
+            if row >= 0:
+                raise _nonfinite_row(x, row, "obs")
         return q
 
     __call__ = forward
 
     def greedy_action(self, obs: Any) -> int:
-        """``argmax_a Q(obs, a)`` for one observation (first index on ties)."""
+        """``argmax_a Q(obs, a)`` for one observation (first index on ties).
+
+        Raises ValueError for NaN or inf in ``obs``, as :meth:`forward` does.
+        """
         x = self._obs(obs)
         if x.ndim != 1:
             raise ValueError(f"expected one observation of shape ({self.obs_size},), got {x.shape}")
@@ -872,7 +943,10 @@ class QNetwork:
         return action
 
     def greedy_actions(self, obs: Any) -> np.ndarray:
-        """Greedy action of every row of ``obs`` (batch, obs_size) -> int64 (batch,)."""
+        """Greedy action of every row of ``obs`` (batch, obs_size) -> int64 (batch,).
+
+        Raises ValueError naming the first row holding NaN or inf, as :meth:`forward` does.
+        """
         x = self._obs(obs)
         if x.ndim != 2:
             raise ValueError(
@@ -880,7 +954,9 @@ class QNetwork:
             )
         out = np.empty(x.shape[0], dtype=np.int64)
         if x.shape[0] > 0:
-            _greedy_actions(self._params, self._sizes, x, out)
+            row = _greedy_actions_checked(self._params, self._sizes, x, out)
+            if row >= 0:
+                raise _nonfinite_row(x, row, "obs")
         return out
 
     # -- target network ------------------------------------------------------
@@ -985,12 +1061,9 @@ class QNetwork:
         batch = x.shape[0]
         if nx.shape != x.shape:
             raise ValueError(f"expected next_obs of shape {x.shape} (like obs), got {nx.shape}")
-        try:
-            a = np.ascontiguousarray(actions, dtype=np.int64)
-        except (TypeError, ValueError):
-            raise ValueError(f"actions must be integers, got {actions!r}") from None
-        r = _as_f32(rewards)
-        m = _as_f32(masks)
+        a = as_i64(actions, "actions")
+        r = as_f32(rewards, "rewards")
+        m = as_f32(masks, "masks")
         for name, arr in (("actions", a), ("rewards", r), ("masks", m)):
             if arr.shape != (batch,):
                 raise ValueError(f"expected {name} of shape ({batch},), got {arr.shape}")
@@ -1090,6 +1163,18 @@ class QNetwork:
         self._adam_m[:] = arrays["adam_m"]
         self._adam_v[:] = arrays["adam_v"]
         self._adam_t[:] = arrays["adam_t"]
+
+    # -- copying and pickling --------------------------------------------------
+    # ``weights`` and ``biases`` are views of ``_params``; pickled or deep-copied
+    # member by member they would come back as separate arrays that the kernels
+    # never train. So a copy carries the state_dict and rebuilds the views.
+    def __getstate__(self) -> dict[str, np.ndarray]:
+        """What ``copy.deepcopy`` and ``pickle`` keep: :meth:`state_dict`."""
+        return self.state_dict()
+
+    def __setstate__(self, state: dict[str, np.ndarray]) -> None:
+        self._init_storage(_layer_sizes(np.asarray(state["layer_sizes"]).tolist()))
+        self.load_state_dict(state)
 
     def __repr__(self) -> str:
         return f"QNetwork(layer_sizes={self._sizes_tuple}, num_params={self.num_params})"

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ember_np._arrays import as_f32
 from ember_np.checkpoint import AGENT_FORMAT, CheckpointError, Reader
 from ember_np.checkpoint import AgentKeys as K
 from ember_np.dqn.forward import CompiledForward, NumpyForward, layer_views
@@ -25,6 +26,7 @@ from ember_np.encoding import (
     encoder_from_description,
     mapper_from_description,
     nonfinite_observation,
+    nonfinite_row,
 )
 
 __all__ = ["Backend", "DqnPolicy"]
@@ -62,6 +64,11 @@ class DqnPolicy:
       process (and numba must be installed).
     * ``"auto"`` (default): ``"numba"`` when numba is already imported in the
       process (a training process, ``agent.into_policy()``), else ``"numpy"``.
+
+    One rule for bad observations in every method (``act``, ``act_batch``,
+    ``q_values``, ``q_values_batch``): NaN or inf (after the cast to float32)
+    raises ValueError naming the parameter (``obs`` / ``obs_batch``) and, for
+    a batch, the first offending row; nothing is returned for the others.
     """
 
     def __init__(
@@ -73,7 +80,7 @@ class DqnPolicy:
         backend: Backend = "auto",
     ) -> None:
         self.layer_sizes = tuple(int(s) for s in layer_sizes)
-        self._params = np.ascontiguousarray(params, dtype=np.float32)
+        self._params = as_f32(params, "params")
         n = sum(a * b + b for a, b in zip(self.layer_sizes[:-1], self.layer_sizes[1:]))
         if self._params.shape != (n,):
             raise ValueError(
@@ -162,20 +169,46 @@ class DqnPolicy:
 
     def act_batch(self, obs_batch: Any) -> np.ndarray:
         """Greedy actions for a batch of observations, as an array of env actions."""
-        x = np.ascontiguousarray(self.encoder.encode_batch(obs_batch), dtype=np.float32)
-        out = self._forward.greedy_batch(x)
+        x = as_f32(self.encoder.encode_batch(obs_batch), "the encoder's output")
+        out, row = self._forward.greedy_batch(x)
+        if row >= 0:
+            raise nonfinite_row(x, row, "obs_batch")
         if isinstance(self.action_mapper, IndexActionMapper):
             return out + self.action_mapper.start
         return np.array([self.action_mapper.index_to_action(int(i)) for i in out])
 
     def q_values(self, obs: Any) -> np.ndarray:
         """Q-values of one observation: ndarray of float32, shape (n_actions,)."""
-        return self._forward.q_one(self._encode(obs))
+        x = self._encode(obs)
+        q = self._forward.q_one(x)
+        if q is None:
+            raise nonfinite_observation(x)
+        return q
 
     def q_values_batch(self, obs_batch: Any) -> np.ndarray:
         """Q-values of a batch: ndarray of float32, shape (batch, n_actions)."""
-        x = np.ascontiguousarray(self.encoder.encode_batch(obs_batch), dtype=np.float32)
-        return self._forward.q_batch(x)
+        x = as_f32(self.encoder.encode_batch(obs_batch), "the encoder's output")
+        q, row = self._forward.q_batch(x)
+        if row >= 0:
+            raise nonfinite_row(x, row, "obs_batch")
+        return q
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Copies and pickles go through the constructor, with their own parameters."""
+        args = (self.layer_sizes, self._params, self.encoder, self.action_mapper, self.backend)
+        return (_unpickle, args)
 
     def __repr__(self) -> str:
         return f"DqnPolicy(layer_sizes={self.layer_sizes}, backend={self.backend!r})"
+
+
+def _unpickle(
+    layer_sizes: Sequence[int],
+    params: np.ndarray,
+    encoder: Any,
+    action_mapper: Any,
+    backend: Backend = "auto",
+) -> DqnPolicy:
+    """A policy with a copy of ``params`` (which may be a read-only or shared pickle buffer)."""
+    params = np.array(params, dtype=np.float32)
+    return DqnPolicy(layer_sizes, params, encoder, action_mapper, backend)  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ember_np._arrays import as_f64, as_i64
 from ember_np._jit import kernel
 from ember_np._validate import check_int
 from ember_np.rng import Rng, next_double
@@ -165,7 +166,7 @@ class SumTree:
         idx = np.asarray(indices)
         if idx.size and idx.dtype.kind not in "iu":
             raise ValueError(f"indices must be integers (got dtype {idx.dtype})")
-        idx = np.ascontiguousarray(idx.ravel(), dtype=np.int64)
+        idx = as_i64(idx.ravel(), "indices")  # read-only or strided: copied (see _arrays.py)
         if idx.size and (idx.min() < 0 or idx.max() >= self._capacity):
             raise ValueError(
                 f"indices must be in [0, {self._capacity}) "
@@ -190,7 +191,7 @@ class SumTree:
             non-finite priority; nothing is changed then.
         """
         idx = self._indices(indices)
-        p = np.ascontiguousarray(np.asarray(priorities, dtype=np.float64).ravel())
+        p = as_f64(np.ravel(priorities), "priorities")
         if p.shape != idx.shape:
             raise ValueError(
                 f"priorities must match indices in length (got {p.size} priorities "

@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from ember_np._arrays import as_i64
 from ember_np._validate import check_int
 from ember_np.envs import _dispatch as d
 from ember_np.rng import Rng
@@ -219,7 +220,7 @@ class NativeVecEnv:
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Step every copy: (obs, rewards, terminated, truncated), each a new array."""
-        a = np.ascontiguousarray(actions, dtype=np.int64)
+        a = as_i64(actions, "actions")
         if a.shape != (self.num_envs,):
             raise ValueError(f"expected actions of shape ({self.num_envs},), got {a.shape}")
         if a.size and (a.min() < 0 or a.max() >= self.single.n_actions):
