@@ -200,3 +200,41 @@ def chi_square_pvalue(counts) -> float:
     expected = counts.sum() / counts.size
     statistic = float(((counts - expected) ** 2 / expected).sum())
     return _upper_regularized_gamma((counts.size - 1) / 2.0, statistic / 2.0)
+
+
+def dueling_forward(weights, biases, x: np.ndarray) -> np.ndarray:
+    """Dueling MLP (Wang et al. 2016): the last two layers are the advantage
+    head A and the value head V, both fed by the last hidden layer;
+    Q = V + A - mean_a(A)."""
+    h = x
+    for w, b in zip(weights[:-2], biases[:-2]):
+        h = relu(h @ w + b)
+    a = h @ weights[-2] + biases[-2]
+    v = h @ weights[-1] + biases[-1]
+    return v + a - a.mean(axis=-1, keepdims=True)
+
+
+def dueling_unflatten(flat: np.ndarray, sizes) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """:func:`unflatten` of a dueling network: the plain layout, then V's (W, b)."""
+    ws, bs = unflatten(flat, sizes)
+    off = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+    n_hid = sizes[-2]
+    ws.append(flat[off : off + n_hid].reshape(n_hid, 1))
+    bs.append(flat[off + n_hid : off + n_hid + 1])
+    return ws, bs
+
+
+def dueling_dqn_loss(
+    flat, t_flat, sizes, obs, actions, rewards, next_obs, masks, gamma, huber_delta=1.0,
+    double_dqn=False,
+) -> float:  # fmt: skip
+    """Mean Huber TD loss of a dueling network (flat params), for finite differences."""
+    ws, bs = dueling_unflatten(flat, sizes)
+    tws, tbs = dueling_unflatten(t_flat, sizes)
+    q_next_t = dueling_forward(tws, tbs, next_obs)
+    src = dueling_forward(ws, bs, next_obs) if double_dqn else q_next_t
+    best = np.argmax(src, axis=1)
+    rows = np.arange(len(actions))
+    y = rewards + gamma * masks * q_next_t[rows, best]
+    d = dueling_forward(ws, bs, obs)[rows, actions] - y
+    return float(np.mean(huber(d, huber_delta)))

@@ -78,6 +78,44 @@ def _layer(params: np.ndarray, sizes: np.ndarray, offset: int, l: int):  # noqa:
 
 
 @kernel
+def _plain_size(sizes: np.ndarray) -> int:
+    """Number of parameters of the plain MLP ``sizes`` (int64 (n_layers + 1,)).
+
+    A dueling network's ``params`` are longer: they end with the value head
+    (see :func:`_dueling_combine`). Kernels compare ``params.shape[0]`` with
+    this once per call to tell the two architectures apart.
+    """
+    n = 0
+    for l in range(sizes.shape[0] - 1):
+        n += sizes[l] * sizes[l + 1] + sizes[l + 1]
+    return n
+
+
+@kernel
+def _dueling_combine(params: np.ndarray, v_off: int, h: np.ndarray, q: np.ndarray) -> None:
+    """Dueling head (Wang et al. 2016): Q = V + A - mean_a(A), in place.
+
+    params : float (num_params,); the value head is ``W_V = params[v_off : v_off + n_hid]``
+    (shape (n_hid, 1), row-major) then ``b_V = params[v_off + n_hid]``.
+    h : float (B, n_hid), the last hidden activation; q : float (B, n_actions),
+    the advantage head's output A on entry, Q on return.
+    """
+    n_hid = h.shape[1]
+    n_act = q.shape[1]
+    b_v = params[v_off + n_hid]
+    for i in range(q.shape[0]):
+        v = b_v
+        for k in range(n_hid):
+            v += h[i, k] * params[v_off + k]
+        mean = q[i, 0]
+        for j in range(1, n_act):
+            mean += q[i, j]
+        mean = mean / n_act
+        for j in range(n_act):
+            q[i, j] = v + q[i, j] - mean
+
+
+@kernel
 def _bias_act(h: np.ndarray, b: np.ndarray, relu: bool) -> None:
     """h <- h + b (broadcast over rows), then ReLU if ``relu``.
 
@@ -100,7 +138,9 @@ def _forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np
     acts : flat workspace of at least ``B * sum(sizes[1:])`` values. Layer l's
     activation (post-ReLU for hidden layers) is the ``(B, sizes[l+1])`` block
     starting at ``B * sum(sizes[1:l+1])``; the Q-values are the last block.
-    Returns the offset of the Q-value block.
+    A dueling network (``params`` longer than :func:`_plain_size`) has its
+    advantage head as the last layer and combines it in place with the value
+    head (:func:`_dueling_combine`). Returns the offset of the Q-value block.
     """
     batch = x.shape[0]
     n_layers = sizes.shape[0] - 1
@@ -116,7 +156,10 @@ def _forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np
         p_off += sizes[l] * n_out + n_out
         if l < n_layers - 1:
             a_off += batch * n_out
-        h = out
+            h = out
+    if params.shape[0] > p_off:  # dueling: the last layer was A; h is the last hidden layer
+        n_act = sizes[n_layers]
+        _dueling_combine(params, p_off, h, acts[a_off : a_off + batch * n_act].reshape((batch, n_act)))
     return a_off
 
 
@@ -126,7 +169,7 @@ def _forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np
 
     params : float32 (num_params,); sizes : int64 (n_layers + 1,);
     x : float32 (sizes[0],); q_out : float32 (sizes[-1],), written.
-    No BLAS: for one row, plain loops that skip ReLU zeros are faster.
+    Dueling networks as :func:`_forward_into`. No BLAS: for one row, plain loops that skip ReLU zeros are faster.
     """
     width = 0
     for l in range(1, sizes.shape[0]):
@@ -152,6 +195,10 @@ def _forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np
                 h[j] = out[j] if out[j] > 0.0 else 0.0
             src = h
         p_off += sizes[l] * n_out + n_out
+    if params.shape[0] > p_off:  # dueling head
+        n_hid = sizes[n_layers - 1]
+        n_act = sizes[n_layers]
+        _dueling_combine(params, p_off, h[:n_hid].reshape((1, n_hid)), q_out.reshape((1, n_act)))
 
 
 @kernel
@@ -442,6 +489,8 @@ def _backward(
     obs : float (B, obs_size), the input of the forward pass.
     acts : the workspace :func:`_forward_into` filled for ``obs`` with these params.
     dq : float (B, n_actions), d loss / d Q; rows may be sparse (zeros are skipped).
+        For a dueling network (``params`` longer than :func:`_plain_size`) it
+        is overwritten with d loss / d A.
     grads : float (num_params,), written with d loss / d params (same layout).
     """
     batch = obs.shape[0]
@@ -463,6 +512,33 @@ def _backward(
 
     delta_a = np.empty(batch * width, dtype=params.dtype)
     delta_b = np.empty(batch * width, dtype=params.dtype)
+
+    # Dueling head (params longer than the plain MLP): Q_j = V + A_j - mean(A),
+    # so with g = dLoss/dQ of a row, dLoss/dA_j = g_j - mean(g) and dLoss/dV =
+    # sum(g). ``dq`` is rewritten in place to dLoss/dA, the value head's
+    # gradient is written, and sum(g) per row goes to ``dv`` for dh below.
+    dueling = params.shape[0] > p
+    dv = np.zeros(batch if dueling else 0, dtype=params.dtype)
+    if dueling:
+        n_hid = sizes[n_layers - 1]
+        h_k = acts[a_offs[n_layers - 1] - batch * n_hid : a_offs[n_layers - 1]]
+        h_k = h_k.reshape((batch, n_hid))
+        gw_v = grads[p : p + n_hid]
+        gw_v[:] = 0.0
+        gb_v = params.dtype.type(0.0)
+        for i in range(batch):
+            s = dq[i, 0]
+            for j in range(1, n_act):
+                s += dq[i, j]
+            mean = s / n_act
+            for j in range(n_act):
+                dq[i, j] = dq[i, j] - mean
+            dv[i] = s
+            gb_v += s
+            if s != 0.0:
+                for k in range(n_hid):
+                    gw_v[k] += h_k[i, k] * s
+        grads[p + n_hid] = gb_v
 
     # Output layer: dW_L = h^T dQ, db_L = column sums of dQ, dh = dQ W_L^T.
     # dQ is mostly zeros for DQN (only Q(s_i, a_i) enters the loss), so loop
@@ -506,7 +582,7 @@ def _backward(
                 nonzero += 1
                 j_last = j
         row = delta[i]
-        if nonzero <= 1:
+        if nonzero <= 1 and not dueling:
             gij = dq[i, j_last]
             w_row = w_t[j_last]
             for k in range(n_in):
@@ -521,6 +597,9 @@ def _backward(
                 w_row = w_t[j]
                 for k in range(n_in):
                     row[k] += gij * w_row[k]
+        if dueling:  # dh_i += dLoss/dV_i * W_V
+            for k in range(n_in):
+                row[k] += dv[i] * params[p + k]
         for k in range(n_in):
             row[k] = row[k] if h_in[i, k] > 0.0 else 0.0
 
@@ -802,27 +881,46 @@ class QNetwork:
     seed : int or Rng
         Initialisation seed (or stream). Each layer's W and b are drawn
         uniformly from ``±1/sqrt(fan_in)``, like ``torch.nn.Linear``.
+    dueling : bool
+        Dueling head (Wang et al. 2016): the last hidden layer feeds an
+        advantage head A (hidden -> n_actions) and a value head V (hidden -> 1),
+        and Q = V + A - mean_a(A). Needs at least one hidden layer. Default False.
 
     Attributes
     ----------
     layer_sizes : tuple of int
     weights : list of ndarray of float32, shape (in, out)
-        Live views into the parameter vector: writing into them changes the network.
+        Live views into the parameter vector: writing into them changes the
+        network. With ``dueling``, ``weights[-2]`` is the advantage head and
+        ``weights[-1]`` (shape (hidden, 1)) the value head.
     biases : list of ndarray of float32, shape (out,)
     """
 
-    def __init__(self, layer_sizes: Sequence[int], seed: int | Rng = 0) -> None:
-        self._init_storage(_layer_sizes(layer_sizes))
+    def __init__(
+        self, layer_sizes: Sequence[int], seed: int | Rng = 0, dueling: bool = False
+    ) -> None:
+        sizes = _layer_sizes(layer_sizes)
+        if not isinstance(dueling, (bool, np.bool_)):
+            raise ValueError(f"dueling must be True or False, got {dueling!r}")
+        if dueling and len(sizes) < 3:
+            raise ValueError(
+                "a dueling network needs at least one hidden layer to feed its two heads "
+                f"(e.g. (4, 64, 2)), got layer_sizes {sizes}"
+            )
+        self._init_storage(sizes, bool(dueling))
         rng = seed if isinstance(seed, Rng) else Rng(seed)
         for w, b in zip(self.weights, self.biases):
             bound = 1.0 / math.sqrt(w.shape[0])
             w[...] = (rng.random(w.size) * 2.0 - 1.0).reshape(w.shape) * bound
             b[...] = (rng.random(b.size) * 2.0 - 1.0) * bound
 
-    def _init_storage(self, sizes: tuple[int, ...]) -> None:
+    def _init_storage(self, sizes: tuple[int, ...], dueling: bool) -> None:
         self._sizes_tuple = sizes
+        self._dueling = dueling
         self._sizes = np.array(sizes, dtype=np.int64)
         n = sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1))
+        if dueling:  # the value head follows the plain layout (see _dueling_combine)
+            n += sizes[-2] + 1
         self._params = np.zeros(n, dtype=np.float32)
         self._grads = np.zeros(n, dtype=np.float32)
         self._adam_m = np.zeros(n, dtype=np.float32)
@@ -841,12 +939,21 @@ class QNetwork:
             off += n_in * n_out
             self.biases.append(self._params[off : off + n_out])
             off += n_out
+        if dueling:
+            n_hid = sizes[-2]
+            self.weights.append(self._params[off : off + n_hid].reshape(n_hid, 1))
+            self.biases.append(self._params[off + n_hid : off + n_hid + 1])
 
     # -- shape ---------------------------------------------------------------
     @property
     def layer_sizes(self) -> tuple[int, ...]:
         """``(obs_size, hidden..., n_actions)``."""
         return self._sizes_tuple
+
+    @property
+    def dueling(self) -> bool:
+        """Whether Q = V + A - mean(A) from two heads (see the class docstring)."""
+        return self._dueling
 
     @property
     def obs_size(self) -> int:
@@ -963,7 +1070,7 @@ class QNetwork:
     def copy(self) -> QNetwork:
         """An independent deep copy (parameters and Adam state)."""
         other = QNetwork.__new__(QNetwork)
-        other._init_storage(self._sizes_tuple)
+        other._init_storage(self._sizes_tuple, self._dueling)
         other._params[:] = self._params
         other._adam_m[:] = self._adam_m
         other._adam_v[:] = self._adam_v
@@ -977,6 +1084,11 @@ class QNetwork:
             raise ValueError(
                 f"network shapes differ: this one has layer_sizes {self._sizes_tuple}, "
                 f"the other {other._sizes_tuple}"
+            )
+        if other._dueling != self._dueling:
+            raise ValueError(
+                f"network architectures differ: this one is {_arch(self._dueling)}, "
+                f"the other {_arch(other._dueling)}"
             )
 
     def copy_from(self, other: QNetwork) -> None:
@@ -1117,10 +1229,13 @@ class QNetwork:
     def state_dict(self) -> dict[str, np.ndarray]:
         """Copies of everything that defines the network and its optimiser.
 
-        Keys: ``layer_sizes`` (int64), ``w0, b0, w1, b1, ...`` (float32),
-        ``adam_m``, ``adam_v`` (float32, shape (num_params,)), ``adam_t`` (int64, (1,)).
+        Keys: ``layer_sizes`` (int64), ``dueling`` (bool, shape ()), ``w0, b0,
+        w1, b1, ...`` (float32; a dueling network's last two are its A and V
+        heads), ``adam_m``, ``adam_v`` (float32, shape (num_params,)), ``adam_t``
+        (int64, (1,)).
         """
         state: dict[str, np.ndarray] = {"layer_sizes": self._sizes.copy()}
+        state["dueling"] = np.array(self._dueling)
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             state[f"w{i}"] = w.copy()
             state[f"b{i}"] = b.copy()
@@ -1130,11 +1245,21 @@ class QNetwork:
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Restore a :meth:`state_dict`; raises ValueError (nothing changed) on a mismatch."""
+        """Restore a :meth:`state_dict`; raises ValueError (nothing changed) on a mismatch.
+
+        A state without a ``dueling`` entry (written before the dueling head
+        existed) describes a plain network.
+        """
         sizes = tuple(int(s) for s in np.asarray(state["layer_sizes"]).ravel())
         if sizes != self._sizes_tuple:
             raise ValueError(
                 f"layer_sizes mismatch: this network has {self._sizes_tuple}, the state has {sizes}"
+            )
+        stored = state_is_dueling(state)
+        if stored != self._dueling:
+            raise ValueError(
+                f"architecture mismatch: this network is {_arch(self._dueling)}, "
+                f"the state is {_arch(stored)}"
             )
         expected: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
@@ -1177,4 +1302,24 @@ class QNetwork:
         self.load_state_dict(state)
 
     def __repr__(self) -> str:
-        return f"QNetwork(layer_sizes={self._sizes_tuple}, num_params={self.num_params})"
+        duel = ", dueling=True" if self._dueling else ""
+        return f"QNetwork(layer_sizes={self._sizes_tuple}{duel}, num_params={self.num_params})"
+
+
+def _arch(dueling: bool) -> str:
+    return "dueling (Q = V + A - mean A)" if dueling else "plain (no dueling head)"
+
+
+def state_is_dueling(state: Any) -> bool:
+    """Whether a :meth:`QNetwork.state_dict` (or a checkpoint's ``online/``
+    arrays, passed as a mapping of those keys) describes a dueling network;
+    a state without the ``dueling`` entry is plain. Raises ValueError on a
+    malformed entry."""
+    if "dueling" not in state:
+        return False
+    flag = np.asarray(state["dueling"])
+    if flag.shape != () or flag.dtype != np.bool_:
+        raise ValueError(
+            f"network state 'dueling': expected a bool scalar, found {flag.dtype} of shape {flag.shape}"
+        )
+    return bool(flag)

@@ -1,0 +1,163 @@
+"""Dueling head (Wang et al. 2016): Q = V + A - mean_a(A) in QNetwork.
+
+Forward against a plain NumPy reference, backprop by finite differences in
+float64, whole updates against torch, and the state (copy, pickle,
+state_dict) carrying the architecture.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import naive
+import numpy as np
+import pytest
+
+from ember_np import QNetwork
+from ember_np.dqn import network as nw
+from ember_np.types import Batch
+
+SIZES = [(3, 6, 2), (3, 6, 5, 3), (4, 6, 5, 4, 2)]
+IDS = ["1 hidden", "2 hidden", "3 hidden"]
+
+
+def make_batch(sizes, batch=16, seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((batch, sizes[0])).astype(dtype)
+    next_obs = rng.standard_normal((batch, sizes[0])).astype(dtype)
+    actions = rng.integers(0, sizes[-1], batch).astype(np.int64)
+    rewards = (rng.standard_normal(batch) * 2).astype(dtype)
+    masks = np.ones(batch, dtype=dtype)
+    masks[::5] = 0.0
+    return obs, actions, rewards, next_obs, masks
+
+
+def layers64(net):
+    return [w.astype(np.float64) for w in net.weights], [b.astype(np.float64) for b in net.biases]
+
+
+# -- construction and forward --------------------------------------------------
+
+
+def test_heads_layout_and_init_like_torch_linear():
+    net = QNetwork((4, 64, 32, 3), seed=3, dueling=True)
+    assert net.dueling
+    assert [w.shape for w in net.weights] == [(4, 64), (64, 32), (32, 3), (32, 1)]
+    assert [b.shape for b in net.biases] == [(64,), (32,), (3,), (1,)]
+    plain = QNetwork((4, 64, 32, 3), seed=3)
+    assert net.num_params == plain.num_params + 32 + 1
+    for w, b in zip(net.weights, net.biases):
+        bound = 1.0 / np.sqrt(w.shape[0])
+        assert np.abs(w).max() <= bound and np.abs(b).max() <= bound
+        assert np.abs(w).max() > 0.8 * bound
+    # weights[-2] / weights[-1] are live views of the advantage and value heads
+    x = np.ones(4, dtype=np.float32)
+    before = net.forward(x)
+    net.biases[-1][0] += 2.0  # V shifts every Q equally
+    np.testing.assert_allclose(net.forward(x), before + 2.0, rtol=1e-6, atol=1e-6)
+    net.biases[-2][:] += 7.0  # a constant added to A cancels in A - mean(A)
+    np.testing.assert_allclose(net.forward(x), before + 2.0, rtol=1e-6, atol=1e-5)
+
+
+def test_constructor_rejects_no_hidden_layer_and_non_bool():
+    with pytest.raises(ValueError, match="at least one hidden layer"):
+        QNetwork((4, 2), dueling=True)
+    with pytest.raises(ValueError, match="dueling must be True or False, got 'yes'"):
+        QNetwork((4, 8, 2), dueling="yes")
+
+
+@pytest.mark.parametrize("sizes", [(4, 64, 2), (4, 64, 64, 2), (5, 32, 16, 8, 3)])
+def test_forward_matches_numpy_reference(sizes):
+    net = QNetwork(sizes, seed=1, dueling=True)
+    x = np.random.default_rng(0).standard_normal((33, sizes[0])).astype(np.float32)
+    expected = naive.dueling_forward(*layers64(net), x)
+    q = net.forward(x)
+    assert q.shape == (33, sizes[-1]) and q.dtype == np.float32
+    np.testing.assert_allclose(q, expected, rtol=1e-5, atol=1e-5)
+    for i in (0, 7, 32):
+        np.testing.assert_allclose(net.forward(x[i]), expected[i], rtol=1e-5, atol=1e-5)
+        assert net.greedy_action(x[i]) == int(np.argmax(expected[i]))
+    np.testing.assert_array_equal(net.greedy_actions(x), np.argmax(expected, axis=1))
+
+
+# -- gradients -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sizes", SIZES, ids=IDS)
+@pytest.mark.parametrize("double", [False, True], ids=["dqn", "double"])
+def test_backprop_matches_finite_differences(sizes, double):
+    net = QNetwork(sizes, seed=11, dueling=True)
+    target = QNetwork(sizes, seed=12, dueling=True)
+    batch = make_batch(sizes, batch=12, seed=5, dtype=np.float64)
+    gamma, delta = 0.9, 0.5  # some residuals on each side of the Huber kink
+    flat, t_flat = net.params.astype(np.float64), target.params.astype(np.float64)
+    n = flat.size
+    state = nw.NetState(flat, t_flat, net.sizes_array, np.zeros(n), np.zeros(n), np.zeros(n),
+                        np.zeros(1, np.int64))  # fmt: skip
+    hp = nw.update_settings(gamma, 1e-3, delta, double, None)
+    per = nw.PerSample(np.empty(0), np.empty(0), np.empty(0))
+    loss = nw._loss_and_grads(state, Batch(*batch), per, hp)
+
+    def fn(p):
+        return naive.dueling_dqn_loss(p, t_flat, sizes, *batch, gamma, delta, double)
+
+    assert loss == pytest.approx(fn(flat), rel=1e-12)
+    fd = naive.finite_difference_grad(fn, flat.copy())
+    np.testing.assert_allclose(state.grads, fd, rtol=1e-5, atol=1e-8)
+    # not vacuous: both heads get a gradient
+    ws, bs = naive.dueling_unflatten(state.grads, sizes)
+    assert np.abs(ws[-1]).max() > 1e-3 and np.abs(ws[-2]).max() > 1e-3
+    assert abs(bs[-1][0]) > 1e-3
+
+
+# -- the whole update against torch ---------------------------------------------
+
+
+@pytest.mark.parametrize("sizes", [(4, 32, 2), (4, 32, 32, 2), (5, 24, 16, 8, 3)], ids=IDS)
+def test_update_matches_torch_over_five_adam_steps(sizes):
+    torch = pytest.importorskip("torch")
+
+    class Dueling(torch.nn.Module):
+        def __init__(self, q: QNetwork) -> None:
+            super().__init__()
+            lins = []
+            for w, b in zip(q.weights, q.biases):
+                lin = torch.nn.Linear(w.shape[0], w.shape[1])
+                with torch.no_grad():
+                    lin.weight.copy_(torch.from_numpy(w.T.copy()))
+                    lin.bias.copy_(torch.from_numpy(b.copy()))
+                lins.append(lin)
+            self.trunk = torch.nn.ModuleList(lins[:-2])
+            self.advantage, self.value = lins[-2], lins[-1]
+
+        def forward(self, x):
+            for lin in self.trunk:
+                x = torch.relu(lin(x))
+            a = self.advantage(x)
+            return self.value(x) + a - a.mean(dim=1, keepdim=True)
+
+    net = QNetwork(sizes, seed=0, dueling=True)
+    target = QNetwork(sizes, seed=1, dueling=True)
+    t_net, t_target = Dueling(net), Dueling(target)
+    opt = torch.optim.Adam(t_net.parameters(), lr=1e-3)
+    for step in range(5):
+        obs, actions, rewards, next_obs, masks = make_batch(sizes, batch=64, seed=step)
+        with torch.no_grad():
+            q_next = t_target(torch.from_numpy(next_obs)).max(dim=1).values
+            y = torch.from_numpy(rewards) + 0.99 * torch.from_numpy(masks) * q_next
+        q = t_net(torch.from_numpy(obs)).gather(1, torch.from_numpy(actions)[:, None]).squeeze(1)
+        t_loss = torch.nn.functional.smooth_l1_loss(q, y)
+        opt.zero_grad()
+        t_loss.backward()
+        torch.nn.utils.clip_grad_norm_(t_net.parameters(), 0.5)
+        opt.step()
+        loss = net.update(obs, actions, rewards, next_obs, masks, target, gamma=0.99,
+                          learning_rate=1e-3, max_grad_norm=0.5)  # fmt: skip
+        assert loss == pytest.approx(t_loss.item(), rel=1e-5)
+    lins = [*t_net.trunk, t_net.advantage, t_net.value]
+    assert len(lins) == len(net.weights)
+    for i, lin in enumerate(lins):
+        np.testing.assert_allclose(net.weights[i], lin.weight.detach().numpy().T,
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(net.biases[i], lin.bias.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert net.adam_step == 5
