@@ -74,6 +74,7 @@ class AgentKeys:
     RNG_EXPLORE = "rng/explore"  # uint64 (4,): PCG64 state
     RNG_REPLAY = "rng/replay"  # uint64 (4,): PCG64 state
     ONLINE = "online/"  # prefix of QNetwork.state_dict() keys (layer_sizes, w<i>, b<i>, adam_*)
+    DUELING = "online/dueling"  # bool scalar: dueling head (absent in older files: plain)
     TARGET = "target/"  # prefix of the target network's w<i>, b<i>
     BUFFER = "buffer/"  # prefix of the replay buffer's state_dict() keys (optional)
 
@@ -86,6 +87,27 @@ class AgentKeys:
     def bias(prefix: str, layer: int) -> str:
         """Key of layer ``layer``'s bias vector under ``prefix`` (ONLINE or TARGET)."""
         return f"{prefix}b{layer}"
+
+
+def dueling_flag(state: Any, key: str = "dueling") -> bool:
+    """Whether a network state (a mapping with ``key``: a bool scalar) is dueling.
+
+    A state without ``key`` was written before the dueling head existed and
+    describes a plain network. Raises ValueError on a malformed entry.
+    """
+    if key not in state:
+        return False
+    flag = np.asarray(state[key])
+    if flag.shape != () or flag.dtype != np.bool_:
+        raise ValueError(
+            f"{key!r}: expected a bool scalar, found {flag.dtype} of shape {flag.shape}"
+        )
+    return bool(flag)
+
+
+def architecture_name(dueling: bool) -> str:
+    """How error messages name an architecture."""
+    return "dueling (Q = V + A - mean A)" if dueling else "plain (no dueling head)"
 
 
 class CheckpointError(ValueError):
@@ -411,6 +433,13 @@ class Reader:
         if ndim is not None and arr.ndim != ndim:
             raise self.error(f"{key!r}: expected {ndim} dimension(s), found shape {arr.shape}")
         return arr
+
+    def dueling(self) -> bool:
+        """Whether the checkpoint's network has a dueling head (:func:`dueling_flag`)."""
+        try:
+            return dueling_flag(self.arrays, AgentKeys.DUELING)
+        except ValueError as exc:
+            raise self.error(str(exc)) from None
 
     def string(self, key: str) -> str:
         if key not in self.arrays:

@@ -77,17 +77,28 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
     sizes = policy.layer_sizes
     initializers, nodes = [], []
     h = "obs"
-    for l, (w, b) in enumerate(policy.layers()):
+    layers = policy.layers()
+    n_dense = len(sizes) - 1  # a dueling policy's value head comes after these
+    for l, (w, b) in enumerate(layers):
         initializers += [numpy_helper.from_array(w, f"w{l}"), numpy_helper.from_array(b, f"b{l}")]
-        last = l == len(sizes) - 2
-        z = "q_values" if last else f"z{l}"
+        last = l == n_dense - 1
+        if l == n_dense:  # the value head, fed by the same last hidden layer
+            nodes.append(helper.make_node("Gemm", [h, f"w{l}", f"b{l}"], ["value"], name="value"))
+            break
+        z = ("advantage" if policy.dueling else "q_values") if last else f"z{l}"
         # Gemm: Y = alpha * A @ B + beta * C with alpha = beta = 1, no transposes.
         nodes.append(helper.make_node("Gemm", [h, f"w{l}", f"b{l}"], [z], name=f"dense{l}"))
         if not last:
             h = f"h{l}"
             nodes.append(helper.make_node("Relu", [z], [h], name=f"relu{l}"))
-    # A dueling head would add its value and advantage Gemms and their
-    # combination (Q = V + A - mean(A)) here, in place of the last Gemm.
+    if policy.dueling:  # Q = V + (A - mean_a A); V (batch, 1) broadcasts over actions
+        nodes += [
+            helper.make_node("ReduceMean", ["advantage"], ["advantage_mean"], axes=[1],
+                             keepdims=1, name="advantage_mean"),
+            helper.make_node("Sub", ["advantage", "advantage_mean"], ["advantage_centered"],
+                             name="center"),
+            helper.make_node("Add", ["value", "advantage_centered"], ["q_values"], name="dueling"),
+        ]  # fmt: skip
     graph = helper.make_graph(
         nodes,
         "ember_np_dqn_policy",
@@ -114,6 +125,7 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
             "n_actions": str(sizes[-1]),
             "action_offset": str(mapper.start),
             "layer_sizes": json.dumps(list(sizes)),
+            "dueling": json.dumps(policy.dueling),
             "encoder": json.dumps(encoder, sort_keys=True),
             "action_mapper": json.dumps(describe(mapper), sort_keys=True),
             "greedy_action": "action_offset + argmax(q_values, axis=1), first maximum on ties",

@@ -161,3 +161,56 @@ def test_update_matches_torch_over_five_adam_steps(sizes):
                                    rtol=1e-5, atol=1e-6)  # fmt: skip
         np.testing.assert_allclose(net.biases[i], lin.bias.detach().numpy(), rtol=1e-5, atol=1e-6)
     assert net.adam_step == 5
+
+
+# -- state: copy, sync, pickle, state_dict ---------------------------------------
+
+
+def test_copy_sync_pickle_and_state_dict_keep_the_heads():
+    sizes = (4, 16, 8, 3)
+    net = QNetwork(sizes, seed=0, dueling=True)
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    # pickled before any update: an updated network (plain too) holds a compiled
+    # entry point that does not pickle on main yet (issue 11a's copying/pickling)
+    unpickled = pickle.loads(pickle.dumps(net))
+    assert unpickled.dueling and unpickled.num_params == net.num_params
+    np.testing.assert_array_equal(unpickled.forward(x), net.forward(x))
+    net.update(*make_batch(sizes, batch=32), net.copy(), gamma=0.99, learning_rate=1e-2)
+    other = net.copy()
+    assert other.dueling and other.num_params == net.num_params
+    np.testing.assert_array_equal(other.forward(x), net.forward(x))
+    assert other.adam_step == net.adam_step == 1
+    fresh = QNetwork(sizes, seed=5, dueling=True)
+    fresh.load_state_dict(net.state_dict())
+    np.testing.assert_array_equal(fresh.params, net.params)
+    np.testing.assert_array_equal(fresh._adam_v, net._adam_v)
+    assert fresh.state_dict()["dueling"].dtype == np.bool_ and bool(fresh.state_dict()["dueling"])
+    synced = QNetwork(sizes, seed=6, dueling=True)
+    synced.copy_from(net)
+    np.testing.assert_array_equal(synced.params, net.params)
+    soft = QNetwork(sizes, seed=6, dueling=True)
+    expected = 0.25 * net.params + 0.75 * soft.params
+    soft.soft_update_from(net, 0.25)
+    np.testing.assert_allclose(soft.params, expected, rtol=1e-6)
+
+
+def test_plain_and_dueling_do_not_mix():
+    sizes = (4, 16, 3)
+    plain, dueling = QNetwork(sizes, seed=0), QNetwork(sizes, seed=0, dueling=True)
+    for a, b in ((plain, dueling), (dueling, plain)):
+        with pytest.raises(ValueError, match=r"architectures differ: this one is (plain|dueling)"):
+            a.copy_from(b)
+        with pytest.raises(ValueError, match="architectures differ"):
+            a.soft_update_from(b, 0.5)
+        with pytest.raises(ValueError, match="architectures differ"):
+            a.update(*make_batch(sizes), b, gamma=0.99, learning_rate=1e-3)
+        before = a.params.copy()
+        with pytest.raises(ValueError, match=r"this network is (plain|dueling).*the state is"):
+            a.load_state_dict(b.state_dict())
+        np.testing.assert_array_equal(a.params, before)  # nothing changed
+    # a state written before the dueling head existed (no 'dueling' key) is plain
+    old = plain.state_dict()
+    del old["dueling"]
+    QNetwork(sizes, seed=1).load_state_dict(old)
+    with pytest.raises(ValueError, match="this network is dueling.*the state is plain"):
+        QNetwork(sizes, seed=1, dueling=True).load_state_dict(old)

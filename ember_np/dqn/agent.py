@@ -30,6 +30,7 @@ from ember_np.checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
     Reader,
+    architecture_name,
     json_array,
     save_arrays,
     string_array,
@@ -355,7 +356,7 @@ class DqnAgent:
         init_rng, self._replay_rng, self._explore_rng = Rng.streams(seed, 3)  # checks the seed
         self.seed = int(seed)  # any size: saved losslessly (see _seed_array)
         sizes = (obs_size, *config.hidden_sizes, n_actions)
-        self.online = QNetwork(sizes, init_rng)
+        self.online = QNetwork(sizes, init_rng, dueling=config.dueling)
         self._obs_shape = (obs_size,)
         self._flat_encoder = type(encoder) is VecEncoder and encoder.shape == self._obs_shape
         self.target = self.online.copy()
@@ -390,6 +391,11 @@ class DqnAgent:
             raise ValueError(
                 f"config.hidden_sizes {config.hidden_sizes} does not match the network's "
                 f"{self.online.layer_sizes[1:-1]}"
+            )
+        if config.dueling != self.online.dueling:
+            raise ValueError(
+                f"config.dueling={config.dueling} does not match the network, which is "
+                f"{architecture_name(self.online.dueling)}"
             )
         self._config = config
         self._settings = agent_settings(config)
@@ -646,7 +652,7 @@ class DqnAgent:
         from ember_np.dqn.policy import DqnPolicy
 
         return DqnPolicy(self.online.layer_sizes, self.online.params.copy(),
-                         self.encoder, self.action_mapper)  # fmt: skip
+                         self.encoder, self.action_mapper, dueling=self.online.dueling)  # fmt: skip
 
     def state_arrays(self, include_buffer: bool = False) -> dict[str, np.ndarray]:
         """Everything :meth:`save` writes, as a dict of arrays (see README for keys)."""
@@ -727,15 +733,22 @@ class DqnAgent:
 
     def _load_reader(self, reader: Reader, include_buffer: bool) -> None:
         reader.check_format(AGENT_FORMAT)
+        dueling = reader.dueling()
+        if dueling != self.online.dueling:
+            raise reader.error(
+                f"architecture mismatch: this agent's network is "
+                f"{architecture_name(self.online.dueling)}, the checkpoint's is "
+                f"{architecture_name(dueling)}"
+            )
         sizes = reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1)
         if tuple(sizes.tolist()) != self.online.layer_sizes:
             raise reader.error(
                 f"architecture mismatch: this agent has layer_sizes {self.online.layer_sizes}, "
                 f"the checkpoint has {tuple(sizes.tolist())}"
             )
-        online_state = {"layer_sizes": sizes}
+        online_state = {"layer_sizes": sizes, "dueling": np.array(dueling)}
         for key, value in self.online.state_dict().items():
-            if key != "layer_sizes":
+            if key not in online_state:
                 online_state[key] = reader.array(K.ONLINE + key, value.dtype, value.shape)
         target_state = {}
         for i, (w, b) in enumerate(zip(self.target.weights, self.target.biases)):
@@ -749,7 +762,7 @@ class DqnAgent:
         for key, st in ((K.RNG_EXPLORE, explore), (K.RNG_REPLAY, replay)):
             if int(st[3]) % 2 == 0:
                 raise reader.error(f"{key!r} is not a valid PCG64 state (even increment)")
-        for key in (*(K.ONLINE + k for k in online_state if k != "layer_sizes"),
+        for key in (*(K.ONLINE + k for k in online_state if k not in ("layer_sizes", "dueling")),
                     *(K.TARGET + k for k in target_state)):  # fmt: skip
             if not np.isfinite(reader.arrays[key]).all():
                 raise reader.error(f"{key!r} holds NaN or infinite values")

@@ -95,6 +95,11 @@ class DqnConfig:
     huber_delta: float = 1.0
     """Huber loss threshold, > 0 (``torch.nn.HuberLoss(delta)``). Default 1.0."""
 
+    dueling: bool = False
+    """Dueling head (Wang et al. 2016): the last hidden layer feeds an advantage
+    head A and a value head V, Q = V + A - mean_a(A). Needs at least one hidden
+    layer. Default False."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", self._hidden(self.hidden_sizes))
         self._validate()
@@ -144,6 +149,13 @@ class DqnConfig:
             fail("gradient_steps", "a positive integer or -1 (one per env step)")
         if not isinstance(self.double_dqn, bool):
             fail("double_dqn", "True or False")
+        if not isinstance(self.dueling, bool):
+            fail("dueling", "True or False")
+        if self.dueling and not self.hidden_sizes:
+            raise ValueError(
+                "dueling=True needs at least one hidden layer to feed its two heads "
+                "(set hidden_sizes, e.g. (64, 64)), got hidden_sizes ()"
+            )
         if not _is_real(self.tau) or not 0.0 < self.tau <= 1.0:
             fail("tau", "a number in (0, 1]")
         if self.max_grad_norm is not None and (

@@ -68,9 +68,13 @@ def first_nonfinite_row(x: np.ndarray) -> int:
 
 
 def layer_views(
-    layer_sizes: Sequence[int], params: np.ndarray
+    layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(W_l, b_l) views into the flat ``params``, W_l of shape (in, out), b_l (out,)."""
+    """(W_l, b_l) views into the flat ``params``, W_l of shape (in, out), b_l (out,).
+
+    With ``dueling`` the last layer of ``layer_sizes`` is the advantage head
+    and one more pair follows: the value head, W (hidden, 1) and b (1,).
+    """
     out = []
     offset = 0
     for n_in, n_out in zip(layer_sizes[:-1], layer_sizes[1:]):
@@ -78,6 +82,10 @@ def layer_views(
         offset += n_in * n_out
         out.append((w, params[offset : offset + n_out]))
         offset += n_out
+    if dueling:
+        n_hid = layer_sizes[-2]
+        out.append((params[offset : offset + n_hid].reshape(n_hid, 1),
+                    params[offset + n_hid : offset + n_hid + 1]))  # fmt: skip
     return out
 
 
@@ -108,14 +116,18 @@ class NumpyForward:
 
     The pass is split where later network variants plug in: :meth:`_trunk`
     (the hidden layers), :meth:`_head` (Q-values from the last hidden layer;
-    a dueling head would combine its value and advantage streams here) and
+    with ``dueling`` one product gives ``[A | V]``, then Q = V + A - mean(A)) and
     :func:`greedy_index` (where an action mask would exclude actions).
     """
 
     name = "numpy"
 
-    def __init__(self, layer_sizes: Sequence[int], params: np.ndarray) -> None:
-        layers = layer_views(layer_sizes, params)
+    def __init__(self, layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False) -> None:
+        layers = layer_views(layer_sizes, params, dueling)
+        self._dueling = dueling
+        if dueling:  # advantage and value heads as one product: h @ [W_A | W_V]
+            (w_a, b_a), (w_v, b_v) = layers[-2], layers[-1]
+            layers = [*layers[:-2], (np.concatenate([w_a, w_v], axis=1), np.append(b_a, b_v))]
         f32 = np.float32
         w, b = layers[0]
         if len(layers) == 1:  # no hidden layer: Q = x @ W + b, the plain way
@@ -150,6 +162,10 @@ class NumpyForward:
     def _head(self, h: np.ndarray) -> np.ndarray:
         if self._head_w is None:
             return h
+        if self._dueling:  # [A | V] -> Q = V + A - mean_a(A)
+            av = np.dot(h, self._head_w)
+            a = av[..., :-1]
+            return av[..., -1:] + a - a.mean(axis=-1, keepdims=True)
         return np.dot(h, self._head_w)
 
     # A non-finite x makes every Q-value of its row NaN or inf (the carried
@@ -223,7 +239,9 @@ class CompiledForward:
 
     name = "numba"
 
-    def __init__(self, layer_sizes: Sequence[int], params: np.ndarray) -> None:
+    def __init__(self, layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False) -> None:
+        # ``dueling`` is not stored: the kernels read it from the length of
+        # ``params`` (the value head follows the plain layout).
         _network_kernels()
         self._params = params
         self._sizes = np.array(layer_sizes, dtype=np.int64)

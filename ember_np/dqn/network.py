@@ -40,6 +40,7 @@ import numpy as np
 from ember_np._arrays import as_f32, as_i64
 from ember_np._blas import gemm
 from ember_np._jit import entry_point, kernel
+from ember_np.checkpoint import architecture_name, dueling_flag
 from ember_np.encoding import nonfinite_observation as _nonfinite_observation
 from ember_np.encoding import nonfinite_row as _nonfinite_row
 from ember_np.rng import Rng
@@ -1087,8 +1088,8 @@ class QNetwork:
             )
         if other._dueling != self._dueling:
             raise ValueError(
-                f"network architectures differ: this one is {_arch(self._dueling)}, "
-                f"the other {_arch(other._dueling)}"
+                f"network architectures differ: this one is {architecture_name(self._dueling)}, "
+                f"the other {architecture_name(other._dueling)}"
             )
 
     def copy_from(self, other: QNetwork) -> None:
@@ -1255,11 +1256,11 @@ class QNetwork:
             raise ValueError(
                 f"layer_sizes mismatch: this network has {self._sizes_tuple}, the state has {sizes}"
             )
-        stored = state_is_dueling(state)
+        stored = dueling_flag(state)
         if stored != self._dueling:
             raise ValueError(
-                f"architecture mismatch: this network is {_arch(self._dueling)}, "
-                f"the state is {_arch(stored)}"
+                f"architecture mismatch: this network is {architecture_name(self._dueling)}, "
+                f"the state is {architecture_name(stored)}"
             )
         expected: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
@@ -1305,21 +1306,3 @@ class QNetwork:
         duel = ", dueling=True" if self._dueling else ""
         return f"QNetwork(layer_sizes={self._sizes_tuple}{duel}, num_params={self.num_params})"
 
-
-def _arch(dueling: bool) -> str:
-    return "dueling (Q = V + A - mean A)" if dueling else "plain (no dueling head)"
-
-
-def state_is_dueling(state: Any) -> bool:
-    """Whether a :meth:`QNetwork.state_dict` (or a checkpoint's ``online/``
-    arrays, passed as a mapping of those keys) describes a dueling network;
-    a state without the ``dueling`` entry is plain. Raises ValueError on a
-    malformed entry."""
-    if "dueling" not in state:
-        return False
-    flag = np.asarray(state["dueling"])
-    if flag.shape != () or flag.dtype != np.bool_:
-        raise ValueError(
-            f"network state 'dueling': expected a bool scalar, found {flag.dtype} of shape {flag.shape}"
-        )
-    return bool(flag)

@@ -78,13 +78,26 @@ class DqnPolicy:
         encoder: ObservationEncoder,
         action_mapper: DiscreteActionMapper,
         backend: Backend = "auto",
+        *,
+        dueling: bool = False,
     ) -> None:
         self.layer_sizes = tuple(int(s) for s in layer_sizes)
+        if not isinstance(dueling, (bool, np.bool_)):
+            raise ValueError(f"dueling must be True or False, got {dueling!r}")
+        if dueling and len(self.layer_sizes) < 3:
+            raise ValueError(
+                f"a dueling network needs a hidden layer, got layer_sizes {self.layer_sizes}"
+            )
+        self.dueling = bool(dueling)
         self._params = as_f32(params, "params")
         n = sum(a * b + b for a, b in zip(self.layer_sizes[:-1], self.layer_sizes[1:]))
+        if dueling:
+            n += self.layer_sizes[-2] + 1  # the value head
         if self._params.shape != (n,):
+            arch = "dueling " if dueling else ""
             raise ValueError(
-                f"layer_sizes {self.layer_sizes} need {n} parameters, got {self._params.shape}"
+                f"{arch}layer_sizes {self.layer_sizes} need {n} parameters, "
+                f"got {self._params.shape}"
             )
         if encoder.obs_size != self.layer_sizes[0]:
             raise ValueError(
@@ -100,7 +113,7 @@ class DqnPolicy:
         self.action_mapper = action_mapper
         self._obs_shape = (self.layer_sizes[0],)
         forward = CompiledForward if _resolve_backend(backend) == "numba" else NumpyForward
-        self._forward = forward(self.layer_sizes, self._params)
+        self._forward = forward(self.layer_sizes, self._params, self.dueling)
 
     @property
     def backend(self) -> str:
@@ -112,8 +125,12 @@ class DqnPolicy:
 
         Q(x) = h_{L-1} @ W_{L-1} + b_{L-1} with h_0 = x and
         h_{l+1} = ReLU(h_l @ W_l + b_l) (what ``ember-np export`` writes as ONNX).
+        A :attr:`dueling` policy has one more pair: the advantage head A is
+        the second-last, the value head V (W of shape (hidden, 1)) the last,
+        and Q = V + A - mean(A) from the last hidden layer.
         """
-        return [(w.copy(), b.copy()) for w, b in layer_views(self.layer_sizes, self._params)]
+        views = layer_views(self.layer_sizes, self._params, self.dueling)
+        return [(w.copy(), b.copy()) for w, b in views]
 
     @classmethod
     def load(
@@ -140,8 +157,12 @@ class DqnPolicy:
         sizes = tuple(reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1).tolist())
         if len(sizes) < 2 or min(sizes) < 1:
             raise reader.error(f"'online/layer_sizes' is invalid: {sizes}")
+        dueling = reader.dueling()
+        shapes = [(n_in, n_out) for n_in, n_out in zip(sizes[:-1], sizes[1:])]
+        if dueling and len(sizes) >= 3:
+            shapes.append((sizes[-2], 1))  # the value head
         parts = []
-        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        for i, (n_in, n_out) in enumerate(shapes):
             parts.append(reader.array(K.weight(K.ONLINE, i), np.float32, (n_in, n_out)).ravel())
             parts.append(reader.array(K.bias(K.ONLINE, i), np.float32, (n_out,)))
         try:
@@ -149,7 +170,8 @@ class DqnPolicy:
                 encoder = encoder_from_description(reader.json(K.ENCODER))
             if action_mapper is None:
                 action_mapper = mapper_from_description(reader.json(K.MAPPER))
-            policy = cls(sizes, np.concatenate(parts), encoder, action_mapper, backend)
+            policy = cls(sizes, np.concatenate(parts), encoder, action_mapper, backend,
+                         dueling=dueling)  # fmt: skip
         except CheckpointError:
             raise
         except (ValueError, TypeError, KeyError) as exc:
@@ -195,11 +217,13 @@ class DqnPolicy:
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Copies and pickles go through the constructor, with their own parameters."""
-        args = (self.layer_sizes, self._params, self.encoder, self.action_mapper, self.backend)
+        args = (self.layer_sizes, self._params, self.encoder, self.action_mapper, self.backend,
+                self.dueling)  # fmt: skip
         return (_unpickle, args)
 
     def __repr__(self) -> str:
-        return f"DqnPolicy(layer_sizes={self.layer_sizes}, backend={self.backend!r})"
+        duel = ", dueling=True" if self.dueling else ""
+        return f"DqnPolicy(layer_sizes={self.layer_sizes}{duel}, backend={self.backend!r})"
 
 
 def _unpickle(
@@ -208,7 +232,9 @@ def _unpickle(
     encoder: Any,
     action_mapper: Any,
     backend: Backend = "auto",
+    dueling: bool = False,
 ) -> DqnPolicy:
     """A policy with a copy of ``params`` (which may be a read-only or shared pickle buffer)."""
     params = np.array(params, dtype=np.float32)
-    return DqnPolicy(layer_sizes, params, encoder, action_mapper, backend)  # type: ignore[arg-type]
+    return DqnPolicy(layer_sizes, params, encoder, action_mapper, backend,  # type: ignore[arg-type]
+                     dueling=dueling)  # fmt: skip
