@@ -214,3 +214,160 @@ def test_plain_and_dueling_do_not_mix():
     QNetwork(sizes, seed=1).load_state_dict(old)
     with pytest.raises(ValueError, match="this network is dueling.*the state is plain"):
         QNetwork(sizes, seed=1, dueling=True).load_state_dict(old)
+
+
+# -- agent, checkpoints, policy, ONNX ------------------------------------------------
+
+AGENT_CONFIG = dict(
+    hidden_sizes=(32, 32), learning_rate=1e-3, batch_size=32, buffer_capacity=3_000,
+    min_replay_size=100, target_update_freq=50, epsilon_end=0.05, epsilon_decay_steps=2_000,
+    max_grad_norm=10.0,
+)  # fmt: skip
+
+
+def cartpole_trainer(dueling=True, seed=0, **kw):
+    import gymnasium as gym
+
+    import ember_np.envs  # noqa: F401  (registers ember_np/CartPole-v1)
+    from ember_np import DqnAgent, DqnConfig, DqnTrainer
+
+    env = gym.make("ember_np/CartPole-v1")
+    config = DqnConfig(**AGENT_CONFIG, dueling=dueling)
+    return DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed, **kw)
+
+
+def agent_state(agent):
+    return [agent.online.params.tobytes(), agent.target.params.tobytes(),
+            agent.online._adam_m.tobytes(), agent.online._adam_v.tobytes(),
+            agent._counters.tobytes(), agent.exploration_rng.state.tobytes(),
+            agent.replay_rng.state.tobytes(), agent.buffer.storage.tobytes()]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained_pair():
+    """A dueling agent trained by the fused loop and one by the Python loop."""
+    fused, python = cartpole_trainer(), cartpole_trainer(fused=False)
+    assert fused.fused and not python.fused
+    losses = []
+    for _ in range(3):
+        fused.train(500)
+        python.train(500)
+        losses.append(fused.agent._out[0])
+    return fused, python, losses
+
+
+def test_agent_trains_dueling_on_both_loops_identically(trained_pair):
+    fused, python, losses = trained_pair
+    agent = fused.agent
+    assert agent.online.dueling and agent.target.dueling
+    assert agent.n_updates > 1_000 and np.isfinite(losses).all()
+    assert agent_state(fused.agent) == agent_state(python.agent)
+    # the value head moved: it is trained, not left at its initialisation
+    init = cartpole_trainer().agent
+    assert not np.array_equal(agent.online.weights[-1], init.online.weights[-1])
+
+
+def test_config_field_and_cli_override():
+    from ember_np import DqnConfig
+    from ember_np.cli import _parse_sets
+
+    assert DqnConfig().dueling is False
+    assert DqnConfig(**_parse_sets(["dueling=true"])).dueling is True
+    assert DqnConfig.from_dict(DqnConfig(dueling=True).to_dict()).dueling is True
+    with pytest.raises(ValueError, match="dueling must be True or False, got 'yes'"):
+        DqnConfig(dueling="yes")
+    with pytest.raises(ValueError, match="needs at least one hidden layer"):
+        DqnConfig(hidden_sizes=(), dueling=True)
+
+
+def test_config_setter_refuses_another_architecture(trained_pair):
+    agent = trained_pair[0].agent
+    with pytest.raises(ValueError, match="config.dueling=False does not match the network"):
+        agent.config = agent.config.replace(dueling=False)
+
+
+def test_exact_resume_takes_the_same_steps(tmp_path):
+    import gymnasium as gym
+
+    from ember_np import DqnAgent, DqnTrainer
+
+    a = cartpole_trainer()
+    a.train(700)
+    path = a.agent.save(tmp_path / "a.npz", include_buffer=True)
+    original, restored = a.agent, DqnAgent.from_checkpoint(path)
+    assert restored.online.dueling
+    assert agent_state(original) == agent_state(restored)
+    # the same agent state on envs started from one seed: the same steps follow
+    runs = [DqnTrainer(gym.make("ember_np/CartPole-v1"), agent, seed=3)
+            for agent in (original, restored)]  # fmt: skip
+    for t in runs:
+        t.train(400)
+    assert original.total_steps == restored.total_steps == 1_100
+    assert agent_state(original) == agent_state(restored)
+
+
+def test_checkpoint_error_both_ways_and_old_files_load_as_plain(tmp_path):
+    from ember_np import CheckpointError, DqnAgent, DqnPolicy
+
+    duel = cartpole_trainer(dueling=True).agent
+    plain = cartpole_trainer(dueling=False).agent
+    d_path = duel.save(tmp_path / "duel.npz")
+    p_path = plain.save(tmp_path / "plain.npz")
+    before = plain.online.params.copy()
+    with pytest.raises(CheckpointError, match=r"this agent's network is plain.*checkpoint's is dueling"):
+        plain.load(d_path)
+    np.testing.assert_array_equal(plain.online.params, before)
+    with pytest.raises(CheckpointError, match=r"this agent's network is dueling.*checkpoint's is plain"):
+        duel.load(p_path)
+    # a checkpoint written before the dueling head existed has no 'online/dueling'
+    with np.load(p_path) as z:
+        arrays = {k: z[k] for k in z.files if k != "online/dueling"}
+    assert "online/dueling" in np.load(d_path).files
+    old = tmp_path / "old.npz"
+    np.savez(old, **arrays)
+    assert not DqnAgent.from_checkpoint(old).online.dueling
+    plain.load(old)
+    assert not DqnPolicy.load(old).dueling
+    with pytest.raises(CheckpointError, match="checkpoint's is plain"):
+        duel.load(old)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_policy_parity_on_both_backends(trained_pair, tmp_path, backend):
+    from ember_np import DqnPolicy
+
+    agent = trained_pair[0].agent
+    path = agent.save(tmp_path / "duel.npz")
+    obs = np.random.default_rng(0).normal(0.0, 1.5, (200, 4)).astype(np.float32)
+    expected = naive.dueling_forward(*layers64(agent.online), obs)
+    for policy in (DqnPolicy.load(path, backend=backend), agent.into_policy()):
+        assert policy.dueling
+        np.testing.assert_allclose(policy.q_values_batch(obs), expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(policy.q_values(obs[3]), expected[3], rtol=1e-5, atol=1e-5)
+        assert policy.act_batch(obs).tolist() == agent.online.greedy_actions(obs).tolist()
+        assert [policy.act(o) for o in obs[:20]] == [agent.act(o) for o in obs[:20]]
+        with pytest.raises(ValueError, match="NaN or inf"):
+            policy.act(np.array([0.0, np.nan, 0.0, 0.0]))
+    views = DqnPolicy.load(path, backend=backend).layers()
+    assert [w.shape for w, _ in views] == [w.shape for w in agent.online.weights]
+
+
+def test_onnx_export_of_a_dueling_policy_matches_onnxruntime(trained_pair, tmp_path):
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from ember_np import DqnPolicy
+    from ember_np.export import export_onnx
+
+    agent = trained_pair[0].agent
+    path = agent.save(tmp_path / "duel.npz")
+    meta = export_onnx(path, tmp_path / "duel.onnx")
+    assert meta["dueling"] == "true"
+    model = onnx.load(str(tmp_path / "duel.onnx"))
+    ops = [n.op_type for n in model.graph.node]
+    assert ops == ["Gemm", "Relu", "Gemm", "Relu", "Gemm", "Gemm", "ReduceMean", "Sub", "Add"]
+    sess = ort.InferenceSession(str(tmp_path / "duel.onnx"), providers=["CPUExecutionProvider"])
+    obs = np.random.default_rng(1).normal(0.0, 1.5, (300, 4)).astype(np.float32)
+    (q,) = sess.run(["q_values"], {"obs": obs})
+    policy = DqnPolicy.load(path, backend="numpy")
+    np.testing.assert_allclose(q, policy.q_values_batch(obs), rtol=1e-5, atol=1e-5)
+    assert q.argmax(axis=1).tolist() == policy.act_batch(obs).tolist()
