@@ -314,10 +314,14 @@ def test_checkpoint_error_both_ways_and_old_files_load_as_plain(tmp_path):
     d_path = duel.save(tmp_path / "duel.npz")
     p_path = plain.save(tmp_path / "plain.npz")
     before = plain.online.params.copy()
-    with pytest.raises(CheckpointError, match=r"this agent's network is plain.*checkpoint's is dueling"):
+    with pytest.raises(
+        CheckpointError, match=r"this agent's network is plain.*checkpoint's is dueling"
+    ):
         plain.load(d_path)
     np.testing.assert_array_equal(plain.online.params, before)
-    with pytest.raises(CheckpointError, match=r"this agent's network is dueling.*checkpoint's is plain"):
+    with pytest.raises(
+        CheckpointError, match=r"this agent's network is dueling.*checkpoint's is plain"
+    ):
         duel.load(p_path)
     # a checkpoint written before the dueling head existed has no 'online/dueling'
     with np.load(p_path) as z:

@@ -391,7 +391,17 @@ def test_state_dict_round_trip_includes_adam():
     for _ in range(3):
         net.update(*make_batch(sizes), target, gamma=0.9, learning_rate=1e-2)
     state = net.state_dict()
-    assert set(state) == {"layer_sizes", "w0", "b0", "w1", "b1", "adam_m", "adam_v", "adam_t"}
+    assert set(state) == {
+        "layer_sizes",
+        "dueling",
+        "w0",
+        "b0",
+        "w1",
+        "b1",
+        "adam_m",
+        "adam_v",
+        "adam_t",
+    }
     fresh = QNetwork(sizes, seed=99)
     fresh.load_state_dict(state)
     assert np.array_equal(fresh._params, net._params)

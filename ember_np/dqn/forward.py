@@ -122,7 +122,9 @@ class NumpyForward:
 
     name = "numpy"
 
-    def __init__(self, layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False) -> None:
+    def __init__(
+        self, layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False
+    ) -> None:
         layers = layer_views(layer_sizes, params, dueling)
         self._dueling = dueling
         if dueling:  # advantage and value heads as one product: h @ [W_A | W_V]
@@ -239,7 +241,9 @@ class CompiledForward:
 
     name = "numba"
 
-    def __init__(self, layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False) -> None:
+    def __init__(
+        self, layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False
+    ) -> None:
         # ``dueling`` is not stored: the kernels read it from the length of
         # ``params`` (the value head follows the plain layout).
         _network_kernels()

@@ -5,7 +5,10 @@ The network maps an observation to one Q-value per action:
 flat float32 array; ``weights[l]`` (shape ``(in, out)``) and ``biases[l]``
 (shape ``(out,)``) are views into it, so writing into them changes the
 network, and the optimiser, gradient clipping and target-network sync are
-single loops over that array.
+single loops over that array. A dueling network (``dueling=True``) has the
+advantage head as its last layer and the value head's ``W_V`` (hidden,) and
+``b_V`` after it; kernels see the architecture in the parameter count
+(:func:`_plain_size`) and branch once per call.
 
 One DQN step (:meth:`QNetwork.update`) runs entirely in compiled code:
 target forward, online forward, Huber loss, backward pass, global-norm
@@ -21,9 +24,9 @@ Reading map of one update, in call order (each a kernel below)::
       _update
         _loss_and_grads
           _td_targets      y = r + discount * Q_target(s', a*)     (n-step: discounts)
-          _forward_into    online forward, every activation kept
+          _forward_into    online forward, every activation kept  (dueling: _dueling_combine)
           _huber_grad      dLoss/dQ = w * clip(Q - y, +-delta) / B  (PER: weights in, |TD| out)
-          _backward        MLP backward from any dLoss/dQ           (dueling: another head's dQ)
+          _backward        MLP backward from any dLoss/dQ           (dueling: both heads, W_eff)
         _clip_grad_norm    torch's clip_grad_norm_ rule
         _adam_step         torch.optim.Adam
 """
@@ -160,7 +163,8 @@ def _forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np
             h = out
     if params.shape[0] > p_off:  # dueling: the last layer was A; h is the last hidden layer
         n_act = sizes[n_layers]
-        _dueling_combine(params, p_off, h, acts[a_off : a_off + batch * n_act].reshape((batch, n_act)))
+        q = acts[a_off : a_off + batch * n_act].reshape((batch, n_act))
+        _dueling_combine(params, p_off, h, q)
     return a_off
 
 
@@ -170,7 +174,8 @@ def _forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np
 
     params : float32 (num_params,); sizes : int64 (n_layers + 1,);
     x : float32 (sizes[0],); q_out : float32 (sizes[-1],), written.
-    Dueling networks as :func:`_forward_into`. No BLAS: for one row, plain loops that skip ReLU zeros are faster.
+    Dueling networks as :func:`_forward_into`. No BLAS: for one row, plain
+    loops that skip ReLU zeros are faster.
     """
     width = 0
     for l in range(1, sizes.shape[0]):
@@ -490,8 +495,8 @@ def _backward(
     obs : float (B, obs_size), the input of the forward pass.
     acts : the workspace :func:`_forward_into` filled for ``obs`` with these params.
     dq : float (B, n_actions), d loss / d Q; rows may be sparse (zeros are skipped).
-        For a dueling network (``params`` longer than :func:`_plain_size`) it
-        is overwritten with d loss / d A.
+        A dueling network (``params`` longer than :func:`_plain_size`) gets its
+        two heads' gradients from the same ``dq`` (see the comment inside).
     grads : float (num_params,), written with d loss / d params (same layout).
     """
     batch = obs.shape[0]
@@ -513,33 +518,6 @@ def _backward(
 
     delta_a = np.empty(batch * width, dtype=params.dtype)
     delta_b = np.empty(batch * width, dtype=params.dtype)
-
-    # Dueling head (params longer than the plain MLP): Q_j = V + A_j - mean(A),
-    # so with g = dLoss/dQ of a row, dLoss/dA_j = g_j - mean(g) and dLoss/dV =
-    # sum(g). ``dq`` is rewritten in place to dLoss/dA, the value head's
-    # gradient is written, and sum(g) per row goes to ``dv`` for dh below.
-    dueling = params.shape[0] > p
-    dv = np.zeros(batch if dueling else 0, dtype=params.dtype)
-    if dueling:
-        n_hid = sizes[n_layers - 1]
-        h_k = acts[a_offs[n_layers - 1] - batch * n_hid : a_offs[n_layers - 1]]
-        h_k = h_k.reshape((batch, n_hid))
-        gw_v = grads[p : p + n_hid]
-        gw_v[:] = 0.0
-        gb_v = params.dtype.type(0.0)
-        for i in range(batch):
-            s = dq[i, 0]
-            for j in range(1, n_act):
-                s += dq[i, j]
-            mean = s / n_act
-            for j in range(n_act):
-                dq[i, j] = dq[i, j] - mean
-            dv[i] = s
-            gb_v += s
-            if s != 0.0:
-                for k in range(n_hid):
-                    gw_v[k] += h_k[i, k] * s
-        grads[p + n_hid] = gb_v
 
     # Output layer: dW_L = h^T dQ, db_L = column sums of dQ, dh = dQ W_L^T.
     # dQ is mostly zeros for DQN (only Q(s_i, a_i) enters the loss), so loop
@@ -563,15 +541,48 @@ def _backward(
                 row = gw_t[j]
                 for k in range(n_in):
                     row[k] += h_in[i, k] * gij
+    # Dueling head (params longer than the plain MLP; the last layer is A and
+    # V's W_V (n_in,), b_V follow at ``p``): Q_j = V + A_j - mean(A). With g a
+    # row of dQ, dLoss/dA_j = g_j - mean(g) and dLoss/dV = sum(g), so from the
+    # sums above (taken as if A were Q): dW_V = sum_j dW[:, j], db_V = sum_j db_j,
+    # dW_A[:, j] = dW[:, j] - dW_V / n and db_A = db - db_V / n. And Q is linear
+    # in h through W_eff[:, j] = W_A[:, j] - mean_j(W_A) + W_V, which gives dh
+    # below from the same sparse dQ (no dense dA rows).
+    dueling = params.shape[0] > p
+    if dueling:
+        gw_v = grads[p : p + n_in]
+        gw_v[:] = 0.0
+        gb_v = gb[0]
+        for j in range(1, n_act):
+            gb_v += gb[j]
+        for j in range(n_act):
+            row = gw_t[j]
+            for k in range(n_in):
+                gw_v[k] += row[k]
+        grads[p + n_in] = gb_v
+        inv_n = params.dtype.type(1.0 / n_act)
+        for j in range(n_act):
+            gb[j] -= gb_v * inv_n
+            row = gw_t[j]
+            for k in range(n_in):
+                row[k] -= gw_v[k] * inv_n
     for k in range(n_in):
         for j in range(n_act):
             gw[k, j] = gw_t[j, k]
     if last == 0:
         return
-    w_t = gw_t  # reuse the scratch for W_L transposed
+    w_t = gw_t  # reuse the scratch for W_L transposed (W_eff for a dueling head)
     for k in range(n_in):
-        for j in range(n_act):
-            w_t[j, k] = w_last[k, j]
+        if dueling:
+            mean = w_last[k, 0]
+            for j in range(1, n_act):
+                mean += w_last[k, j]
+            shift = params[p + k] - mean / n_act
+            for j in range(n_act):
+                w_t[j, k] = w_last[k, j] + shift
+        else:
+            for j in range(n_act):
+                w_t[j, k] = w_last[k, j]
     delta = delta_a[: batch * n_in].reshape((batch, n_in))
     for i in range(batch):
         # dh_i = sum_j dQ[i, j] W_L[:, j]; DQN's rows have one nonzero, taken
@@ -583,7 +594,7 @@ def _backward(
                 nonzero += 1
                 j_last = j
         row = delta[i]
-        if nonzero <= 1 and not dueling:
+        if nonzero <= 1:
             gij = dq[i, j_last]
             w_row = w_t[j_last]
             for k in range(n_in):
@@ -598,9 +609,6 @@ def _backward(
                 w_row = w_t[j]
                 for k in range(n_in):
                     row[k] += gij * w_row[k]
-        if dueling:  # dh_i += dLoss/dV_i * W_V
-            for k in range(n_in):
-                row[k] += dv[i] * params[p + k]
         for k in range(n_in):
             row[k] = row[k] if h_in[i, k] > 0.0 else 0.0
 
@@ -1305,4 +1313,3 @@ class QNetwork:
     def __repr__(self) -> str:
         duel = ", dueling=True" if self._dueling else ""
         return f"QNetwork(layer_sizes={self._sizes_tuple}{duel}, num_params={self.num_params})"
-
