@@ -375,3 +375,28 @@ def test_onnx_export_of_a_dueling_policy_matches_onnxruntime(trained_pair, tmp_p
     policy = DqnPolicy.load(path, backend="numpy")
     np.testing.assert_allclose(q, policy.q_values_batch(obs), rtol=1e-5, atol=1e-5)
     assert q.argmax(axis=1).tolist() == policy.act_batch(obs).tolist()
+
+
+def test_dueling_checkpoint_acts_with_numpy_alone(trained_pair, tmp_path):
+    """DqnPolicy.load of a dueling checkpoint in a process where numba cannot be imported."""
+    from test_policy_numpy import run_blocked
+
+    agent = trained_pair[0].agent
+    path = agent.save(tmp_path / "duel.npz")
+    obs = np.random.default_rng(4).normal(0.0, 1.0, (50, 4)).astype(np.float32)
+    result = run_blocked(
+        f"""
+        import json
+        import numpy as np
+        from ember_np.policy import DqnPolicy
+
+        policy = DqnPolicy.load({str(path)!r})
+        obs = np.array({obs.tolist()!r}, dtype=np.float32)
+        print(json.dumps({{"backend": policy.backend, "dueling": policy.dueling,
+                          "q": policy.q_values_batch(obs).tolist(),
+                          "acts": policy.act_batch(obs).tolist()}}))
+        """
+    )
+    assert result["backend"] == "numpy" and result["dueling"] is True
+    np.testing.assert_allclose(result["q"], agent.online.forward(obs), rtol=1e-5, atol=1e-5)
+    assert result["acts"] == agent.online.greedy_actions(obs).tolist()
