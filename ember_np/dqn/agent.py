@@ -721,6 +721,8 @@ class DqnAgent:
         if not isinstance(saved, dict):
             return
         mine = json.loads(json.dumps(self.config.to_dict()))  # tuples as JSON lists
+        # a field added after the file was written (e.g. dueling) had its default then
+        saved = {**json.loads(json.dumps(DqnConfig().to_dict())), **saved}
         keys = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
         differ = [f"{k} {saved.get(k)!r} (this agent: {mine.get(k)!r})" for k in keys]
         if differ:
