@@ -1307,7 +1307,8 @@ class QNetwork:
         return self.state_dict()
 
     def __setstate__(self, state: dict[str, np.ndarray]) -> None:
-        self._init_storage(_layer_sizes(np.asarray(state["layer_sizes"]).tolist()))
+        dueling = bool(state["dueling"]) if "dueling" in state else False
+        self._init_storage(_layer_sizes(np.asarray(state["layer_sizes"]).tolist()), dueling)
         self.load_state_dict(state)
 
     def __repr__(self) -> str:
