@@ -238,3 +238,37 @@ def dueling_dqn_loss(
     y = rewards + gamma * masks * q_next_t[rows, best]
     d = dueling_forward(ws, bs, obs)[rows, actions] - y
     return float(np.mean(huber(d, huber_delta)))
+
+
+def make_batch(sizes, batch=16, seed=0, dtype=np.float32, terminal_every=5):
+    """A random DQN batch (obs, actions, rewards, next_obs, masks) for a network of ``sizes``."""
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((batch, sizes[0])).astype(dtype)
+    next_obs = rng.standard_normal((batch, sizes[0])).astype(dtype)
+    actions = rng.integers(0, sizes[-1], batch).astype(np.int64)
+    rewards = (rng.standard_normal(batch) * 2).astype(dtype)
+    masks = np.ones(batch, dtype=dtype)
+    masks[::terminal_every] = 0.0
+    return obs, actions, rewards, next_obs, masks
+
+
+def torch_and_ours(torch, t_net, t_target, net, target, steps=5):
+    """The same ``steps`` DQN updates (Huber, gamma 0.99, Adam lr 1e-3, clip 0.5) in torch
+    and on ``net``, each on a fresh batch; returns the pairs (our loss, torch's loss)."""
+    opt = torch.optim.Adam(t_net.parameters(), lr=1e-3)
+    losses = []
+    for step in range(steps):
+        obs, actions, rewards, next_obs, masks = make_batch(net.layer_sizes, batch=64, seed=step)
+        with torch.no_grad():
+            q_next = t_target(torch.from_numpy(next_obs)).max(dim=1).values
+            y = torch.from_numpy(rewards) + 0.99 * torch.from_numpy(masks) * q_next
+        q = t_net(torch.from_numpy(obs)).gather(1, torch.from_numpy(actions)[:, None]).squeeze(1)
+        t_loss = torch.nn.functional.smooth_l1_loss(q, y)
+        opt.zero_grad()
+        t_loss.backward()
+        torch.nn.utils.clip_grad_norm_(t_net.parameters(), 0.5)
+        opt.step()
+        loss = net.update(obs, actions, rewards, next_obs, masks, target, gamma=0.99,
+                          learning_rate=1e-3, max_grad_norm=0.5)  # fmt: skip
+        losses.append((loss, t_loss.item()))
+    return losses

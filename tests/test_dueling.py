@@ -23,15 +23,7 @@ SIZES = [(3, 6, 2), (3, 6, 5, 3), (4, 6, 5, 4, 2)]
 IDS = ["1 hidden", "2 hidden", "3 hidden"]
 
 
-def make_batch(sizes, batch=16, seed=0, dtype=np.float32):
-    rng = np.random.default_rng(seed)
-    obs = rng.standard_normal((batch, sizes[0])).astype(dtype)
-    next_obs = rng.standard_normal((batch, sizes[0])).astype(dtype)
-    actions = rng.integers(0, sizes[-1], batch).astype(np.int64)
-    rewards = (rng.standard_normal(batch) * 2).astype(dtype)
-    masks = np.ones(batch, dtype=dtype)
-    masks[::5] = 0.0
-    return obs, actions, rewards, next_obs, masks
+make_batch = naive.make_batch
 
 
 def layers64(net):
@@ -141,21 +133,8 @@ def test_update_matches_torch_over_five_adam_steps(sizes):
     net = QNetwork(sizes, seed=0, dueling=True)
     target = QNetwork(sizes, seed=1, dueling=True)
     t_net, t_target = Dueling(net), Dueling(target)
-    opt = torch.optim.Adam(t_net.parameters(), lr=1e-3)
-    for step in range(5):
-        obs, actions, rewards, next_obs, masks = make_batch(sizes, batch=64, seed=step)
-        with torch.no_grad():
-            q_next = t_target(torch.from_numpy(next_obs)).max(dim=1).values
-            y = torch.from_numpy(rewards) + 0.99 * torch.from_numpy(masks) * q_next
-        q = t_net(torch.from_numpy(obs)).gather(1, torch.from_numpy(actions)[:, None]).squeeze(1)
-        t_loss = torch.nn.functional.smooth_l1_loss(q, y)
-        opt.zero_grad()
-        t_loss.backward()
-        torch.nn.utils.clip_grad_norm_(t_net.parameters(), 0.5)
-        opt.step()
-        loss = net.update(obs, actions, rewards, next_obs, masks, target, gamma=0.99,
-                          learning_rate=1e-3, max_grad_norm=0.5)  # fmt: skip
-        assert loss == pytest.approx(t_loss.item(), rel=1e-5)
+    for loss, t_loss in naive.torch_and_ours(torch, t_net, t_target, net, target):
+        assert loss == pytest.approx(t_loss, rel=1e-5)
     lins = [*t_net.trunk, t_net.advantage, t_net.value]
     assert len(lins) == len(net.weights)
     for i, lin in enumerate(lins):
@@ -172,12 +151,13 @@ def test_copy_sync_pickle_and_state_dict_keep_the_heads():
     sizes = (4, 16, 8, 3)
     net = QNetwork(sizes, seed=0, dueling=True)
     x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
-    # pickled before any update: an updated network (plain too) holds a compiled
-    # entry point that does not pickle on main yet (issue 11a's copying/pickling)
     unpickled = pickle.loads(pickle.dumps(net))
     assert unpickled.dueling and unpickled.num_params == net.num_params
     np.testing.assert_array_equal(unpickled.forward(x), net.forward(x))
     net.update(*make_batch(sizes, batch=32), net.copy(), gamma=0.99, learning_rate=1e-2)
+    updated = pickle.loads(pickle.dumps(net))  # an updated network pickles too
+    assert updated.dueling and updated.adam_step == 1
+    np.testing.assert_array_equal(updated.forward(x), net.forward(x))
     other = net.copy()
     assert other.dueling and other.num_params == net.num_params
     np.testing.assert_array_equal(other.forward(x), net.forward(x))

@@ -10,16 +10,7 @@ from ember_np import QNetwork, Rng
 from ember_np.dqn import network as nw
 from ember_np.types import Batch
 
-
-def make_batch(sizes, batch=16, seed=0, dtype=np.float32, terminal_every=5):
-    rng = np.random.default_rng(seed)
-    obs = rng.standard_normal((batch, sizes[0])).astype(dtype)
-    next_obs = rng.standard_normal((batch, sizes[0])).astype(dtype)
-    actions = rng.integers(0, sizes[-1], batch).astype(np.int64)
-    rewards = (rng.standard_normal(batch) * 2).astype(dtype)
-    masks = np.ones(batch, dtype=dtype)
-    masks[::terminal_every] = 0.0
-    return obs, actions, rewards, next_obs, masks
+make_batch = naive.make_batch
 
 
 def flat64(net: QNetwork) -> np.ndarray:
@@ -444,30 +435,8 @@ def test_matches_torch_over_a_few_updates():
         return torch.nn.Sequential(*layers)
 
     t_net, t_target = to_torch(net), to_torch(target)
-    opt = torch.optim.Adam(t_net.parameters(), lr=1e-3)
-    for step in range(5):
-        obs, actions, rewards, next_obs, masks = make_batch(sizes, batch=64, seed=step)
-        with torch.no_grad():
-            q_next = t_target(torch.from_numpy(next_obs)).max(dim=1).values
-            y = torch.from_numpy(rewards) + 0.99 * torch.from_numpy(masks) * q_next
-        q = t_net(torch.from_numpy(obs)).gather(1, torch.from_numpy(actions)[:, None]).squeeze(1)
-        t_loss = torch.nn.functional.smooth_l1_loss(q, y)
-        opt.zero_grad()
-        t_loss.backward()
-        torch.nn.utils.clip_grad_norm_(t_net.parameters(), 0.5)
-        opt.step()
-        loss = net.update(
-            obs,
-            actions,
-            rewards,
-            next_obs,
-            masks,
-            target,
-            gamma=0.99,
-            learning_rate=1e-3,
-            max_grad_norm=0.5,
-        )
-        assert loss == pytest.approx(t_loss.item(), rel=1e-4)
+    for loss, t_loss in naive.torch_and_ours(torch, t_net, t_target, net, target):
+        assert loss == pytest.approx(t_loss, rel=1e-4)
     for i, lin in enumerate(m for m in t_net if isinstance(m, torch.nn.Linear)):
         np.testing.assert_allclose(
             net.weights[i], lin.weight.detach().numpy().T, rtol=1e-4, atol=1e-5
