@@ -20,14 +20,8 @@ import pytest
 from ember_np import DqnConfig, EpisodeRecord, EpisodeStatus, TrainingRun
 from ember_np.cli import main
 from ember_np.dashboard import make_server
-from ember_np.dashboard.logs import (
-    SMOOTH_EPISODES,
-    JsonlTail,
-    RunStore,
-    bootstrap_iqm_band,
-    iqm_rows,
-)
-from ember_np.stats import iqm
+from ember_np.dashboard.logs import SMOOTH_EPISODES, JsonlTail, RunStore
+from ember_np.stats import iqm, iqm_curve
 
 STEPS = 3_000
 CHROMIUM = "/usr/bin/chromium"
@@ -415,26 +409,6 @@ def test_root_must_exist(tmp_path):
 # -- multi-seed runs -----------------------------------------------------------------
 
 
-def test_iqm_rows_agrees_with_stats_iqm():
-    rng = np.random.default_rng(3)
-    for n in (1, 2, 3, 4, 5, 7, 8, 13):
-        x = rng.normal(size=(6, n))
-        np.testing.assert_allclose(iqm_rows(x), [iqm(row) for row in x], rtol=1e-12)
-
-
-def test_bootstrap_band_brackets_the_iqm_and_is_stable():
-    rng = np.random.default_rng(4)
-    scores = rng.normal(size=(5, 6)) * 10 + 100
-    mid, lo, hi = bootstrap_iqm_band(scores)
-    np.testing.assert_allclose(mid, [iqm(row) for row in scores])
-    assert np.all(lo <= mid + 1e-9) and np.all(mid <= hi + 1e-9) and np.all(lo < hi)
-    assert np.all(lo >= scores.min(axis=1)) and np.all(hi <= scores.max(axis=1))
-    again = bootstrap_iqm_band(scores)
-    assert all(np.array_equal(a, b) for a, b in zip((mid, lo, hi), again))
-    same = np.full((3, 4), 7.0)
-    assert all(np.all(v == 7.0) for v in bootstrap_iqm_band(same))
-
-
 def make_multi_seed(root: Path, rewards_by_seed: dict[int, list[float]], evals) -> str:
     """``root/multi/v1/<run_id>/seed_<s>/``: ordinary runs with the given episodes."""
     group = root / "multi" / "v1" / "20260102_000000"
@@ -484,6 +458,10 @@ def test_multi_seed_run_has_an_iqm_curve_with_a_band(tmp_path):
     ev = series["iqm"]["eval"]
     assert ev["steps"] == [200, 400]  # 600+s is not a step every seed was evaluated at
     assert ev["iqm"] == pytest.approx([iqm([0, 10, 20, 30]), iqm([100, 101, 102, 103])])
+    # the band is ember_np.stats' bootstrap over seeds (seeded: stable between refreshes)
+    band = iqm_curve([[0, 100], [10, 101], [20, 102], [30, 103]], reps=1_000)
+    assert ev["lo"] == pytest.approx(band.low) and ev["hi"] == pytest.approx(band.high)
+    assert all(lo < hi for lo, hi in zip(ev["lo"], ev["hi"]))
 
 
 # -- the command line and the installed package ---------------------------------------

@@ -43,7 +43,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LIVE_WINDOW", "JsonlTail", "RunStore", "iqm_rows", "bootstrap_iqm_band"]
+from ember_np.stats import iqm_curve
+
+__all__ = ["LIVE_WINDOW", "JsonlTail", "RunStore"]
 
 LIVE_WINDOW = 60.0  # seconds since the last write for a run without a lock to count as live
 SMOOTH_EPISODES = 20  # episodes in each seed's moving mean before the IQM across seeds
@@ -389,55 +391,17 @@ class SeedRun:
 # -- multi-seed statistics ----------------------------------------------------------
 
 
-def iqm_rows(x: np.ndarray) -> np.ndarray:
-    """The interquartile mean of each row of ``x``, as :func:`ember_np.stats.iqm` defines it.
+def _iqm_band(table: np.ndarray) -> dict[str, list[float]] | None:
+    """IQM across seeds at each point, with its bootstrap band, as JSON lists.
 
-    Vectorised over leading axes (``ember_np.stats.iqm`` takes one sample):
-    the sorted scores weighted by how much of each one's quantile interval
-    ((i-1)/n, i/n] lies in [0.25, 0.75], times 2.
-
-    Parameters
-    ----------
-    x : ndarray of float64, shape (..., n)
-
-    Returns
-    -------
-    ndarray of float64, shape (...)
+    table : ndarray of float64, shape (points, seeds). The band is
+    :func:`ember_np.stats.iqm_curve` (seeds resampled, seeded, so it does not
+    jitter between refreshes of unchanged data); None when a value is not finite.
     """
-    n = x.shape[-1]
-    lo = np.arange(n) / n
-    hi = np.arange(1, n + 1) / n
-    weights = np.clip(np.minimum(hi, 0.75) - np.maximum(lo, 0.25), 0.0, None) * 2.0
-    return np.sort(x, axis=-1) @ weights
-
-
-def bootstrap_iqm_band(
-    scores: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """IQM across seeds at each point, with a percentile-bootstrap band over seeds.
-
-    Seeds are resampled with replacement (runs, not episodes, as Agarwal et
-    al. 2021 recommend); the generator is seeded, so a band does not jitter
-    between refreshes of unchanged data.
-
-    Parameters
-    ----------
-    scores : ndarray of float64, shape (points, seeds)
-
-    Returns
-    -------
-    iqm, lo, hi : ndarray of float64, shape (points,)
-    """
-    n = scores.shape[1]
-    point = iqm_rows(scores)
-    if n < 2:
-        return point, point.copy(), point.copy()
-    rng = np.random.default_rng(0)
-    pick = rng.integers(0, n, size=(resamples, n))
-    boot = iqm_rows(scores[:, pick])  # (points, resamples)
-    alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(boot, [alpha, 1.0 - alpha], axis=1)
-    return point, lo, hi
+    if not np.all(np.isfinite(table)):
+        return None
+    band = iqm_curve(table.T, confidence=CONFIDENCE, reps=BOOTSTRAP_RESAMPLES)
+    return {"iqm": band.value.tolist(), "lo": band.low.tolist(), "hi": band.high.tolist()}
 
 
 def _moving_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -475,9 +439,9 @@ def _iqm_curves(seeds: list[SeedRun]) -> dict[str, Any]:
             table = np.empty((grid.size, len(curves)))
             for j, (xs, ys) in enumerate(curves):
                 table[:, j] = ys[np.searchsorted(xs, grid, side="right") - 1]
-            mid, lo, hi = bootstrap_iqm_band(table)
-            out["train"] = {"steps": grid.astype(int).tolist(), "iqm": mid.tolist(),
-                            "lo": lo.tolist(), "hi": hi.tolist()}  # fmt: skip
+            band = _iqm_band(table)
+            if band is not None:
+                out["train"] = {"steps": grid.astype(int).tolist(), **band}
     evals = []
     for s in seeds:
         cols = s.eval_columns().to_dict()
@@ -485,9 +449,9 @@ def _iqm_curves(seeds: list[SeedRun]) -> dict[str, Any]:
     common = sorted(set.intersection(*(set(e) for e in evals))) if evals else []
     if common:
         table = np.array([[e[x] for e in evals] for x in common], dtype=np.float64)
-        mid, lo, hi = bootstrap_iqm_band(table)
-        out["eval"] = {"steps": common, "iqm": mid.tolist(), "lo": lo.tolist(),
-                       "hi": hi.tolist()}  # fmt: skip
+        band = _iqm_band(table)
+        if band is not None:
+            out["eval"] = {"steps": common, **band}
     return out
 
 
