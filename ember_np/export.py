@@ -30,6 +30,7 @@ from typing import Any
 from ember_np.checkpoint import CheckpointError, atomic_write
 from ember_np.dqn.policy import DqnPolicy
 from ember_np.encoding import IndexActionMapper, describe
+from ember_np.training.run import checkpoint_file_name
 
 __all__ = ["INSTALL_HINT", "export_onnx", "policy_to_onnx", "resolve_checkpoint"]
 
@@ -149,13 +150,10 @@ def resolve_checkpoint(path: str | os.PathLike[str], which: str | None = None) -
         return p
     if not p.is_dir():
         raise ValueError(f"no checkpoint file or run directory at {p}")
-    which = "best" if which is None else which
-    if which in ("best", "latest"):
-        name = f"{which}.npz"
-    elif which.startswith("step_") and which[5:].isdigit():
-        name = f"step_{int(which[5:])}.npz"
-    else:
-        raise ValueError(f"--checkpoint must be best, latest or step_N, got {which!r}")
+    try:
+        name = checkpoint_file_name("best" if which is None else which)
+    except ValueError:
+        raise ValueError(f"--checkpoint must be best, latest or step_N, got {which!r}") from None
     found = p / "checkpoints" / name
     if not found.is_file():
         raise ValueError(f"no checkpoint {found} (is {p} a run directory?)")

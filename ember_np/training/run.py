@@ -47,11 +47,21 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory locks, runs are not locked
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["RunLockedError", "RunLogWarning", "TrainingRun"]
+__all__ = ["RunLockedError", "RunLogWarning", "TrainingRun", "checkpoint_file_name"]
 
 _RUN_ID = re.compile(r"^(\d{8}_\d{6})(?:_(\d+))?$")
 _STEP_FILE = re.compile(r"^step_(\d+)\.npz$")
 LOCK_FILE = ".lock"
+
+
+def checkpoint_file_name(which: str) -> str:
+    """The file name of the checkpoint ``which`` names: ``"best"``, ``"latest"`` or
+    ``"step_<N>"`` (``step_007`` is ``step_7.npz``). ValueError for any other name."""
+    if which in ("best", "latest"):
+        return f"{which}.npz"
+    if which.startswith("step_") and which[5:].isdigit():
+        return f"step_{int(which[5:])}.npz"
+    raise ValueError(f"a checkpoint is best, latest or step_N, got {which!r}")
 
 
 class RunLockedError(RuntimeError):
@@ -370,13 +380,7 @@ class TrainingRun:
 
         Raises ValueError for any other name (the file need not exist).
         """
-        if which == "best":
-            return self.best_checkpoint_path()
-        if which == "latest":
-            return self.latest_checkpoint_path()
-        if which.startswith("step_") and which[5:].isdigit():
-            return self.checkpoint_path(int(which[5:]))
-        raise ValueError(f"a checkpoint is best, latest or step_N, got {which!r}")
+        return self.checkpoints_dir / checkpoint_file_name(which)
 
     def step_checkpoints(self) -> list[tuple[int, Path]]:
         """Numbered checkpoints on disk, sorted by step."""
