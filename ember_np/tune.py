@@ -478,22 +478,22 @@ def work(
     timeout: float | None = None,
     quiet: bool = False,
     poll: float = 1.0,
+    heartbeat: bool = False,
 ) -> int:
     """Run trials of ``study`` until it holds ``n_trials`` complete or pruned trials.
 
     A worker waits (polling every ``poll`` seconds) while the missing trials
     are running elsewhere, since one of them may die and be enqueued again;
-    without a heartbeat (journal storage) it leaves instead. With
+    without a heartbeat (``heartbeat``: the study's storage has one, see
+    :func:`has_heartbeat`; journal storage has none) it leaves instead. With
     ``timeout`` (seconds) it starts no trial after that. Returns the number
     of trials this worker finished.
     """
     import optuna
     from optuna.storages import fail_stale_trials
-    from optuna.storages._heartbeat import is_heartbeat_enabled
     from optuna.trial import TrialState
 
     objective = _objective(settings, n_trials, quiet)
-    heartbeat = is_heartbeat_enabled(study._storage)
     start = time.monotonic()
     finished = 0
     failures = 0
@@ -529,6 +529,13 @@ def work(
     return finished
 
 
+def has_heartbeat(storage: Any) -> bool:
+    """Whether an Optuna storage records trial heartbeats (an RDB storage opened
+    with a heartbeat interval), through its public ``get_heartbeat_interval``."""
+    interval = getattr(storage, "get_heartbeat_interval", None)
+    return callable(interval) and interval() is not None
+
+
 def _worker_main(spec_json: str) -> int:
     """Entry point of one worker process (``python -m ember_np.tune SPEC``)."""
     import optuna
@@ -540,7 +547,8 @@ def _worker_main(spec_json: str) -> int:
     settings = TuneSettings.from_dict(study.user_attrs[SETTINGS_ATTR])
     study.sampler = _sampler(spec["sampler"], settings.seed, spec["worker"])
     study.pruner = _pruner(spec["pruner"], settings.steps)
-    work(study, settings, spec["trials"], spec["timeout"], spec["quiet"])
+    work(study, settings, spec["trials"], spec["timeout"], spec["quiet"],
+         heartbeat=has_heartbeat(storage))  # fmt: skip
     return 0
 
 
