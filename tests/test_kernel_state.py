@@ -22,6 +22,7 @@ def test_settings_of_any_values_compile_one_agent_step():
         BASE.replace(gamma=1, learning_rate=1, tau=1, epsilon_start=1, epsilon_end=0),
         BASE.replace(max_grad_norm=10, tau=0.5, double_dqn=True, gradient_steps=2),
         BASE.replace(huber_delta=2, train_freq=2, epsilon_decay_steps=0),
+        BASE.replace(learning_rate_end=1, learning_rate_decay_steps=5),  # annealed rate
     ]
     rng = np.random.default_rng(0)
     counts = []
@@ -29,7 +30,7 @@ def test_settings_of_any_values_compile_one_agent_step():
         agent = DqnAgent(VecEncoder(3), IndexActionMapper(2), config, seed=1)
         settings = agent_mod.agent_settings(config)
         assert [type(v) for v in settings[1:]] == [
-            int, int, int, int, int, float, float, float, int
+            int, int, int, int, int, float, float, float, int, float, int
         ]  # fmt: skip
         assert [type(v) for v in settings.update] == [float, float, float, bool, float]
         for _ in range(12):

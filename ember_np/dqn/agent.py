@@ -90,6 +90,8 @@ class AgentSettings(NamedTuple):
     epsilon_start: float
     epsilon_end: float
     epsilon_decay_steps: int
+    learning_rate_end: float  # update.learning_rate when not annealed (a constant schedule)
+    learning_rate_decay_steps: int
 
 
 def agent_settings(config: DqnConfig) -> AgentSettings:
@@ -100,6 +102,8 @@ def agent_settings(config: DqnConfig) -> AgentSettings:
         int(c.target_update_freq), int(c.train_freq), int(c.gradient_steps_per_train),
         int(c.learning_starts), int(c.batch_size), float(c.tau), float(c.epsilon_start),
         float(c.epsilon_end), int(c.epsilon_decay_steps),
+        float(c.learning_rate if c.learning_rate_end is None else c.learning_rate_end),
+        int(c.learning_rate_decay_steps),
     )  # fmt: skip
 
 
@@ -150,6 +154,31 @@ def _epsilon_now(settings: AgentSettings, step: int) -> float:
     return linear_epsilon(
         step, settings.epsilon_start, settings.epsilon_end, settings.epsilon_decay_steps
     )
+
+
+@kernel
+def _learning_rate_now(settings: AgentSettings, step: int) -> float:
+    """Adam's learning rate after ``step`` (int >= 0) env steps: the one home of
+    the annealing schedule (:meth:`DqnConfig.learning_rate_at`'s formula).
+
+    lr(t) = lr + (lr_end - lr) * min(t / decay_steps, 1); without annealing
+    lr_end = lr, and lr + 0.0 * f is lr exactly (updates bit-identical to a
+    constant rate).
+    """
+    return linear_epsilon(
+        step, settings.update.learning_rate, settings.learning_rate_end,
+        settings.learning_rate_decay_steps,
+    )  # fmt: skip
+
+
+@kernel
+def _update_settings_now(settings: AgentSettings, step: int) -> UpdateSettings:
+    """``settings.update`` with the learning rate of env step ``step`` (:func:`_learning_rate_now`)."""
+    hp = settings.update
+    return UpdateSettings(
+        hp.gamma, _learning_rate_now(settings, step), hp.huber_delta, hp.double_dqn,
+        hp.max_grad_norm,
+    )  # fmt: skip
 
 
 @kernel
@@ -266,8 +295,9 @@ def _agent_step(
     if _train_due(step, agent.replay.cursor[1], settings):
         n = settings.gradient_steps
         out[0] = _train_from_buffer(
-            agent.replay, agent.replay_rng, agent.net, n, settings.batch_size, settings.update
-        )
+            agent.replay, agent.replay_rng, agent.net, n, settings.batch_size,
+            _update_settings_now(settings, step),
+        )  # fmt: skip
         counters[1] += n
         out[1] = 1.0
     if act_next:
@@ -450,6 +480,17 @@ class DqnAgent:
         return self._config.epsilon_at(step)
 
     @property
+    def learning_rate(self) -> float:
+        """Adam's learning rate for the next updates, :meth:`learning_rate_at` ``(total_steps)``."""
+        return self.learning_rate_at(int(self._counters[0]))
+
+    def learning_rate_at(self, step: int) -> float:
+        """The learning rate every update after ``step`` env steps uses (the
+        compiled schedule the kernels call; ``config.learning_rate_at(step)``
+        up to rounding)."""
+        return float(_learning_rate_now(self._settings, check_int("step", step, minimum=0)))
+
+    @property
     def exploration_rng(self) -> Rng:
         """The exploration stream (used when act_epsilon_greedy gets no rng)."""
         return self._explore_rng
@@ -599,17 +640,18 @@ class DqnAgent:
         """Take ``n`` gradient steps on replayed batches; returns their mean loss."""
         c = self._config
         on = self.online
+        hp = _update_settings_now(self._settings, int(self._counters[0]))
         if self._fast_buffer:
             loss = _train_from_buffer(
                 self.buffer.kernel_state, self._replay_rng.state, self._net, int(n),
-                int(c.batch_size), self._settings.update,
+                int(c.batch_size), hp,
             )  # fmt: skip
         else:
             total = 0.0
             for _ in range(n):
                 batch = self.buffer.sample(c.batch_size, self._replay_rng)
                 total += on.update(
-                    *batch, self.target, gamma=c.gamma, learning_rate=c.learning_rate,
+                    *batch, self.target, gamma=c.gamma, learning_rate=hp.learning_rate,
                     huber_delta=c.huber_delta, double_dqn=c.double_dqn,
                     max_grad_norm=c.max_grad_norm,
                 )  # fmt: skip

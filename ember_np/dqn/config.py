@@ -15,7 +15,8 @@ __all__ = ["DqnConfig", "linear_epsilon"]
 
 @kernel
 def linear_epsilon(step: int, start: float, end: float, decay_steps: int) -> float:
-    """The epsilon schedule, the one definition of it (Python calls ``.py_func``).
+    """The epsilon schedule, the one definition of it (Python calls ``.py_func``);
+    the learning-rate annealing uses it too.
 
     step : int >= 0, env steps taken; start, end : float in [0, 1];
     decay_steps : int >= 0.
@@ -100,6 +101,16 @@ class DqnConfig:
     head A and a value head V, Q = V + A - mean_a(A). Needs at least one hidden
     layer. Default False."""
 
+    learning_rate_end: float | None = None
+    """Learning rate reached by linear annealing from ``learning_rate`` (> 0),
+    or None for a constant rate. Typical learning_rate / 10 to / 100. Default None."""
+
+    learning_rate_decay_steps: int = 100_000
+    """Env steps over which the learning rate anneals to ``learning_rate_end``
+    (then held), >= 1; unused when that is None. Default 100,000: the length of
+    a classic-control run (the step budget of issue 14's bars and of the PER
+    beta schedule), so the rate reaches its end as the run does."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", self._hidden(self.hidden_sizes))
         self._validate()
@@ -156,6 +167,13 @@ class DqnConfig:
                 "dueling=True needs at least one hidden layer to feed its two heads "
                 "(set hidden_sizes, e.g. (64, 64)), got hidden_sizes ()"
             )
+        if self.learning_rate_end is not None and (
+            not _is_real(self.learning_rate_end)
+            or not (self.learning_rate_end > 0 and math.isfinite(self.learning_rate_end))
+        ):
+            fail("learning_rate_end", "a positive finite number or None (no annealing)")
+        if not _is_int(self.learning_rate_decay_steps) or self.learning_rate_decay_steps < 1:
+            fail("learning_rate_decay_steps", "a positive integer")
         if not _is_real(self.tau) or not 0.0 < self.tau <= 1.0:
             fail("tau", "a number in (0, 1]")
         if self.max_grad_norm is not None and (
@@ -183,6 +201,21 @@ class DqnConfig:
         return float(
             _linear_epsilon(
                 step, float(self.epsilon_start), float(self.epsilon_end), self.epsilon_decay_steps
+            )
+        )
+
+    def learning_rate_at(self, step: int) -> float:
+        """Adam's learning rate for updates after ``step`` env steps.
+
+        lr(t) = lr + (lr_end - lr) * min(t / learning_rate_decay_steps, 1), the
+        schedule of :func:`linear_epsilon`; ``learning_rate`` at every step when
+        ``learning_rate_end`` is None. The agent's kernels compute the same
+        value (``_learning_rate_now`` in agent.py).
+        """
+        end = self.learning_rate if self.learning_rate_end is None else self.learning_rate_end
+        return float(
+            _linear_epsilon(
+                step, float(self.learning_rate), float(end), self.learning_rate_decay_steps
             )
         )
 
