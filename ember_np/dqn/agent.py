@@ -173,7 +173,7 @@ def _learning_rate_now(settings: AgentSettings, step: int) -> float:
 
 @kernel
 def _update_settings_now(settings: AgentSettings, step: int) -> UpdateSettings:
-    """``settings.update`` with the learning rate of env step ``step`` (:func:`_learning_rate_now`)."""
+    """``settings.update`` with the learning rate of step ``step`` (:func:`_learning_rate_now`)."""
     hp = settings.update
     return UpdateSettings(
         hp.gamma, _learning_rate_now(settings, step), hp.huber_delta, hp.double_dqn,
