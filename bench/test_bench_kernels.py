@@ -20,19 +20,25 @@ from ember_np import QNetwork
 
 
 @pytest.mark.parametrize("setting", ["S1", "S2"])
-@pytest.mark.parametrize("dueling", [False, True], ids=["plain", "dueling"])
-def test_update(benchmark, setting, dueling, buffer, rng):
+@pytest.mark.parametrize(
+    "dueling, layer_norm",
+    [(False, False), (True, False), (False, True)],
+    ids=["plain", "dueling", "layer_norm"],
+)
+def test_update(benchmark, setting, dueling, layer_norm, buffer, rng):
     """One DQN gradient step (target fwd, online fwd, Huber, backward, clip, Adam).
 
     Issue 14's bar: the dueling S1 update takes at most 1.2x the plain one.
+    LayerNorm (Linear -> LayerNorm -> ReLU in each hidden layer) is timed beside them.
     """
-    net = QNetwork(SETTINGS[setting], seed=0, dueling=dueling)
+    net = QNetwork(SETTINGS[setting], seed=0, dueling=dueling, layer_norm=layer_norm)
     target = net.copy()
     batch = buffer.sample(BATCH, rng)
     kwargs = dict(gamma=0.99, learning_rate=1e-4, max_grad_norm=10.0)
     net.update(*batch, target, **kwargs)  # compile / load outside the timed region
     benchmark.extra_info["layer_sizes"] = SETTINGS[setting]
     benchmark.extra_info["dueling"] = dueling
+    benchmark.extra_info["layer_norm"] = layer_norm
     benchmark(net.update, *batch, target, **kwargs)
 
 

@@ -77,6 +77,7 @@ class AgentKeys:
     DUELING = "online/dueling"  # bool scalar: dueling head (absent in older files: plain)
     TARGET = "target/"  # prefix of the target network's w<i>, b<i>
     BUFFER = "buffer/"  # prefix of the replay buffer's state_dict() keys (optional)
+    LAYER_NORM = "online/layer_norm"  # bool scalar: LayerNorm (absent in older files: none)
 
     @staticmethod
     def weight(prefix: str, layer: int) -> str:
@@ -103,6 +104,17 @@ def dueling_flag(state: Any, key: str = "dueling") -> bool:
             f"{key!r}: expected a bool scalar, found {flag.dtype} of shape {flag.shape}"
         )
     return bool(flag)
+
+
+def layer_norm_flag(state: Any, key: str = "layer_norm") -> bool:
+    """Whether a network state has LayerNorm after its hidden layers: the rule
+    of :func:`dueling_flag` (absent in states written before LayerNorm: False)."""
+    return dueling_flag(state, key)
+
+
+def layer_norm_name(layer_norm: bool) -> str:
+    """How error messages name the presence of LayerNorm."""
+    return "with LayerNorm" if layer_norm else "without LayerNorm"
 
 
 def architecture_name(dueling: bool) -> str:
@@ -438,6 +450,13 @@ class Reader:
         """Whether the checkpoint's network has a dueling head (:func:`dueling_flag`)."""
         try:
             return dueling_flag(self.arrays, AgentKeys.DUELING)
+        except ValueError as exc:
+            raise self.error(str(exc)) from None
+
+    def layer_norm(self) -> bool:
+        """Whether the checkpoint's network has LayerNorm (:func:`layer_norm_flag`)."""
+        try:
+            return layer_norm_flag(self.arrays, AgentKeys.LAYER_NORM)
         except ValueError as exc:
             raise self.error(str(exc)) from None
 

@@ -79,6 +79,7 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
     initializers, nodes = [], []
     h = "obs"
     layers = policy.layers()
+    norms = policy.norms()  # LayerNorm (gain, bias) per hidden layer, or none
     n_dense = len(sizes) - 1  # a dueling policy's value head comes after these
     for l, (w, b) in enumerate(layers):
         initializers += [numpy_helper.from_array(w, f"w{l}"), numpy_helper.from_array(b, f"b{l}")]
@@ -90,6 +91,14 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
         # Gemm: Y = alpha * A @ B + beta * C with alpha = beta = 1, no transposes.
         nodes.append(helper.make_node("Gemm", [h, f"w{l}", f"b{l}"], [z], name=f"dense{l}"))
         if not last:
+            if norms:  # Linear -> LayerNorm (opset 17, over the last axis) -> ReLU
+                g, beta = norms[l]
+                initializers += [numpy_helper.from_array(g, f"ln_g{l}"),
+                                 numpy_helper.from_array(beta, f"ln_b{l}")]  # fmt: skip
+                nodes.append(helper.make_node("LayerNormalization", [z, f"ln_g{l}", f"ln_b{l}"],
+                                              [f"n{l}"], axis=-1, epsilon=1e-5,
+                                              name=f"layer_norm{l}"))  # fmt: skip
+                z = f"n{l}"
             h = f"h{l}"
             nodes.append(helper.make_node("Relu", [z], [h], name=f"relu{l}"))
     if policy.dueling:  # Q = V + (A - mean_a A); V (batch, 1) broadcasts over actions
@@ -127,6 +136,7 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
             "action_offset": str(mapper.start),
             "layer_sizes": json.dumps(list(sizes)),
             "dueling": json.dumps(policy.dueling),
+            "layer_norm": json.dumps(policy.layer_norm),
             "encoder": json.dumps(encoder, sort_keys=True),
             "action_mapper": json.dumps(describe(mapper), sort_keys=True),
             "greedy_action": "action_offset + argmax(q_values, axis=1), first maximum on ties",

@@ -385,6 +385,7 @@ def test_state_dict_round_trip_includes_adam():
     assert set(state) == {
         "layer_sizes",
         "dueling",
+        "layer_norm",
         "w0",
         "b0",
         "w1",

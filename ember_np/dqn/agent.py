@@ -32,6 +32,7 @@ from ember_np.checkpoint import (
     Reader,
     architecture_name,
     json_array,
+    layer_norm_name,
     save_arrays,
     string_array,
 )
@@ -386,7 +387,8 @@ class DqnAgent:
         init_rng, self._replay_rng, self._explore_rng = Rng.streams(seed, 3)  # checks the seed
         self.seed = int(seed)  # any size: saved losslessly (see _seed_array)
         sizes = (obs_size, *config.hidden_sizes, n_actions)
-        self.online = QNetwork(sizes, init_rng, dueling=config.dueling)
+        self.online = QNetwork(sizes, init_rng, dueling=config.dueling,
+                               layer_norm=config.layer_norm)  # fmt: skip
         self._obs_shape = (obs_size,)
         self._flat_encoder = type(encoder) is VecEncoder and encoder.shape == self._obs_shape
         self.target = self.online.copy()
@@ -426,6 +428,11 @@ class DqnAgent:
             raise ValueError(
                 f"config.dueling={config.dueling} does not match the network, which is "
                 f"{architecture_name(self.online.dueling)}"
+            )
+        if config.layer_norm != self.online.layer_norm:
+            raise ValueError(
+                f"config.layer_norm={config.layer_norm} does not match the network, which is "
+                f"{layer_norm_name(self.online.layer_norm)}"
             )
         self._config = config
         self._settings = agent_settings(config)
@@ -694,7 +701,8 @@ class DqnAgent:
         from ember_np.dqn.policy import DqnPolicy
 
         return DqnPolicy(self.online.layer_sizes, self.online.params.copy(),
-                         self.encoder, self.action_mapper, dueling=self.online.dueling)  # fmt: skip
+                         self.encoder, self.action_mapper, dueling=self.online.dueling,
+                         layer_norm=self.online.layer_norm)  # fmt: skip
 
     def state_arrays(self, include_buffer: bool = False) -> dict[str, np.ndarray]:
         """Everything :meth:`save` writes, as a dict of arrays (see README for keys)."""
@@ -714,6 +722,9 @@ class DqnAgent:
         for i, (w, b) in enumerate(zip(self.target.weights, self.target.biases)):
             arrays[K.weight(K.TARGET, i)] = w.copy()
             arrays[K.bias(K.TARGET, i)] = b.copy()
+        for i, (g, b) in enumerate(zip(self.target.norm_gains, self.target.norm_biases)):
+            arrays[f"{K.TARGET}ln_g{i}"] = g.copy()
+            arrays[f"{K.TARGET}ln_b{i}"] = b.copy()
         if include_buffer:
             if not hasattr(self.buffer, "state_dict"):
                 raise ValueError(
@@ -784,13 +795,21 @@ class DqnAgent:
                 f"{architecture_name(self.online.dueling)}, the checkpoint's is "
                 f"{architecture_name(dueling)}"
             )
+        layer_norm = reader.layer_norm()
+        if layer_norm != self.online.layer_norm:
+            raise reader.error(
+                f"architecture mismatch: this agent's network is "
+                f"{layer_norm_name(self.online.layer_norm)}, the checkpoint's is "
+                f"{layer_norm_name(layer_norm)}"
+            )
         sizes = reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1)
         if tuple(sizes.tolist()) != self.online.layer_sizes:
             raise reader.error(
                 f"architecture mismatch: this agent has layer_sizes {self.online.layer_sizes}, "
                 f"the checkpoint has {tuple(sizes.tolist())}"
             )
-        online_state = {"layer_sizes": sizes, "dueling": np.array(dueling)}
+        online_state = {"layer_sizes": sizes, "dueling": np.array(dueling),
+                        "layer_norm": np.array(layer_norm)}  # fmt: skip
         for key, value in self.online.state_dict().items():
             if key not in online_state:
                 online_state[key] = reader.array(K.ONLINE + key, value.dtype, value.shape)
@@ -798,6 +817,9 @@ class DqnAgent:
         for i, (w, b) in enumerate(zip(self.target.weights, self.target.biases)):
             target_state[f"w{i}"] = reader.array(K.weight(K.TARGET, i), np.float32, w.shape)
             target_state[f"b{i}"] = reader.array(K.bias(K.TARGET, i), np.float32, b.shape)
+        for i, g in enumerate(self.target.norm_gains):
+            for key in (f"ln_g{i}", f"ln_b{i}"):
+                target_state[key] = reader.array(K.TARGET + key, np.float32, g.shape)
         counters = reader.array(K.COUNTERS, np.int64, (2,))
         if counters.min() < 0:
             raise reader.error(f"'counters' must be >= 0, found {counters.tolist()}")
@@ -806,7 +828,8 @@ class DqnAgent:
         for key, st in ((K.RNG_EXPLORE, explore), (K.RNG_REPLAY, replay)):
             if int(st[3]) % 2 == 0:
                 raise reader.error(f"{key!r} is not a valid PCG64 state (even increment)")
-        for key in (*(K.ONLINE + k for k in online_state if k not in ("layer_sizes", "dueling")),
+        flags = ("layer_sizes", "dueling", "layer_norm")
+        for key in (*(K.ONLINE + k for k in online_state if k not in flags),
                     *(K.TARGET + k for k in target_state)):  # fmt: skip
             if not np.isfinite(reader.arrays[key]).all():
                 raise reader.error(f"{key!r} holds NaN or infinite values")
@@ -833,6 +856,9 @@ class DqnAgent:
         for i, (w, b) in enumerate(zip(self.target.weights, self.target.biases)):
             w[...] = target_state[f"w{i}"]
             b[...] = target_state[f"b{i}"]
+        for i, (g, b) in enumerate(zip(self.target.norm_gains, self.target.norm_biases)):
+            g[...] = target_state[f"ln_g{i}"]
+            b[...] = target_state[f"ln_b{i}"]
         self._counters[:] = counters
         self._explore_rng.state = explore
         self._replay_rng.state = replay

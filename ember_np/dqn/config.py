@@ -111,6 +111,11 @@ class DqnConfig:
     a classic-control run (the step budget of issue 14's bars and of the PER
     beta schedule), so the rate reaches its end as the run does."""
 
+    layer_norm: bool = False
+    """LayerNorm after each hidden layer's Linear, before its ReLU (Ba et al.
+    2016; Gallici et al. 2024 show it stabilizes TD learning), with its own gain
+    and bias. Needs hidden layers at least 2 wide. Default False."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", self._hidden(self.hidden_sizes))
         self._validate()
@@ -174,6 +179,13 @@ class DqnConfig:
             fail("learning_rate_end", "a positive finite number or None (no annealing)")
         if not _is_int(self.learning_rate_decay_steps) or self.learning_rate_decay_steps < 1:
             fail("learning_rate_decay_steps", "a positive integer")
+        if not isinstance(self.layer_norm, bool):
+            fail("layer_norm", "True or False")
+        if self.layer_norm and (not self.hidden_sizes or min(self.hidden_sizes) < 2):
+            raise ValueError(
+                "layer_norm=True needs hidden layers of width >= 2 to normalise (set "
+                f"hidden_sizes, e.g. (64, 64)), got hidden_sizes {self.hidden_sizes}"
+            )
         if not _is_real(self.tau) or not 0.0 < self.tau <= 1.0:
             fail("tau", "a number in (0, 1]")
         if self.max_grad_norm is not None and (

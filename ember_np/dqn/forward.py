@@ -5,6 +5,8 @@ Both read the same flat float32 parameter array (layer l: ``W_l`` row-major
 
     h_0 = x;  h_{l+1} = ReLU(h_l @ W_l + b_l);  Q = h_{L-1} @ W_{L-1} + b_{L-1}
 
+(with LayerNorm, h_{l+1} = ReLU(LayerNorm_l(h_l @ W_l + b_l)); see :func:`norm_views`)
+
 * :class:`NumpyForward` uses NumPy alone (``np.dot`` is NumPy's BLAS
   ``sgemv`` / ``sgemm`` in float32). This module never imports numba, so a
   deployed policy acts within NumPy's import time, in about 30 MB.
@@ -33,7 +35,10 @@ __all__ = [
     "greedy_index",
     "greedy_indices",
     "layer_views",
+    "norm_views",
 ]
+
+LN_EPS = 1e-5  # network.LN_EPS, torch.nn.LayerNorm's default (not imported: no numba here)
 
 
 def greedy_index(q: np.ndarray) -> int:
@@ -89,6 +94,22 @@ def layer_views(
     return out
 
 
+def norm_views(
+    layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(gain_l, bias_l) views of each hidden layer's LayerNorm, shape (hidden_l,) each.
+
+    They are the last ``2 * sum(hidden)`` values of ``params``, after the
+    layers of :func:`layer_views` (network.py's ``_layout``).
+    """
+    offset = sum(w.size + b.size for w, b in layer_views(layer_sizes, params, dueling))
+    out = []
+    for width in layer_sizes[1:-1]:
+        out.append((params[offset : offset + width], params[offset + width : offset + 2 * width]))
+        offset += 2 * width
+    return out
+
+
 class NumpyForward:
     """Q-values and greedy actions with NumPy alone (float32 matrix products and ReLU).
 
@@ -118,15 +139,27 @@ class NumpyForward:
     (the hidden layers), :meth:`_head` (Q-values from the last hidden layer;
     with ``dueling`` one product gives ``[A | V]``, then Q = V + A - mean(A)) and
     :func:`greedy_index` (where an action mask would exclude actions).
+
+    With ``layer_norm`` the hidden layers are computed one NumPy step at a
+    time (:meth:`_norm_trunk`: Linear, LayerNorm, ReLU), and the head gets the
+    carried 1 appended; NaN and inf still reach every Q-value (through the
+    row mean), so the checks above hold.
     """
 
     name = "numpy"
 
     def __init__(
-        self, layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False
-    ) -> None:
+        self, layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False,
+        layer_norm: bool = False,
+    ) -> None:  # fmt: skip
         layers = layer_views(layer_sizes, params, dueling)
         self._dueling = dueling
+        self._norm_layers: list[tuple[np.ndarray, ...]] = []
+        if layer_norm:
+            trunk = layers[: len(layer_sizes) - 2]
+            norms = norm_views(layer_sizes, params, dueling)
+            self._norm_layers = [(w.copy(), b.copy(), g.copy(), beta.copy())
+                                 for (w, b), (g, beta) in zip(trunk, norms)]  # fmt: skip
         if dueling:  # advantage and value heads as one product: h @ [W_A | W_V]
             (w_a, b_a), (w_v, b_v) = layers[-2], layers[-1]
             layers = [*layers[:-2], (np.concatenate([w_a, w_v], axis=1), np.append(b_a, b_v))]
@@ -150,7 +183,23 @@ class NumpyForward:
         w, b = layers[-1]
         self._head_w = np.concatenate([w, b[None, :]], axis=0)
 
+    def _norm_trunk(self, x: np.ndarray) -> np.ndarray:
+        """The hidden layers with LayerNorm, then the carried 1 the head expects."""
+        h = x
+        for w, b, gain, beta in self._norm_layers:
+            z = np.dot(h, w)
+            z += b
+            z -= z.mean(axis=-1, keepdims=True)
+            rstd = 1.0 / np.sqrt(np.mean(z * z, axis=-1, keepdims=True) + np.float32(LN_EPS))
+            z *= rstd
+            z *= gain
+            z += beta
+            h = np.maximum(z, 0.0, out=z)
+        return np.concatenate([h, np.ones((*h.shape[:-1], 1), np.float32)], axis=-1)
+
     def _trunk(self, x: np.ndarray) -> np.ndarray:
+        if self._norm_layers:
+            return self._norm_trunk(x)
         h = np.dot(x, self._w0)
         h += self._b0
         if self._head_w is None:
@@ -242,10 +291,11 @@ class CompiledForward:
     name = "numba"
 
     def __init__(
-        self, layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False
-    ) -> None:
-        # ``dueling`` is not stored: the kernels read it from the length of
-        # ``params`` (the value head follows the plain layout).
+        self, layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False,
+        layer_norm: bool = False,
+    ) -> None:  # fmt: skip
+        # ``dueling`` and ``layer_norm`` are not stored: the kernels read them
+        # from the length of ``params`` (network.py's ``_layout``).
         _network_kernels()
         self._params = params
         self._sizes = np.array(layer_sizes, dtype=np.int64)

@@ -7,8 +7,10 @@ flat float32 array; ``weights[l]`` (shape ``(in, out)``) and ``biases[l]``
 network, and the optimiser, gradient clipping and target-network sync are
 single loops over that array. A dueling network (``dueling=True``) has the
 advantage head as its last layer and the value head's ``W_V`` (hidden,) and
-``b_V`` after it; kernels see the architecture in the parameter count
-(:func:`_plain_size`) and branch once per call.
+``b_V`` after it; with ``layer_norm=True`` each hidden layer is Linear ->
+LayerNorm -> ReLU and the LayerNorms' gains and biases come last. Kernels
+see the architecture in the parameter count (:func:`_layout`, exact) and
+branch once per call.
 
 One DQN step (:meth:`QNetwork.update`) runs entirely in compiled code:
 target forward, online forward, Huber loss, backward pass, global-norm
@@ -43,7 +45,12 @@ import numpy as np
 from ember_np._arrays import as_f32, as_i64
 from ember_np._blas import gemm
 from ember_np._jit import entry_point, kernel
-from ember_np.checkpoint import architecture_name, dueling_flag
+from ember_np.checkpoint import (
+    architecture_name,
+    dueling_flag,
+    layer_norm_flag,
+    layer_norm_name,
+)
 from ember_np.encoding import nonfinite_observation as _nonfinite_observation
 from ember_np.encoding import nonfinite_row as _nonfinite_row
 from ember_np.rng import Rng
@@ -58,6 +65,7 @@ ADAM_BETA2 = 0.999
 ADAM_EPS = 1e-8
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6)
 ADAM_FLUSH = 1e-30  # Adam moments below this are set to 0 (see _adam_step)
+LN_EPS = 1e-5  # torch.nn.LayerNorm's default eps
 
 
 # ---------------------------------------------------------------------------
@@ -93,6 +101,118 @@ def _plain_size(sizes: np.ndarray) -> int:
     for l in range(sizes.shape[0] - 1):
         n += sizes[l] * sizes[l + 1] + sizes[l + 1]
     return n
+
+
+@kernel
+def _layout(n_params: int, sizes: np.ndarray) -> tuple:
+    """Where a network's optional parameters start: (v_off, ln_off), -1 when absent.
+
+    The flat layout is the plain MLP (:func:`_plain_size` values); then a
+    dueling network's value head, ``W_V`` (n_hid,) and ``b_V`` (n_hid + 1
+    values, see :func:`_dueling_combine`); then, with LayerNorm, for each
+    hidden layer l its gain then its bias (``sizes[l+1]`` values each). The
+    three extras have distinct lengths, n_hid + 1, 2H and n_hid + 1 + 2H (H the
+    sum of hidden widths; LayerNorm needs every hidden width >= 2, so 2H >
+    n_hid + 1): the parameter count names the architecture exactly. Kernels
+    decode it once per call.
+    """
+    plain = _plain_size(sizes)
+    extra = n_params - plain
+    n_layers = sizes.shape[0] - 1
+    if extra == 0 or n_layers < 2:
+        return -1, -1
+    duel = sizes[n_layers - 1] + 1
+    if extra == duel:
+        return plain, -1
+    norm = 0
+    for l in range(1, n_layers):
+        norm += 2 * sizes[l]
+    if extra == duel + norm:  # a dueling head, then LayerNorm
+        return plain, plain + duel
+    return -1, plain
+
+
+@kernel
+def _acts_size(n_params: int, sizes: np.ndarray, batch: int) -> int:
+    """Length of the workspace :func:`_forward_into` needs for ``batch`` rows.
+
+    Every layer's output (B * sum(sizes[1:])); with LayerNorm also, per hidden
+    layer, its normalised pre-activation xhat (B * width) and 1 / std (B).
+    """
+    n_layers = sizes.shape[0] - 1
+    total = 0
+    for l in range(1, n_layers + 1):
+        total += sizes[l]
+    if _layout(n_params, sizes)[1] >= 0:
+        for l in range(1, n_layers):
+            total += sizes[l] + 1
+    return batch * total
+
+
+@kernel
+def _layer_norm_relu(
+    z: np.ndarray, gain: np.ndarray, beta: np.ndarray, xhat: np.ndarray, rstd: np.ndarray
+) -> None:
+    """LayerNorm then ReLU over each row (Ba et al. 2016; torch.nn.LayerNorm, eps 1e-5).
+
+    z : float (B, n), the pre-activation h W + b on entry, ReLU(gain * xhat + beta)
+    on return. gain, beta : float (n,). xhat : float (B, n) and rstd : float (B,),
+    written for the backward pass: xhat = (z - mean) * rstd, rstd = 1 / sqrt(var + eps),
+    mean and (biased) var over the row. Sums run in float64.
+    """
+    n = z.shape[1]
+    inv_n = 1.0 / n
+    for i in range(z.shape[0]):
+        mean = 0.0
+        for k in range(n):
+            mean += z[i, k]
+        mean *= inv_n
+        var = 0.0
+        for k in range(n):
+            d = z[i, k] - mean
+            var += d * d
+        r = 1.0 / math.sqrt(var * inv_n + LN_EPS)
+        rstd[i] = r
+        for k in range(n):
+            xh = (z[i, k] - mean) * r
+            xhat[i, k] = xh
+            v = gain[k] * xh + beta[k]
+            z[i, k] = v if v > 0.0 else 0.0
+
+
+@kernel
+def _layer_norm_backward(
+    gain: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, dy: np.ndarray, g_gain: np.ndarray,
+    g_beta: np.ndarray,
+) -> None:  # fmt: skip
+    """Backward pass of :func:`_layer_norm_relu`'s LayerNorm, in place.
+
+    gain : float (n,); xhat (B, n), rstd (B,) as the forward pass wrote them.
+    dy : float (B, n), d loss / d(LayerNorm output) on entry (ReLU already
+    applied), d loss / dz on return. g_gain, g_beta : float (n,), written.
+
+    dgain = sum_i dy * xhat, dbeta = sum_i dy; with g = dy * gain,
+    dz = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+    """
+    n = dy.shape[1]
+    inv_n = 1.0 / n
+    g_gain[:] = 0.0
+    g_beta[:] = 0.0
+    for i in range(dy.shape[0]):
+        s1 = 0.0
+        s2 = 0.0
+        for k in range(n):
+            d = dy[i, k]
+            g_gain[k] += d * xhat[i, k]
+            g_beta[k] += d
+            g = d * gain[k]
+            s1 += g
+            s2 += g * xhat[i, k]
+        s1 *= inv_n
+        s2 *= inv_n
+        r = rstd[i]
+        for k in range(n):
+            dy[i, k] = r * (dy[i, k] * gain[k] - s1 - xhat[i, k] * s2)
 
 
 @kernel
@@ -144,10 +264,17 @@ def _forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np
     starting at ``B * sum(sizes[1:l+1])``; the Q-values are the last block.
     A dueling network (``params`` longer than :func:`_plain_size`) has its
     advantage head as the last layer and combines it in place with the value
-    head (:func:`_dueling_combine`). Returns the offset of the Q-value block.
+    head (:func:`_dueling_combine`). With LayerNorm (:func:`_layout`) each
+    hidden layer is Linear -> LayerNorm -> ReLU, and ``acts`` must hold
+    :func:`_acts_size` values: after the activations come each hidden layer's
+    xhat (B, width) and rstd (B,). Returns the offset of the Q-value block.
     """
     batch = x.shape[0]
     n_layers = sizes.shape[0] - 1
+    v_off, ln_off = _layout(params.shape[0], sizes)
+    ln_a = 0  # where LayerNorm's saved values start in acts
+    for l in range(1, n_layers + 1):
+        ln_a += batch * sizes[l]
     p_off = 0
     a_off = 0
     h = x
@@ -156,15 +283,25 @@ def _forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np
         n_out = sizes[l + 1]
         out = acts[a_off : a_off + batch * n_out].reshape((batch, n_out))
         gemm(h, w, out, False, False, 0.0)
-        _bias_act(out, b, l < n_layers - 1)
+        hidden = l < n_layers - 1
+        if hidden and ln_off >= 0:
+            _bias_act(out, b, False)
+            xhat = acts[ln_a : ln_a + batch * n_out].reshape((batch, n_out))
+            rstd = acts[ln_a + batch * n_out : ln_a + batch * n_out + batch]
+            gain = params[ln_off : ln_off + n_out]
+            _layer_norm_relu(out, gain, params[ln_off + n_out : ln_off + 2 * n_out], xhat, rstd)
+            ln_a += batch * (n_out + 1)
+            ln_off += 2 * n_out
+        else:
+            _bias_act(out, b, hidden)
         p_off += sizes[l] * n_out + n_out
-        if l < n_layers - 1:
+        if hidden:
             a_off += batch * n_out
             h = out
-    if params.shape[0] > p_off:  # dueling: the last layer was A; h is the last hidden layer
+    if v_off >= 0:  # dueling: the last layer was A; h is the last hidden layer
         n_act = sizes[n_layers]
         q = acts[a_off : a_off + batch * n_act].reshape((batch, n_act))
-        _dueling_combine(params, p_off, h, q)
+        _dueling_combine(params, v_off, h, q)
     return a_off
 
 
@@ -174,15 +311,20 @@ def _forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np
 
     params : float32 (num_params,); sizes : int64 (n_layers + 1,);
     x : float32 (sizes[0],); q_out : float32 (sizes[-1],), written.
-    Dueling networks as :func:`_forward_into`. No BLAS: for one row, plain
-    loops that skip ReLU zeros are faster.
+    Dueling networks and LayerNorm as :func:`_forward_into`. No BLAS: for
+    one row, plain loops that skip ReLU zeros are faster.
     """
     width = 0
     for l in range(1, sizes.shape[0]):
         width = max(width, sizes[l])
-    h = np.empty(width, dtype=params.dtype)
-    nxt = np.empty(width, dtype=params.dtype)
     n_layers = sizes.shape[0] - 1
+    v_off, ln_off = _layout(params.shape[0], sizes)
+    n_ln = width if ln_off >= 0 else 0  # LayerNorm's scratch: xhat (1, width), rstd (1,)
+    buf = np.empty(2 * width + 2 * n_ln, dtype=params.dtype)
+    h = buf[:width]
+    nxt = buf[width : 2 * width]
+    xhat = buf[2 * width : 2 * width + n_ln].reshape((1, n_ln))
+    rstd = buf[2 * width + n_ln :]
     p_off = 0
     src = x
     for l in range(n_layers):
@@ -197,14 +339,20 @@ def _forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np
                 for j in range(n_out):
                     out[j] += xk * w[k, j]
         if l < n_layers - 1:
+            if ln_off >= 0:
+                z = out[:n_out].reshape((1, n_out))
+                gain = params[ln_off : ln_off + n_out]
+                beta = params[ln_off + n_out : ln_off + 2 * n_out]
+                _layer_norm_relu(z, gain, beta, xhat[:, :n_out], rstd)
+                ln_off += 2 * n_out
             for j in range(n_out):
                 h[j] = out[j] if out[j] > 0.0 else 0.0
             src = h
         p_off += sizes[l] * n_out + n_out
-    if params.shape[0] > p_off:  # dueling head
+    if v_off >= 0:  # dueling head
         n_hid = sizes[n_layers - 1]
         n_act = sizes[n_layers]
-        _dueling_combine(params, p_off, h[:n_hid].reshape((1, n_hid)), q_out.reshape((1, n_act)))
+        _dueling_combine(params, v_off, h[:n_hid].reshape((1, n_hid)), q_out.reshape((1, n_act)))
 
 
 @kernel
@@ -251,10 +399,7 @@ def _forward_batch(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: 
     x : float (B, sizes[0]), C-contiguous, B >= 1; q_out : float (B, sizes[-1]), written.
     """
     batch = x.shape[0]
-    total = 0
-    for l in range(1, sizes.shape[0]):
-        total += sizes[l]
-    acts = np.empty(batch * total, dtype=params.dtype)
+    acts = np.empty(_acts_size(params.shape[0], sizes, batch), dtype=params.dtype)
     q_off = _forward_into(params, sizes, x, acts)
     n_act = sizes[sizes.shape[0] - 1]
     q_out[:, :] = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
@@ -515,6 +660,17 @@ def _backward(
         a_offs[l] = a
         p += sizes[l] * sizes[l + 1] + sizes[l + 1]
         a += batch * sizes[l + 1]
+    # LayerNorm (see _layout, _forward_into): hidden layer l's gain and bias
+    # start at ln_p[l] in params, its saved xhat and rstd at ln_a[l] in acts.
+    v_off, ln_off = _layout(params.shape[0], sizes)
+    layer_norm = ln_off >= 0
+    ln_p = np.empty(n_layers, dtype=np.int64)
+    ln_a = np.empty(n_layers, dtype=np.int64)
+    for l in range(n_layers - 1):
+        ln_p[l] = ln_off
+        ln_a[l] = a
+        ln_off += 2 * sizes[l + 1]
+        a += batch * (sizes[l + 1] + 1)
 
     delta_a = np.empty(batch * width, dtype=params.dtype)
     delta_b = np.empty(batch * width, dtype=params.dtype)
@@ -548,7 +704,7 @@ def _backward(
     # dW_A[:, j] = dW[:, j] - dW_V / n and db_A = db - db_V / n. And Q is linear
     # in h through W_eff[:, j] = W_A[:, j] - mean_j(W_A) + W_V, which gives dh
     # below from the same sparse dQ (no dense dA rows).
-    dueling = params.shape[0] > p
+    dueling = v_off >= 0
     if dueling:
         gw_v = grads[p : p + n_in]
         gw_v[:] = 0.0
@@ -612,12 +768,21 @@ def _backward(
         for k in range(n_in):
             row[k] = row[k] if h_in[i, k] > 0.0 else 0.0
 
-    # Hidden layers, from the top down: delta is dLoss/d(pre-activation).
+    # Hidden layers, from the top down: delta is dLoss/d(pre-activation)
+    # (with LayerNorm, first taken back through it from dLoss/d(its output)).
     for l in range(last - 1, -1, -1):
         n_in = sizes[l]
         n_out = sizes[l + 1]
         w, _ = _layer(params, sizes, p_offs[l], l)
         gw, gb = _layer(grads, sizes, p_offs[l], l)
+        if layer_norm:
+            o = ln_a[l]
+            xhat = acts[o : o + batch * n_out].reshape((batch, n_out))
+            rstd = acts[o + batch * n_out : o + batch * n_out + batch]
+            g = ln_p[l]
+            g_gain = grads[g : g + n_out]
+            g_beta = grads[g + n_out : g + 2 * n_out]
+            _layer_norm_backward(params[g : g + n_out], xhat, rstd, delta, g_gain, g_beta)
         if l == 0:
             h_in = obs
         else:
@@ -664,10 +829,7 @@ def _loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateSetti
     batch_size = obs.shape[0]
     n_layers = sizes.shape[0] - 1
     n_act = sizes[n_layers]
-    total = 0
-    for l in range(1, n_layers + 1):
-        total += sizes[l]
-    acts = np.empty(batch_size * total, dtype=params.dtype)
+    acts = np.empty(_acts_size(params.shape[0], sizes, batch_size), dtype=params.dtype)
     y = np.empty(batch_size, dtype=np.float64)
     _td_targets(net, batch, per.discounts, hp, acts, y)
     q_off = _forward_into(params, sizes, obs, acts)
@@ -894,6 +1056,11 @@ class QNetwork:
         Dueling head (Wang et al. 2016): the last hidden layer feeds an
         advantage head A (hidden -> n_actions) and a value head V (hidden -> 1),
         and Q = V + A - mean_a(A). Needs at least one hidden layer. Default False.
+    layer_norm : bool
+        LayerNorm (Ba et al. 2016) after each hidden layer's Linear, before its
+        ReLU, as in Gallici et al. 2024 (PQN): ``Linear -> LayerNorm -> ReLU``,
+        each with its own gain (init 1) and bias (init 0), eps 1e-5 as
+        ``torch.nn.LayerNorm``. Needs hidden layers at least 2 wide. Default False.
 
     Attributes
     ----------
@@ -903,11 +1070,15 @@ class QNetwork:
         network. With ``dueling``, ``weights[-2]`` is the advantage head and
         ``weights[-1]`` (shape (hidden, 1)) the value head.
     biases : list of ndarray of float32, shape (out,)
+    norm_gains, norm_biases : list of ndarray of float32, shape (hidden_l,)
+        With ``layer_norm``, each hidden layer's LayerNorm gain and bias (live
+        views, like ``weights``); empty lists otherwise.
     """
 
     def __init__(
-        self, layer_sizes: Sequence[int], seed: int | Rng = 0, dueling: bool = False
-    ) -> None:
+        self, layer_sizes: Sequence[int], seed: int | Rng = 0, dueling: bool = False,
+        layer_norm: bool = False,
+    ) -> None:  # fmt: skip
         sizes = _layer_sizes(layer_sizes)
         if not isinstance(dueling, (bool, np.bool_)):
             raise ValueError(f"dueling must be True or False, got {dueling!r}")
@@ -916,20 +1087,33 @@ class QNetwork:
                 "a dueling network needs at least one hidden layer to feed its two heads "
                 f"(e.g. (4, 64, 2)), got layer_sizes {sizes}"
             )
-        self._init_storage(sizes, bool(dueling))
+        if not isinstance(layer_norm, (bool, np.bool_)):
+            raise ValueError(f"layer_norm must be True or False, got {layer_norm!r}")
+        if layer_norm and (len(sizes) < 3 or min(sizes[1:-1]) < 2):
+            raise ValueError(
+                "layer_norm needs hidden layers of width >= 2 to normalise (over one unit "
+                f"LayerNorm outputs its bias alone), got layer_sizes {sizes}"
+            )
+        self._init_storage(sizes, bool(dueling), bool(layer_norm))
         rng = seed if isinstance(seed, Rng) else Rng(seed)
         for w, b in zip(self.weights, self.biases):
             bound = 1.0 / math.sqrt(w.shape[0])
             w[...] = (rng.random(w.size) * 2.0 - 1.0).reshape(w.shape) * bound
             b[...] = (rng.random(b.size) * 2.0 - 1.0) * bound
+        for gain in self.norm_gains:  # as torch.nn.LayerNorm: gain 1, bias 0
+            gain[...] = 1.0
 
-    def _init_storage(self, sizes: tuple[int, ...], dueling: bool) -> None:
+    def _init_storage(self, sizes: tuple[int, ...], dueling: bool, layer_norm: bool) -> None:
         self._sizes_tuple = sizes
         self._dueling = dueling
+        self._layer_norm = layer_norm
         self._sizes = np.array(sizes, dtype=np.int64)
         n = sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1))
-        if dueling:  # the value head follows the plain layout (see _dueling_combine)
+        if dueling:  # the value head follows the plain layout (see _layout)
             n += sizes[-2] + 1
+        ln_off = n
+        if layer_norm:  # then each hidden layer's gain and bias
+            n += 2 * sum(sizes[1:-1])
         self._params = np.zeros(n, dtype=np.float32)
         self._grads = np.zeros(n, dtype=np.float32)
         self._adam_m = np.zeros(n, dtype=np.float32)
@@ -952,6 +1136,12 @@ class QNetwork:
             n_hid = sizes[-2]
             self.weights.append(self._params[off : off + n_hid].reshape(n_hid, 1))
             self.biases.append(self._params[off + n_hid : off + n_hid + 1])
+        self.norm_gains: list[np.ndarray] = []
+        self.norm_biases: list[np.ndarray] = []
+        for width in sizes[1:-1] if layer_norm else ():
+            self.norm_gains.append(self._params[ln_off : ln_off + width])
+            self.norm_biases.append(self._params[ln_off + width : ln_off + 2 * width])
+            ln_off += 2 * width
 
     # -- shape ---------------------------------------------------------------
     @property
@@ -963,6 +1153,11 @@ class QNetwork:
     def dueling(self) -> bool:
         """Whether Q = V + A - mean(A) from two heads (see the class docstring)."""
         return self._dueling
+
+    @property
+    def layer_norm(self) -> bool:
+        """Whether each hidden layer is Linear -> LayerNorm -> ReLU (see the class docstring)."""
+        return self._layer_norm
 
     @property
     def obs_size(self) -> int:
@@ -1079,7 +1274,7 @@ class QNetwork:
     def copy(self) -> QNetwork:
         """An independent deep copy (parameters and Adam state)."""
         other = QNetwork.__new__(QNetwork)
-        other._init_storage(self._sizes_tuple, self._dueling)
+        other._init_storage(self._sizes_tuple, self._dueling, self._layer_norm)
         other._params[:] = self._params
         other._adam_m[:] = self._adam_m
         other._adam_v[:] = self._adam_v
@@ -1098,6 +1293,11 @@ class QNetwork:
             raise ValueError(
                 f"network architectures differ: this one is {architecture_name(self._dueling)}, "
                 f"the other {architecture_name(other._dueling)}"
+            )
+        if other._layer_norm != self._layer_norm:
+            raise ValueError(
+                f"network architectures differ: this one is {layer_norm_name(self._layer_norm)}, "
+                f"the other {layer_norm_name(other._layer_norm)}"
             )
 
     def copy_from(self, other: QNetwork) -> None:
@@ -1241,13 +1441,17 @@ class QNetwork:
         Keys: ``layer_sizes`` (int64), ``dueling`` (bool, shape ()), ``w0, b0,
         w1, b1, ...`` (float32; a dueling network's last two are its A and V
         heads), ``adam_m``, ``adam_v`` (float32, shape (num_params,)), ``adam_t``
-        (int64, (1,)).
+        (int64, (1,)), ``layer_norm`` (bool, shape ()) and with it ``ln_g0,
+        ln_b0, ...`` (float32, each hidden layer's LayerNorm gain and bias).
         """
         state: dict[str, np.ndarray] = {"layer_sizes": self._sizes.copy()}
         state["dueling"] = np.array(self._dueling)
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             state[f"w{i}"] = w.copy()
             state[f"b{i}"] = b.copy()
+        state["layer_norm"] = np.array(self._layer_norm)
+        for key, view in self._norm_views():
+            state[key] = view.copy()
         state["adam_m"] = self._adam_m.copy()
         state["adam_v"] = self._adam_v.copy()
         state["adam_t"] = self._adam_t.copy()
@@ -1270,10 +1474,18 @@ class QNetwork:
                 f"architecture mismatch: this network is {architecture_name(self._dueling)}, "
                 f"the state is {architecture_name(stored)}"
             )
+        stored_ln = layer_norm_flag(state)
+        if stored_ln != self._layer_norm:
+            raise ValueError(
+                f"architecture mismatch: this network is {layer_norm_name(self._layer_norm)}, "
+                f"the state is {layer_norm_name(stored_ln)}"
+            )
         expected: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             expected[f"w{i}"] = (w.shape, _F32)
             expected[f"b{i}"] = (b.shape, _F32)
+        for key, view in self._norm_views():
+            expected[key] = (view.shape, _F32)
         expected["adam_m"] = (self._adam_m.shape, _F32)
         expected["adam_v"] = (self._adam_v.shape, _F32)
         expected["adam_t"] = ((1,), np.dtype(np.int64))
@@ -1294,6 +1506,8 @@ class QNetwork:
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             w[...] = arrays[f"w{i}"]
             b[...] = arrays[f"b{i}"]
+        for key, view in self._norm_views():
+            view[...] = arrays[key]
         self._adam_m[:] = arrays["adam_m"]
         self._adam_v[:] = arrays["adam_v"]
         self._adam_t[:] = arrays["adam_t"]
@@ -1308,9 +1522,20 @@ class QNetwork:
 
     def __setstate__(self, state: dict[str, np.ndarray]) -> None:
         dueling = bool(state["dueling"]) if "dueling" in state else False
-        self._init_storage(_layer_sizes(np.asarray(state["layer_sizes"]).tolist()), dueling)
+        sizes = _layer_sizes(np.asarray(state["layer_sizes"]).tolist())
+        self._init_storage(sizes, dueling, layer_norm_flag(state))
         self.load_state_dict(state)
+
+    def _norm_views(self) -> list[tuple[str, np.ndarray]]:
+        """(state_dict key, live view) of every LayerNorm gain and bias: ln_g<i>, ln_b<i>."""
+        out = []
+        for i, (gain, bias) in enumerate(zip(self.norm_gains, self.norm_biases)):
+            out += [(f"ln_g{i}", gain), (f"ln_b{i}", bias)]
+        return out
 
     def __repr__(self) -> str:
         duel = ", dueling=True" if self._dueling else ""
-        return f"QNetwork(layer_sizes={self._sizes_tuple}{duel}, num_params={self.num_params})"
+        norm = ", layer_norm=True" if self._layer_norm else ""
+        return (
+            f"QNetwork(layer_sizes={self._sizes_tuple}{duel}{norm}, num_params={self.num_params})"
+        )

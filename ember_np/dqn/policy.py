@@ -17,7 +17,7 @@ import numpy as np
 from ember_np._arrays import as_f32
 from ember_np.checkpoint import AGENT_FORMAT, CheckpointError, Reader
 from ember_np.checkpoint import AgentKeys as K
-from ember_np.dqn.forward import CompiledForward, NumpyForward, layer_views
+from ember_np.dqn.forward import CompiledForward, NumpyForward, layer_views, norm_views
 from ember_np.encoding import (
     DiscreteActionMapper,
     IndexActionMapper,
@@ -80,8 +80,16 @@ class DqnPolicy:
         backend: Backend = "auto",
         *,
         dueling: bool = False,
+        layer_norm: bool = False,
     ) -> None:
         self.layer_sizes = tuple(int(s) for s in layer_sizes)
+        if not isinstance(layer_norm, (bool, np.bool_)):
+            raise ValueError(f"layer_norm must be True or False, got {layer_norm!r}")
+        if layer_norm and (len(self.layer_sizes) < 3 or min(self.layer_sizes[1:-1]) < 2):
+            raise ValueError(
+                f"layer_norm needs hidden layers of width >= 2, got layer_sizes {self.layer_sizes}"
+            )
+        self.layer_norm = bool(layer_norm)
         if not isinstance(dueling, (bool, np.bool_)):
             raise ValueError(f"dueling must be True or False, got {dueling!r}")
         if dueling and len(self.layer_sizes) < 3:
@@ -93,8 +101,10 @@ class DqnPolicy:
         n = sum(a * b + b for a, b in zip(self.layer_sizes[:-1], self.layer_sizes[1:]))
         if dueling:
             n += self.layer_sizes[-2] + 1  # the value head
+        if layer_norm:
+            n += 2 * sum(self.layer_sizes[1:-1])  # each hidden layer's gain and bias
         if self._params.shape != (n,):
-            arch = "dueling " if dueling else ""
+            arch = ("dueling " if dueling else "") + ("LayerNorm " if layer_norm else "")
             raise ValueError(
                 f"{arch}layer_sizes {self.layer_sizes} need {n} parameters, "
                 f"got {self._params.shape}"
@@ -113,7 +123,7 @@ class DqnPolicy:
         self.action_mapper = action_mapper
         self._obs_shape = (self.layer_sizes[0],)
         forward = CompiledForward if _resolve_backend(backend) == "numba" else NumpyForward
-        self._forward = forward(self.layer_sizes, self._params, self.dueling)
+        self._forward = forward(self.layer_sizes, self._params, self.dueling, self.layer_norm)
 
     @property
     def backend(self) -> str:
@@ -131,6 +141,15 @@ class DqnPolicy:
         """
         views = layer_views(self.layer_sizes, self._params, self.dueling)
         return [(w.copy(), b.copy()) for w, b in views]
+
+    def norms(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Copies of each hidden layer's LayerNorm (gain, bias), float32 (hidden_l,) each;
+        empty without :attr:`layer_norm`. With them h_{l+1} = ReLU(LayerNorm_l(h_l @ W_l
+        + b_l)), LayerNorm(z) = gain * (z - mean(z)) / sqrt(var(z) + 1e-5) + bias."""
+        if not self.layer_norm:
+            return []
+        views = norm_views(self.layer_sizes, self._params, self.dueling)
+        return [(g.copy(), b.copy()) for g, b in views]
 
     @classmethod
     def load(
@@ -165,13 +184,17 @@ class DqnPolicy:
         for i, (n_in, n_out) in enumerate(shapes):
             parts.append(reader.array(K.weight(K.ONLINE, i), np.float32, (n_in, n_out)).ravel())
             parts.append(reader.array(K.bias(K.ONLINE, i), np.float32, (n_out,)))
+        layer_norm = reader.layer_norm()
+        for i, width in enumerate(sizes[1:-1] if layer_norm else ()):
+            for key in (f"ln_g{i}", f"ln_b{i}"):
+                parts.append(reader.array(K.ONLINE + key, np.float32, (width,)))
         try:
             if encoder is None:
                 encoder = encoder_from_description(reader.json(K.ENCODER))
             if action_mapper is None:
                 action_mapper = mapper_from_description(reader.json(K.MAPPER))
             policy = cls(sizes, np.concatenate(parts), encoder, action_mapper, backend,
-                         dueling=dueling)  # fmt: skip
+                         dueling=dueling, layer_norm=layer_norm)  # fmt: skip
         except CheckpointError:
             raise
         except (ValueError, TypeError, KeyError) as exc:
@@ -218,11 +241,12 @@ class DqnPolicy:
     def __reduce__(self) -> tuple[Any, ...]:
         """Copies and pickles go through the constructor, with their own parameters."""
         args = (self.layer_sizes, self._params, self.encoder, self.action_mapper, self.backend,
-                self.dueling)  # fmt: skip
+                self.dueling, self.layer_norm)  # fmt: skip
         return (_unpickle, args)
 
     def __repr__(self) -> str:
         duel = ", dueling=True" if self.dueling else ""
+        duel += ", layer_norm=True" if self.layer_norm else ""
         return f"DqnPolicy(layer_sizes={self.layer_sizes}{duel}, backend={self.backend!r})"
 
 
@@ -233,8 +257,9 @@ def _unpickle(
     action_mapper: Any,
     backend: Backend = "auto",
     dueling: bool = False,
+    layer_norm: bool = False,
 ) -> DqnPolicy:
     """A policy with a copy of ``params`` (which may be a read-only or shared pickle buffer)."""
     params = np.array(params, dtype=np.float32)
     return DqnPolicy(layer_sizes, params, encoder, action_mapper, backend,  # type: ignore[arg-type]
-                     dueling=dueling)  # fmt: skip
+                     dueling=dueling, layer_norm=layer_norm)  # fmt: skip

@@ -1,0 +1,429 @@
+"""LayerNorm after each hidden layer (Ba et al. 2016; Gallici et al. 2024): Linear ->
+LayerNorm -> ReLU in QNetwork, alone and with the dueling head.
+
+Forward against a plain NumPy reference, backprop by finite differences in
+float64, five Adam steps against torch (nn.Linear + nn.LayerNorm + ReLU),
+the state (copy, sync, pickle, state_dict, checkpoints both ways), DqnPolicy
+on both backends, ONNX export, and an agent on the fused loop with exact resume.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import gymnasium as gym
+import naive
+import numpy as np
+import pytest
+
+import ember_np.envs  # noqa: F401  (registers ember_np/CartPole-v1)
+from ember_np import CheckpointError, DqnAgent, DqnConfig, DqnPolicy, DqnTrainer, QNetwork
+from ember_np.dqn import network as nw
+from ember_np.types import Batch
+
+SIZES = [(3, 6, 2), (3, 6, 5, 3), (4, 6, 5, 4, 2)]
+IDS = ["1 hidden", "2 hidden", "3 hidden"]
+DUEL = [False, True]
+DUEL_IDS = ["plain head", "dueling"]
+
+
+# -- NumPy reference -------------------------------------------------------------
+
+
+def naive_unflatten(flat, sizes, dueling):
+    """(weights, biases, gains, betas) of a flat LayerNorm network: the plain or
+    dueling layout, then each hidden layer's gain and bias."""
+    ws, bs = naive.dueling_unflatten(flat, sizes) if dueling else naive.unflatten(flat, sizes)
+    off = sum(w.size + b.size for w, b in zip(ws, bs))
+    gains, betas = [], []
+    for width in sizes[1:-1]:
+        gains.append(flat[off : off + width])
+        betas.append(flat[off + width : off + 2 * width])
+        off += 2 * width
+    assert off == flat.size
+    return ws, bs, gains, betas
+
+
+def naive_forward(flat, sizes, dueling, x):
+    """Q(x) in float64: h <- ReLU(LayerNorm(h W + b)) per hidden layer, then the head."""
+    ws, bs, gains, betas = naive_unflatten(np.asarray(flat, np.float64), sizes, dueling)
+    h = np.asarray(x, np.float64)
+    for w, b, g, beta in zip(ws, bs, gains, betas):
+        z = h @ w + b
+        mu = z.mean(axis=-1, keepdims=True)
+        var = ((z - mu) ** 2).mean(axis=-1, keepdims=True)
+        h = naive.relu(g * (z - mu) / np.sqrt(var + 1e-5) + beta)
+    if dueling:
+        a = h @ ws[-2] + bs[-2]
+        return h @ ws[-1] + bs[-1] + a - a.mean(axis=-1, keepdims=True)
+    return h @ ws[-1] + bs[-1]
+
+
+def naive_loss(flat, t_flat, sizes, dueling, batch, gamma, delta, double):
+    obs, actions, rewards, next_obs, masks = batch
+    q_next_t = naive_forward(t_flat, sizes, dueling, next_obs)
+    src = naive_forward(flat, sizes, dueling, next_obs) if double else q_next_t
+    rows = np.arange(len(actions))
+    y = rewards + gamma * masks * q_next_t[rows, np.argmax(src, axis=1)]
+    d = naive_forward(flat, sizes, dueling, obs)[rows, actions] - y
+    return float(np.mean(naive.huber(d, delta)))
+
+
+def randomize_norms(net, seed):
+    """Gains and biases away from their (1, 0) initialisation, so tests see them act."""
+    rng = np.random.default_rng(seed)
+    for g, b in zip(net.norm_gains, net.norm_biases):
+        g[...] = rng.uniform(0.5, 1.5, g.size)
+        b[...] = rng.uniform(-0.3, 0.3, b.size)
+
+
+# -- construction and forward --------------------------------------------------
+
+
+@pytest.mark.parametrize("dueling", DUEL, ids=DUEL_IDS)
+def test_layout_init_and_views(dueling):
+    sizes = (4, 64, 32, 3)
+    net = QNetwork(sizes, seed=3, dueling=dueling, layer_norm=True)
+    ref = QNetwork(sizes, seed=3, dueling=dueling)
+    assert net.layer_norm and not ref.layer_norm
+    assert net.num_params == ref.num_params + 2 * (64 + 32)
+    assert [g.shape for g in net.norm_gains] == [(64,), (32,)] == [b.shape for b in net.norm_biases]
+    for g, b in zip(net.norm_gains, net.norm_biases):
+        np.testing.assert_array_equal(g, 1.0)
+        np.testing.assert_array_equal(b, 0.0)
+    # weights and biases drawn as without LayerNorm (the same stream)
+    for w, w_ref in zip(net.weights, ref.weights):
+        np.testing.assert_array_equal(w, w_ref)
+    np.testing.assert_array_equal(net.params[: ref.num_params], ref.params)
+    # live views: a LayerNorm bias of the last hidden layer moves Q
+    x = np.ones(4, dtype=np.float32)
+    before = net.forward(x)
+    net.norm_biases[-1][:] += 5.0
+    assert not np.allclose(net.forward(x), before)
+    assert "layer_norm=True" in repr(net)
+    assert QNetwork(sizes).norm_gains == []
+
+
+def test_constructor_rejects_bad_layer_norm():
+    with pytest.raises(ValueError, match="layer_norm must be True or False, got 'yes'"):
+        QNetwork((4, 8, 2), layer_norm="yes")
+    for sizes in [(4, 2), (4, 1, 2), (4, 8, 1, 2)]:
+        with pytest.raises(ValueError, match="layer_norm needs hidden layers of width >= 2"):
+            QNetwork(sizes, layer_norm=True)
+
+
+def test_layout_names_each_architecture_exactly():
+    """The parameter count tells the four architectures apart, also where
+    dueling's extra (n_hid + 1) is close to LayerNorm's (2 * sum(hidden))."""
+    for sizes in [(3, 2, 2), (3, 1, 2), (3, 2, 3, 2), (4, 64, 64, 2)]:
+        for dueling in DUEL:
+            for layer_norm in DUEL if min(sizes[1:-1]) >= 2 else [False]:
+                net = QNetwork(sizes, dueling=dueling, layer_norm=layer_norm)
+                v_off, ln_off = nw._layout(net.num_params, net.sizes_array)
+                assert (v_off >= 0, ln_off >= 0) == (dueling, layer_norm), (sizes, dueling)
+
+
+@pytest.mark.parametrize("dueling", DUEL, ids=DUEL_IDS)
+@pytest.mark.parametrize("sizes", [(4, 64, 2), (4, 64, 64, 2), (5, 32, 16, 8, 3)])
+def test_forward_matches_numpy_reference(sizes, dueling):
+    net = QNetwork(sizes, seed=1, dueling=dueling, layer_norm=True)
+    randomize_norms(net, 2)
+    x = np.random.default_rng(0).standard_normal((33, sizes[0])).astype(np.float32)
+    expected = naive_forward(net.params, sizes, dueling, x)
+    q = net.forward(x)
+    assert q.shape == (33, sizes[-1]) and q.dtype == np.float32
+    np.testing.assert_allclose(q, expected, rtol=1e-5, atol=1e-5)
+    for i in (0, 7, 32):
+        np.testing.assert_allclose(net.forward(x[i]), expected[i], rtol=1e-5, atol=1e-5)
+        assert net.greedy_action(x[i]) == int(np.argmax(expected[i]))
+    np.testing.assert_array_equal(net.greedy_actions(x), np.argmax(expected, axis=1))
+
+
+# -- gradients -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dueling", DUEL, ids=DUEL_IDS)
+@pytest.mark.parametrize("sizes", SIZES, ids=IDS)
+@pytest.mark.parametrize("double", [False, True], ids=["dqn", "double"])
+def test_backprop_matches_finite_differences(sizes, dueling, double):
+    net = QNetwork(sizes, seed=11, dueling=dueling, layer_norm=True)
+    target = QNetwork(sizes, seed=12, dueling=dueling, layer_norm=True)
+    randomize_norms(net, 1)
+    randomize_norms(target, 2)
+    batch = naive.make_batch(sizes, batch=12, seed=5, dtype=np.float64)
+    gamma, delta = 0.9, 0.5  # some residuals on each side of the Huber kink
+    flat, t_flat = net.params.astype(np.float64), target.params.astype(np.float64)
+    n = flat.size
+    state = nw.NetState(flat, t_flat, net.sizes_array, np.zeros(n), np.zeros(n), np.zeros(n),
+                        np.zeros(1, np.int64))  # fmt: skip
+    hp = nw.update_settings(gamma, 1e-3, delta, double, None)
+    per = nw.PerSample(np.empty(0), np.empty(0), np.empty(0))
+    loss = nw._loss_and_grads(state, Batch(*batch), per, hp)
+
+    def fn(p):
+        return naive_loss(p, t_flat, sizes, dueling, batch, gamma, delta, double)
+
+    assert loss == pytest.approx(fn(flat), rel=1e-12)
+    fd = naive.finite_difference_grad(fn, flat.copy())
+    np.testing.assert_allclose(state.grads, fd, rtol=1e-5, atol=1e-8)
+    # not vacuous: every LayerNorm gain and bias gets a gradient
+    _, _, g_gains, g_betas = naive_unflatten(state.grads, sizes, dueling)
+    for g in (*g_gains, *g_betas):
+        assert np.abs(g).max() > 1e-4
+
+
+# -- the whole update against torch ---------------------------------------------
+
+
+@pytest.mark.parametrize("dueling", DUEL, ids=DUEL_IDS)
+@pytest.mark.parametrize("sizes", [(4, 32, 2), (4, 32, 32, 2), (5, 24, 16, 8, 3)], ids=IDS)
+def test_update_matches_torch_over_five_adam_steps(sizes, dueling):
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Module):
+        def __init__(self, q: QNetwork) -> None:
+            super().__init__()
+            lins = []
+            for w, b in zip(q.weights, q.biases):
+                lin = torch.nn.Linear(w.shape[0], w.shape[1])
+                with torch.no_grad():
+                    lin.weight.copy_(torch.from_numpy(w.T.copy()))
+                    lin.bias.copy_(torch.from_numpy(b.copy()))
+                lins.append(lin)
+            norms = []
+            for g, b in zip(q.norm_gains, q.norm_biases):
+                norm = torch.nn.LayerNorm(g.size)  # eps 1e-5
+                with torch.no_grad():
+                    norm.weight.copy_(torch.from_numpy(g.copy()))
+                    norm.bias.copy_(torch.from_numpy(b.copy()))
+                norms.append(norm)
+            n_trunk = len(norms)
+            self.trunk = torch.nn.ModuleList(lins[:n_trunk])
+            self.norms = torch.nn.ModuleList(norms)
+            self.heads = torch.nn.ModuleList(lins[n_trunk:])
+
+        def forward(self, x):
+            for lin, norm in zip(self.trunk, self.norms):
+                x = torch.relu(norm(lin(x)))
+            if len(self.heads) == 1:
+                return self.heads[0](x)
+            a = self.heads[0](x)
+            return self.heads[1](x) + a - a.mean(dim=1, keepdim=True)
+
+    net = QNetwork(sizes, seed=0, dueling=dueling, layer_norm=True)
+    target = QNetwork(sizes, seed=1, dueling=dueling, layer_norm=True)
+    randomize_norms(target, 3)
+    t_net, t_target = Net(net), Net(target)
+    for loss, t_loss in naive.torch_and_ours(torch, t_net, t_target, net, target):
+        assert loss == pytest.approx(t_loss, rel=1e-5)
+    lins = [*t_net.trunk, *t_net.heads]
+    assert len(lins) == len(net.weights)
+    for i, lin in enumerate(lins):
+        np.testing.assert_allclose(net.weights[i], lin.weight.detach().numpy().T,
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(net.biases[i], lin.bias.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for i, norm in enumerate(t_net.norms):
+        np.testing.assert_allclose(net.norm_gains[i], norm.weight.detach().numpy(),
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(net.norm_biases[i], norm.bias.detach().numpy(),
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+        assert np.abs(net.norm_gains[i] - 1.0).max() > 1e-4  # trained, not left at 1
+    assert net.adam_step == 5
+
+
+# -- state: copy, sync, pickle, state_dict ---------------------------------------
+
+
+@pytest.mark.parametrize("dueling", DUEL, ids=DUEL_IDS)
+def test_copy_sync_pickle_and_state_dict_keep_the_norms(dueling):
+    sizes = (4, 16, 8, 3)
+    net = QNetwork(sizes, seed=0, dueling=dueling, layer_norm=True)
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    net.update(*naive.make_batch(sizes, batch=32), net.copy(), gamma=0.99, learning_rate=1e-2,
+               max_grad_norm=1.0)  # fmt: skip
+    assert np.abs(net.norm_gains[0] - 1.0).max() > 0  # trained
+    for other in (pickle.loads(pickle.dumps(net)), net.copy()):
+        assert other.layer_norm and other.dueling == dueling and other.adam_step == 1
+        np.testing.assert_array_equal(other.params, net.params)
+        np.testing.assert_array_equal(other.forward(x), net.forward(x))
+        other.norm_gains[0][0] += 1.0  # its own storage, views rebuilt
+        assert net.norm_gains[0][0] != other.norm_gains[0][0]
+    fresh = QNetwork(sizes, seed=5, dueling=dueling, layer_norm=True)
+    state = net.state_dict()
+    assert bool(state["layer_norm"]) and state["layer_norm"].dtype == np.bool_
+    assert sorted(k for k in state if k.startswith("ln_")) == ["ln_b0", "ln_b1", "ln_g0", "ln_g1"]
+    fresh.load_state_dict(state)
+    np.testing.assert_array_equal(fresh.params, net.params)
+    np.testing.assert_array_equal(fresh._adam_v, net._adam_v)
+    synced = QNetwork(sizes, seed=6, dueling=dueling, layer_norm=True)
+    synced.copy_from(net)
+    np.testing.assert_array_equal(synced.params, net.params)
+    soft = QNetwork(sizes, seed=6, dueling=dueling, layer_norm=True)
+    expected = 0.25 * net.params + 0.75 * soft.params
+    soft.soft_update_from(net, 0.25)
+    np.testing.assert_allclose(soft.params, expected, rtol=1e-6)
+
+
+def test_mixing_with_and_without_layer_norm_is_refused():
+    sizes = (4, 16, 3)
+    plain, normed = QNetwork(sizes, seed=0), QNetwork(sizes, seed=0, layer_norm=True)
+    for a, b in ((plain, normed), (normed, plain)):
+        with pytest.raises(ValueError, match=r"this one is with(out)? LayerNorm, the other"):
+            a.copy_from(b)
+        with pytest.raises(ValueError, match="architectures differ"):
+            a.soft_update_from(b, 0.5)
+        with pytest.raises(ValueError, match="architectures differ"):
+            a.update(*naive.make_batch(sizes), b, gamma=0.99, learning_rate=1e-3)
+        before = a.params.copy()
+        with pytest.raises(ValueError, match=r"this network is with(out)? LayerNorm, the state"):
+            a.load_state_dict(b.state_dict())
+        np.testing.assert_array_equal(a.params, before)
+    old = plain.state_dict()  # written before LayerNorm existed: no 'layer_norm' key
+    del old["layer_norm"]
+    QNetwork(sizes, seed=1).load_state_dict(old)
+    with pytest.raises(ValueError, match="this network is with LayerNorm, the state is without"):
+        normed.load_state_dict(old)
+
+
+# -- agent, checkpoints, policy, ONNX ------------------------------------------------
+
+AGENT_CONFIG = DqnConfig(
+    hidden_sizes=(32, 32), learning_rate=1e-3, batch_size=32, buffer_capacity=3_000,
+    min_replay_size=100, target_update_freq=50, epsilon_end=0.05, epsilon_decay_steps=2_000,
+    max_grad_norm=10.0, layer_norm=True, learning_rate_end=1e-4, learning_rate_decay_steps=1_500,
+)  # fmt: skip
+
+
+def cartpole_trainer(config=AGENT_CONFIG, seed=0, **kw):
+    env = gym.make("ember_np/CartPole-v1")
+    return DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed, **kw)
+
+
+def agent_state(agent):
+    return [agent.online.params.tobytes(), agent.target.params.tobytes(),
+            agent.online._adam_m.tobytes(), agent.online._adam_v.tobytes(),
+            agent._counters.tobytes(), agent.exploration_rng.state.tobytes(),
+            agent.replay_rng.state.tobytes(), agent.buffer.storage.tobytes()]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A LayerNorm agent (dueling too) trained by the fused loop, and the same by Python."""
+    config = AGENT_CONFIG.replace(dueling=True)
+    fused, python = cartpole_trainer(config), cartpole_trainer(config, fused=False)
+    assert fused.fused and not python.fused
+    losses = []
+    for _ in range(3):
+        fused.train(500)
+        python.train(500)
+        losses.append(fused.agent.last_loss)
+    return fused, python, losses
+
+
+def test_agent_trains_on_both_loops_identically(trained):
+    fused, python, losses = trained
+    agent = fused.agent
+    assert agent.online.layer_norm and agent.target.layer_norm and agent.online.dueling
+    assert agent.n_updates > 1_000 and np.isfinite(losses).all()
+    assert agent_state(fused.agent) == agent_state(python.agent)
+    assert np.abs(agent.online.norm_gains[0] - 1.0).max() > 1e-3  # the gains are trained
+    # the target's LayerNorm parameters are views of its parameters, synced with the rest
+    assert np.shares_memory(agent.target.norm_gains[1], agent.target.params)
+    assert np.abs(agent.target.norm_gains[1] - 1.0).max() > 1e-4
+
+
+def test_config_field_cli_and_setter():
+    from ember_np.cli import _parse_sets
+
+    assert DqnConfig().layer_norm is False
+    assert DqnConfig(**_parse_sets(["layer_norm=true"])).layer_norm is True
+    assert DqnConfig.from_dict(AGENT_CONFIG.to_dict()) == AGENT_CONFIG
+    with pytest.raises(ValueError, match="layer_norm must be True or False, got 1"):
+        DqnConfig(layer_norm=1)
+    with pytest.raises(ValueError, match="layer_norm=True needs hidden layers"):
+        DqnConfig(hidden_sizes=(), layer_norm=True)
+    with pytest.raises(ValueError, match="layer_norm=True needs hidden layers"):
+        DqnConfig(hidden_sizes=(8, 1), layer_norm=True)
+    agent = DqnAgent.for_env(gym.make("CartPole-v1"), AGENT_CONFIG)
+    with pytest.raises(ValueError, match="config.layer_norm=False does not match the network"):
+        agent.config = agent.config.replace(layer_norm=False)
+
+
+def test_exact_resume_with_layer_norm_and_annealing(trained, tmp_path):
+    a = cartpole_trainer(AGENT_CONFIG)
+    a.train(700)
+    path = a.agent.save(tmp_path / "a.npz", include_buffer=True)
+    original, restored = a.agent, DqnAgent.from_checkpoint(path)
+    assert restored.online.layer_norm and restored.target.layer_norm
+    assert agent_state(original) == agent_state(restored)
+    runs = [DqnTrainer(gym.make("ember_np/CartPole-v1"), agent, seed=3)
+            for agent in (original, restored)]  # fmt: skip
+    for t in runs:
+        t.train(1_000)  # through the end of the learning-rate decay
+    assert original.total_steps == restored.total_steps == 1_700
+    assert agent_state(original) == agent_state(restored)
+
+
+def test_checkpoint_error_both_ways_and_old_files_load_without(tmp_path):
+    normed = cartpole_trainer().agent
+    plain = cartpole_trainer(AGENT_CONFIG.replace(layer_norm=False)).agent
+    n_path = normed.save(tmp_path / "normed.npz")
+    p_path = plain.save(tmp_path / "plain.npz")
+    before = plain.online.params.copy()
+    with pytest.raises(CheckpointError, match=r"this agent's network is without LayerNorm.*"
+                                              r"checkpoint's is with LayerNorm"):  # fmt: skip
+        plain.load(n_path)
+    np.testing.assert_array_equal(plain.online.params, before)
+    with pytest.raises(CheckpointError, match=r"is with LayerNorm.*checkpoint's is without"):
+        normed.load(p_path)
+    with np.load(p_path) as z:  # a file from before LayerNorm: no online/layer_norm
+        arrays = {k: z[k] for k in z.files if k != "online/layer_norm"}
+    old = tmp_path / "old.npz"
+    np.savez(old, **arrays)
+    assert not DqnPolicy.load(old).layer_norm
+    with pytest.raises(CheckpointError, match="checkpoint's is without LayerNorm"):
+        normed.load(old)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_policy_parity_on_both_backends(trained, tmp_path, backend):
+    agent = trained[0].agent
+    path = agent.save(tmp_path / "agent.npz")
+    policy = DqnPolicy.load(path, backend=backend)
+    assert policy.layer_norm and policy.dueling and policy.backend == backend
+    x = np.random.default_rng(0).standard_normal((50, 4)).astype(np.float32)
+    expected = naive_forward(agent.online.params, agent.online.layer_sizes, True, x)
+    np.testing.assert_allclose(policy.q_values_batch(x), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(policy.q_values(x[3]), expected[3], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(policy.act_batch(x), agent.online.greedy_actions(x))
+    assert [policy.act(row) for row in x[:10]] == [agent.act(row) for row in x[:10]]
+    assert policy.act(x[0]) == agent.into_policy().act(x[0])
+    again = pickle.loads(pickle.dumps(policy))
+    assert again.layer_norm
+    np.testing.assert_array_equal(again.q_values_batch(x), policy.q_values_batch(x))
+
+
+@pytest.mark.parametrize("dueling", DUEL, ids=DUEL_IDS)
+def test_onnx_export_matches_onnxruntime(tmp_path, dueling):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from ember_np.export import export_onnx
+
+    config = AGENT_CONFIG.replace(dueling=dueling, hidden_sizes=(16, 8))
+    agent = cartpole_trainer(config).agent
+    randomize_norms(agent.online, 4)
+    policy = agent.into_policy()
+    path = tmp_path / "model.onnx"
+    meta = export_onnx(agent.save(tmp_path / "agent.npz"), path)
+    assert meta["layer_norm"] == "true" and meta["dueling"] == json.dumps(dueling)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((40, 4)).astype(np.float32)
+    (q,) = session.run(["q_values"], {"obs": x})
+    np.testing.assert_allclose(q, policy.q_values_batch(x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.argmax(q, axis=1), policy.act_batch(x))
+    import onnx
+
+    model = onnx.load(str(path))
+    assert sum(n.op_type == "LayerNormalization" for n in model.graph.node) == 2
+    assert max(o.version for o in model.opset_import if o.domain == "") >= 17
