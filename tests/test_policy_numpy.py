@@ -275,3 +275,36 @@ def test_pickled_policy_acts_the_same(backend):
     assert copy.backend == backend
     assert copy.act_batch(x).tolist() == policy.act_batch(x).tolist()
     assert [copy.act(o) for o in x] == [policy.act(o) for o in x]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_act_fast_path_and_general_path_agree(backend):
+    """``act`` takes a C-contiguous float32 vector as it is (the compiled path through its
+    bound kernel entry point) and everything else through the encoder: same actions, same
+    NaN rule, and no second compiled version for the odd layouts."""
+    import pickle
+
+    policy = make_policy((4, 32, 32, 3), seed=8, backend=backend, start=1)
+    x = np.random.default_rng(9).standard_normal((100, 4)).astype(np.float32)
+    fast = [policy.act(o) for o in x]  # contiguous rows: the fast path
+    wide = np.zeros((100, 8), dtype=np.float32)
+    wide[:, ::2] = x
+    readonly = x.copy()
+    readonly.flags.writeable = False
+    odd = (
+        [o.tolist() for o in x],  # lists
+        list(x.astype(np.float64)),  # another dtype
+        list(wide[:, ::2]),  # strided float32 views of the right shape
+        list(readonly),  # read-only rows
+        list(x.astype(">f4")),  # big-endian
+    )  # fmt: skip
+    for rows in odd:
+        assert [policy.act(o) for o in rows] == fast
+    assert policy.act_batch(x).tolist() == fast
+    bad = x[0].copy()
+    bad[2] = np.nan
+    with pytest.raises(ValueError, match="observation must be finite"):
+        policy.act(bad)  # a contiguous float32 vector: the fast path checks it too
+    again = pickle.loads(pickle.dumps(policy._forward))  # after the entry point was bound
+    assert [again.greedy_one(o) + 1 for o in x] == fast

@@ -23,6 +23,7 @@ so that :class:`~ember_np.DqnPolicy` raises one error for all four methods.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -301,6 +302,11 @@ class CompiledForward:
         self._sizes = np.array(layer_sizes, dtype=np.int64)
         self._n_actions = int(layer_sizes[-1])
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("greedy_one", None)  # a bound machine-code entry point: resolved again
+        return state
+
     def __setstate__(self, state: dict[str, Any]) -> None:  # unpickled in a new process
         _network_kernels()
         self.__dict__.update(state)
@@ -322,7 +328,21 @@ class CompiledForward:
         return q, int(row)
 
     def greedy_one(self, x: np.ndarray) -> int:
-        return int(_kernels._greedy_action(self._params, self._sizes, x))  # type: ignore[union-attr]
+        """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf.
+
+        ``x`` must be float32, C-contiguous, aligned and writeable, of shape
+        (obs_size,): what ``DqnPolicy`` passes (``as_f32``'s layout). The first
+        call resolves the kernel's compiled entry point for exactly those types
+        (:func:`ember_np._jit.entry_point`) and binds it with the parameters as
+        this instance's ``greedy_one``: later calls skip numba's per-call typing
+        and this Python frame (a C-level ``partial`` call, ~0.3 µs less per act).
+        """
+        from ember_np._jit import entry_point  # numba is imported already (see __init__)
+
+        call = _kernels._greedy_action  # type: ignore[union-attr]
+        entry = entry_point(call, self._params, self._sizes, x)
+        self.greedy_one = partial(entry, self._params, self._sizes)  # type: ignore[method-assign]
+        return int(self.greedy_one(x))
 
     def greedy_batch(self, x: np.ndarray) -> tuple[np.ndarray, int]:
         out = np.empty(x.shape[0], dtype=np.int64)

@@ -22,6 +22,7 @@ from ember_np.encoding import (
     DiscreteActionMapper,
     IndexActionMapper,
     ObservationEncoder,
+    VecEncoder,
     encode_for_network,
     encoder_from_description,
     mapper_from_description,
@@ -30,6 +31,8 @@ from ember_np.encoding import (
 )
 
 __all__ = ["Backend", "DqnPolicy"]
+
+_F32 = np.dtype(np.float32)
 
 #: How a policy computes its forward pass (see :class:`DqnPolicy`).
 Backend = Literal["auto", "numpy", "numba"]
@@ -206,7 +209,16 @@ class DqnPolicy:
 
     def act(self, obs: Any) -> Any:
         """The greedy action for one observation, as an env action."""
-        x = self._encode(obs)
+        if (  # the common case, checked inline: already the vector the network takes
+            type(obs) is np.ndarray
+            and obs.dtype is _F32
+            and obs.shape == self._obs_shape
+            and obs.flags.carray
+            and type(self.encoder) is VecEncoder  # which returns such a vector as it is
+        ):
+            x = obs
+        else:
+            x = self._encode(obs)
         index = self._forward.greedy_one(x)
         if index < 0:
             raise nonfinite_observation(x)
