@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import secrets
 import struct
 import zipfile
 from collections.abc import Callable, Mapping
@@ -179,7 +178,7 @@ def _create_temporary(target: Path) -> tuple[int, Path]:
     no one else could read the run).
     """
     for _ in range(100):
-        tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+        tmp = target.with_name(f".{target.name}.{os.urandom(6).hex()}.tmp")  # 48 random bits
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
         except FileExistsError:  # pragma: no cover - 48 random bits collided
