@@ -374,13 +374,16 @@ def _check_member(p: Path, info: zipfile.ZipInfo, size: int) -> str:
 
 
 def load_arrays(
-    path: str | os.PathLike[str], max_bytes: int | None = None
+    path: str | os.PathLike[str], max_bytes: int | None = None, skip: tuple[str, ...] = ()
 ) -> dict[str, np.ndarray]:
     """Read every array of an ``.npz`` file, never unpickling.
 
     :func:`inspect_archive` checks the archive first, so nothing is
     decompressed or allocated beyond what it declares, and at most
-    ``max_bytes`` (default: the memory available) in all.
+    ``max_bytes`` (default: the memory available) in all. Members whose key
+    starts with one of the prefixes in ``skip`` pass the same checks but are
+    not read (``DqnPolicy.load`` skips the target network, the optimiser
+    state and the replay buffer).
 
     Raises
     ------
@@ -397,7 +400,7 @@ def load_arrays(
         with np.load(p, allow_pickle=False, max_header_size=MAX_HEADER) as archive:
             if not hasattr(archive, "files") or set(archive.files) != set(declared):
                 raise CheckpointError(p, "the archive changed while it was read")
-            return {key: archive[key] for key in archive.files}
+            return {key: archive[key] for key in archive.files if not key.startswith(skip)}
     except CheckpointError:
         raise
     except Exception as exc:  # zipfile, zlib, numpy header and EOF errors, MemoryError
@@ -421,9 +424,14 @@ def json_array(value: Any) -> np.ndarray:
 class Reader:
     """Typed access to the arrays of one checkpoint, raising CheckpointError."""
 
-    def __init__(self, path: str | os.PathLike[str], arrays: dict[str, np.ndarray] | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        arrays: dict[str, np.ndarray] | None = None,
+        skip: tuple[str, ...] = (),
+    ):
         self.path = Path(path)
-        self.arrays = load_arrays(self.path) if arrays is None else arrays
+        self.arrays = load_arrays(self.path, skip=skip) if arrays is None else arrays
 
     def error(self, problem: str) -> CheckpointError:
         return CheckpointError(self.path, problem)

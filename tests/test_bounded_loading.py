@@ -195,3 +195,25 @@ def test_a_recompressed_checkpoint_still_loads(good_members, tmp_path):
     np.savez_compressed(path, **arrays)
     restored = DqnAgent.from_checkpoint(path)
     assert np.array_equal(restored.online._adam_m, arrays["online/adam_m"])
+
+
+def test_load_arrays_skips_members_but_still_checks_them(good_members, tmp_path):
+    """``skip`` (what ``DqnPolicy.load`` passes) leaves members unread, never unchecked."""
+    path = tmp_path / "good.npz"
+    path.write_bytes(zip_bytes(good_members))
+    skip = ("target/", "buffer/", "online/adam_")
+    full, part = load_arrays(path), load_arrays(path, skip=skip)
+    assert any(k.startswith("buffer/") for k in full)
+    assert set(part) == {k for k in full if not k.startswith(skip)}
+    for key, value in part.items():
+        assert value.dtype == full[key].dtype and np.array_equal(value, full[key])
+    assert DqnPolicy.load(path).act_batch(np.eye(4, dtype=np.float32)).tolist() == (
+        make_agent().into_policy().act_batch(np.eye(4, dtype=np.float32)).tolist()
+    )
+    skipped = sorted(name for name in good_members if name.startswith(skip))
+    for name in (skipped[0], skipped[-1]):  # a hostile member the policy would not read
+        members = dict(good_members)
+        members[name] = npy_bytes((1 << 26,), payload=bytes(16))
+        path.write_bytes(zip_bytes(members))
+        message, peak = refused_with_little_memory(DqnPolicy.load, path)
+        assert repr(name[: -len(".npy")]) in message and peak < PEAK_LIMIT
