@@ -323,7 +323,7 @@ def _forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np
     buf = np.empty(2 * width + 2 * n_ln, dtype=params.dtype)
     h = buf[:width]
     nxt = buf[width : 2 * width]
-    xhat = buf[2 * width : 2 * width + n_ln].reshape((1, n_ln))
+    xhat = buf[2 * width : 2 * width + n_ln]
     rstd = buf[2 * width + n_ln :]
     p_off = 0
     src = x
@@ -343,7 +343,8 @@ def _forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np
                 z = out[:n_out].reshape((1, n_out))
                 gain = params[ln_off : ln_off + n_out]
                 beta = params[ln_off + n_out : ln_off + 2 * n_out]
-                _layer_norm_relu(z, gain, beta, xhat[:, :n_out], rstd)
+                # (a C-contiguous (1, n_out) view: one compiled version of the kernel)
+                _layer_norm_relu(z, gain, beta, xhat[:n_out].reshape((1, n_out)), rstd)
                 ln_off += 2 * n_out
             for j in range(n_out):
                 h[j] = out[j] if out[j] > 0.0 else 0.0
@@ -1461,7 +1462,8 @@ class QNetwork:
         """Restore a :meth:`state_dict`; raises ValueError (nothing changed) on a mismatch.
 
         A state without a ``dueling`` entry (written before the dueling head
-        existed) describes a plain network.
+        existed) describes a plain network; one without ``layer_norm``, a
+        network without LayerNorm.
         """
         sizes = tuple(int(s) for s in np.asarray(state["layer_sizes"]).ravel())
         if sizes != self._sizes_tuple:
