@@ -80,14 +80,30 @@ class Experience(NamedTuple):
         return self.status != EpisodeStatus.CONTINUING
 
 
+# The default of Batch's optional per-sample fields: length 0, "not given"
+# (writeable and C-contiguous like a sampled array, so kernels compile once).
+_NO_F32 = np.empty(0, dtype=np.float32)
+_NO_I64 = np.empty(0, dtype=np.int64)
+
+
 class Batch(NamedTuple):
     """A mini-batch of transitions (what a replay buffer samples; one numba value in kernels).
 
     obs, next_obs : ndarray of float32, shape (batch, obs_size)
     actions : ndarray of int64, shape (batch,)
     rewards : ndarray of float32, shape (batch,)
+        For an n-step buffer, the discounted sum of up to n rewards.
     masks : ndarray of float32, shape (batch,)
         Bootstrap masks: 0 for terminated transitions, 1 otherwise.
+    discounts : ndarray of float32, shape (batch,) or (0,)
+        The bootstrap discount ``gamma**m * mask`` of an m-step return (n-step
+        buffers); length 0 (1-step buffers, the default) means ``gamma * mask``,
+        as in :class:`~ember_np.dqn.network.PerSample`.
+    weights : ndarray of float32, shape (batch,) or (0,)
+        Importance weights of prioritized replay; length 0 (the default): all 1.
+    indices : ndarray of int64, shape (batch,) or (0,)
+        The sampled slots (prioritized replay, for ``update_priorities``);
+        length 0 (the default) for uniform buffers.
     """
 
     obs: np.ndarray
@@ -95,6 +111,9 @@ class Batch(NamedTuple):
     rewards: np.ndarray
     next_obs: np.ndarray
     masks: np.ndarray
+    discounts: np.ndarray = _NO_F32
+    weights: np.ndarray = _NO_F32
+    indices: np.ndarray = _NO_I64
 
 
 @runtime_checkable

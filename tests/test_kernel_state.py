@@ -23,6 +23,8 @@ def test_settings_of_any_values_compile_one_agent_step():
         BASE.replace(max_grad_norm=10, tau=0.5, double_dqn=True, gradient_steps=2),
         BASE.replace(huber_delta=2, train_freq=2, epsilon_decay_steps=0),
         BASE.replace(learning_rate_end=1, learning_rate_decay_steps=5),  # annealed rate
+        BASE.replace(n_step=3, gamma=1, per_beta_start=1, per_beta_steps=0),
+        BASE.replace(n_step=2, prioritized_replay=True, per_alpha=1, per_eps=1),
     ]
     rng = np.random.default_rng(0)
     counts = []
@@ -30,7 +32,7 @@ def test_settings_of_any_values_compile_one_agent_step():
         agent = DqnAgent(VecEncoder(3), IndexActionMapper(2), config, seed=1)
         settings = agent_mod.agent_settings(config)
         assert [type(v) for v in settings[1:]] == [
-            int, int, int, int, int, float, float, float, int, float, int
+            int, int, int, int, int, float, float, float, int, float, int, float, int
         ]  # fmt: skip
         assert [type(v) for v in settings.update] == [float, float, float, bool, float]
         for _ in range(12):

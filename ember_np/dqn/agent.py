@@ -53,7 +53,14 @@ from ember_np.dqn.network import (
     _update,
     update_settings,
 )
-from ember_np.dqn.replay import CircularBuffer, ReplayState, _push, _sample
+from ember_np.dqn.replay import (
+    CircularBuffer,
+    PrioritizedBuffer,
+    ReplayState,
+    _push,
+    _sample,
+    _update_priorities,
+)
 from ember_np.encoding import (
     DiscreteActionMapper,
     IndexActionMapper,
@@ -78,7 +85,8 @@ class AgentSettings(NamedTuple):
     Built only by :func:`agent_settings` (fixed Python types, so kernels taking
     it compile once). Fields as :class:`DqnConfig`; ``gradient_steps`` is the
     resolved count per training round and ``learning_starts`` the stored
-    transitions needed before the first one.
+    transitions needed before the first one. ``per_beta_start`` and
+    ``per_beta_steps`` are read only with a prioritized buffer.
     """
 
     update: UpdateSettings
@@ -93,6 +101,8 @@ class AgentSettings(NamedTuple):
     epsilon_decay_steps: int
     learning_rate_end: float  # update.learning_rate when not annealed (a constant schedule)
     learning_rate_decay_steps: int
+    per_beta_start: float
+    per_beta_steps: int
 
 
 def agent_settings(config: DqnConfig) -> AgentSettings:
@@ -104,7 +114,7 @@ def agent_settings(config: DqnConfig) -> AgentSettings:
         int(c.learning_starts), int(c.batch_size), float(c.tau), float(c.epsilon_start),
         float(c.epsilon_end), int(c.epsilon_decay_steps),
         float(c.learning_rate if c.learning_rate_end is None else c.learning_rate_end),
-        int(c.learning_rate_decay_steps),
+        int(c.learning_rate_decay_steps), float(c.per_beta_start), int(c.per_beta_steps),
     )  # fmt: skip
 
 
@@ -229,31 +239,49 @@ def _sync_target(net: NetState, tau: float) -> None:
 
 
 @kernel
+def _per_beta(settings: AgentSettings, step: int) -> float:
+    """PER's importance exponent after ``step`` env steps: linear from
+    ``per_beta_start`` to 1 over ``per_beta_steps`` (:func:`linear_epsilon`'s schedule)."""
+    return linear_epsilon(step, settings.per_beta_start, 1.0, settings.per_beta_steps)
+
+
+@kernel
 def _train_from_buffer(
     replay: ReplayState, rng_state: np.ndarray, net: NetState, n_steps: int, batch_size: int,
-    hp: UpdateSettings,
+    hp: UpdateSettings, beta: float,
 ) -> float:  # fmt: skip
     """``n_steps`` of (sample a batch, one DQN update); returns their mean loss.
 
-    replay : ReplayState holding at least one transition (read only).
+    replay : ReplayState holding at least one transition (read only, but for
+        the priorities of a prioritized buffer: each update writes its
+        batch's |TD errors| back as priorities).
     rng_state : uint64 (4,), the replay stream, advanced in place.
     net : NetState, updated in place. n_steps, batch_size : int >= 1.
-    hp : UpdateSettings.
+    hp : UpdateSettings. beta : float in [0, 1], PER's importance exponent.
+
+    An n-step buffer's batches carry per-sample discounts gamma^m * mask and a
+    prioritized one's importance weights; both go to the update as the
+    PerSample (length 0: gamma * mask, weight 1).
     """
     n_obs = net.sizes[0]
+    per_len = batch_size if replay.tree.shape[0] > 0 else 0
     batch = Batch(
         np.empty((batch_size, n_obs), dtype=np.float32),
         np.empty(batch_size, dtype=np.int64),
         np.empty(batch_size, dtype=np.float32),
         np.empty((batch_size, n_obs), dtype=np.float32),
         np.empty(batch_size, dtype=np.float32),
+        np.empty(batch_size if replay.n_step > 1 else 0, dtype=np.float32),
+        np.empty(per_len, dtype=np.float32),
+        np.empty(per_len, dtype=np.int64),
     )
-    none = np.empty(0, dtype=np.float32)
-    per = PerSample(none, none, none)
+    per = PerSample(batch.discounts, batch.weights, np.empty(per_len, dtype=np.float32))
     total = 0.0
     for _ in range(n_steps):
-        _sample(replay, rng_state, batch)
+        _sample(replay, rng_state, batch, beta)
         total += _update(net, batch, per, hp)
+        if per_len > 0:
+            _update_priorities(replay, batch.indices, per.td_errors)
     return total / n_steps
 
 
@@ -297,7 +325,7 @@ def _agent_step(
         n = settings.gradient_steps
         out[0] = _train_from_buffer(
             agent.replay, agent.replay_rng, agent.net, n, settings.batch_size,
-            _update_settings_now(settings, step),
+            _update_settings_now(settings, step), _per_beta(settings, step),
         )  # fmt: skip
         counters[1] += n
         out[1] = 1.0
@@ -307,6 +335,44 @@ def _agent_step(
             agent.explore_rng,
         )  # fmt: skip
     return 0
+
+
+def _buffer_for(config: DqnConfig, obs_size: int, n_actions: int) -> CircularBuffer:
+    """The replay buffer ``config`` asks for: prioritized or uniform, n-step or not."""
+    c = config
+    if c.prioritized_replay:
+        return PrioritizedBuffer(c.buffer_capacity, obs_size, n_actions, alpha=c.per_alpha,
+                                 eps=c.per_eps, n_step=c.n_step, gamma=c.gamma)  # fmt: skip
+    return CircularBuffer(c.buffer_capacity, obs_size, n_actions, n_step=c.n_step, gamma=c.gamma)
+
+
+def _check_buffer_matches(buffer: Any, config: DqnConfig, built_in: bool) -> None:
+    """ValueError unless ``buffer`` samples what ``config`` asks for (n-step, PER).
+
+    A custom buffer computes its own returns and priorities: the agent cannot
+    give it n_step > 1 or prioritized replay.
+    """
+    c = config
+    if not built_in:
+        if c.n_step != 1 or c.prioritized_replay:
+            raise ValueError(
+                f"n_step={c.n_step} and prioritized_replay={c.prioritized_replay} need the "
+                f"agent's own buffer, but a custom {type(buffer).__name__} was given: leave "
+                "n_step=1 and prioritized_replay=False (the buffer's batches carry their own "
+                "discounts and weights) or omit buffer="
+            )
+        return
+    want = (c.n_step, c.gamma if c.n_step > 1 else None, c.prioritized_replay)
+    has = (buffer.n_step, buffer.gamma if buffer.n_step > 1 else None,
+           isinstance(buffer, PrioritizedBuffer))  # fmt: skip
+    if c.prioritized_replay and want == has:
+        want += (c.per_alpha, c.per_eps)
+        has += (buffer.alpha, buffer.eps)
+    if want != has:
+        raise ValueError(
+            f"the config's replay (n_step, gamma, prioritized_replay[, per_alpha, per_eps]) "
+            f"{want} does not match the buffer's {has}: build a new agent for another replay"
+        )
 
 
 def _seed_array(seed: int) -> np.ndarray:
@@ -393,7 +459,7 @@ class DqnAgent:
         self._flat_encoder = type(encoder) is VecEncoder and encoder.shape == self._obs_shape
         self.target = self.online.copy()
         if buffer is None:
-            buffer = CircularBuffer(config.buffer_capacity, obs_size, n_actions)
+            buffer = _buffer_for(config, obs_size, n_actions)
         else:
             missing = [
                 a for a in ("push", "sample", "ready_for", "__len__") if not hasattr(buffer, a)
@@ -401,7 +467,7 @@ class DqnAgent:
             if missing:
                 raise ValueError(f"buffer does not implement ReplayBuffer: missing {missing}")
         self.buffer = buffer
-        self._fast_buffer = type(buffer) is CircularBuffer
+        self._fast_buffer = type(buffer) in (CircularBuffer, PrioritizedBuffer)
         # Live state shared with the kernels, updated in place.
         self._counters = np.zeros(2, dtype=np.int64)  # total_steps, n_updates
         self._out = np.array([np.nan, 0.0])  # last mean loss, did the last step train
@@ -434,6 +500,7 @@ class DqnAgent:
                 f"config.layer_norm={config.layer_norm} does not match the network, which is "
                 f"{layer_norm_name(self.online.layer_norm)}"
             )
+        _check_buffer_matches(self.buffer, config, self._fast_buffer)
         self._config = config
         self._settings = agent_settings(config)
         self._net = self.online.kernel_state(self.target)
@@ -651,7 +718,7 @@ class DqnAgent:
         if self._fast_buffer:
             loss = _train_from_buffer(
                 self.buffer.kernel_state, self._replay_rng.state, self._net, int(n),
-                int(c.batch_size), hp,
+                int(c.batch_size), hp, c.per_beta_at(self.total_steps),
             )  # fmt: skip
         else:
             total = 0.0

@@ -115,6 +115,29 @@ class DqnConfig:
     """LayerNorm after each hidden layer's Linear, before its ReLU (Ba et al.
     2016; Gallici et al. 2024 show it stabilizes TD learning), with its own gain
     and bias. Needs hidden layers at least 2 wide. Default False."""
+    n_step: int = 1
+    """Steps of the bootstrapped return, >= 1: the target is
+    sum_{k<m} gamma^k r_{t+k} + gamma^m Q_target(s_{t+m}, a*), with m = n, or
+    fewer at an episode's end (computed by the replay buffer at sample time).
+    Typical 1-5. Default 1 (one-step DQN)."""
+
+    prioritized_replay: bool = False
+    """Sample transitions in proportion to their TD errors (proportional
+    prioritized replay, Schaul et al. 2016). Default False (uniform)."""
+
+    per_alpha: float = 0.6
+    """Priority exponent of prioritized replay, >= 0 (0 is uniform): p = (|td| +
+    per_eps)^per_alpha. Typical 0.4-0.7. Default 0.6."""
+
+    per_beta_start: float = 0.4
+    """Importance-sampling exponent of prioritized replay at step 0, in [0, 1],
+    annealed linearly to 1 over per_beta_steps. Typical 0.4-0.6. Default 0.4."""
+
+    per_beta_steps: int = 100_000
+    """Env steps over which per_beta_start is annealed to 1, >= 0. Default 100,000."""
+
+    per_eps: float = 1e-6
+    """Added to |td| in prioritized replay's priority, > 0. Default 1e-6."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", self._hidden(self.hidden_sizes))
@@ -186,6 +209,19 @@ class DqnConfig:
                 "layer_norm=True needs hidden layers of width >= 2 to normalise (set "
                 f"hidden_sizes, e.g. (64, 64)), got hidden_sizes {self.hidden_sizes}"
             )
+        if not _is_int(self.n_step) or self.n_step < 1:
+            fail("n_step", "a positive integer (1 for one-step DQN)")
+        if not isinstance(self.prioritized_replay, bool):
+            fail("prioritized_replay", "True or False")
+        alpha = self.per_alpha
+        if not _is_real(alpha) or not (alpha >= 0 and math.isfinite(alpha)):
+            fail("per_alpha", "a finite number >= 0")
+        if not _is_real(self.per_beta_start) or not 0.0 <= self.per_beta_start <= 1.0:
+            fail("per_beta_start", "a number in [0, 1]")
+        if not _is_int(self.per_beta_steps) or self.per_beta_steps < 0:
+            fail("per_beta_steps", "an integer >= 0")
+        if not _is_real(self.per_eps) or not (self.per_eps > 0 and math.isfinite(self.per_eps)):
+            fail("per_eps", "a positive finite number")
         if not _is_real(self.tau) or not 0.0 < self.tau <= 1.0:
             fail("tau", "a number in (0, 1]")
         if self.max_grad_norm is not None and (
@@ -230,6 +266,12 @@ class DqnConfig:
                 step, float(self.learning_rate), float(end), self.learning_rate_decay_steps
             )
         )
+    def per_beta_at(self, step: int) -> float:
+        """Prioritized replay's importance exponent after ``step`` env steps.
+
+        beta(t) = start + (1 - start) * min(t / per_beta_steps, 1) (:func:`linear_epsilon`).
+        """
+        return float(_linear_epsilon(step, float(self.per_beta_start), 1.0, self.per_beta_steps))
 
     @property
     def learning_starts(self) -> int:

@@ -1006,6 +1006,32 @@ def _optional_per_sample(name: str, value: Any, batch: int) -> np.ndarray:
     return arr
 
 
+def _split_batch_tail(
+    first: Any, tail: tuple[Any, ...], discounts: Any, weights: Any
+) -> tuple[Any, Any, Any]:
+    """``update(*batch, target)`` with an 8-field Batch: (target, discounts, weights).
+
+    ``first`` and ``tail`` are the positional arguments after ``masks``: the
+    batch's discounts, weights and indices, then the target. A field of
+    length 0 is "not given"; given both in the batch and by keyword is an error.
+    """
+    if len(tail) != 3:
+        raise ValueError(
+            "update() takes obs, actions, rewards, next_obs, masks (or a whole Batch: "
+            "*batch) and then the target network; got "
+            f"{6 + len(tail)} positional arguments"
+        )
+    fields = {"discounts": first, "weights": tail[0]}
+    given = {"discounts": discounts, "weights": weights}
+    for name, value in fields.items():
+        if np.size(value) == 0:
+            continue
+        if given[name] is not None:
+            raise ValueError(f"{name} given twice: in the batch and as a keyword")
+        given[name] = value
+    return tail[2], given["discounts"], given["weights"]
+
+
 def _td_errors_out(out: Any, batch: int) -> np.ndarray:
     """The array the update writes |TD errors| into, or an empty one when None."""
     if out is None:
@@ -1323,7 +1349,7 @@ class QNetwork:
         next_obs: Any,
         masks: Any,
         target: QNetwork,
-        *,
+        *batch_tail: Any,
         gamma: float,
         learning_rate: float,
         huber_delta: float = 1.0,
@@ -1362,6 +1388,11 @@ class QNetwork:
         td_errors_out : ndarray of float32, shape (batch,), optional
             Filled with ``|y - Q(s, a)|`` before the step (new priorities).
 
+        ``net.update(*batch, target, ...)`` takes a whole sampled
+        :class:`~ember_np.types.Batch` too (its eight fields, then the target):
+        the batch's ``discounts`` and ``weights`` are used when not of length 0
+        (n-step and prioritized buffers), as if passed by keyword.
+
         Returns
         -------
         float
@@ -1373,6 +1404,8 @@ class QNetwork:
             On shapes that disagree with the network or each other, actions out
             of range, non-finite inputs, or out-of-range hyperparameters.
         """
+        if batch_tail:
+            target, discounts, weights = _split_batch_tail(target, batch_tail, discounts, weights)
         self._check_same_shape(target)
         x = self._obs(obs, "obs")
         nx = self._obs(next_obs, "next_obs")

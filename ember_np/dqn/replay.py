@@ -24,7 +24,27 @@ its true final observation.
 Push and sample are ``@njit`` kernels that take the arrays themselves; numba
 compiles one version per observation size, cached on disk like every kernel.
 Sampling is uniform with replacement over the stored transitions, drawn from
-an explicit :class:`~ember_np.rng.Rng`.
+an explicit :class:`~ember_np.rng.Rng` (:class:`PrioritizedBuffer`: in
+proportion to priorities, from a sum tree).
+
+n-step returns (``n_step > 1``) are computed at sample time from this layout,
+so nothing is stored twice. A transition in slot t *continues* into slot t+1
+when its status is CONTINUING and its next_obs is slot t+1's obs (``next_ref
+== -1``, the rule above: bitwise equal); that is what an episode stream is
+here. With two streams pushed alternately (vectorised envs), no transition
+continues into the next slot, and every return is a 1-step one: the buffer
+never mixes streams. For slot t, the walk takes m = 1 + the number of
+continuing links from t, at most n, stopping at a terminated or truncated
+transition, at a jump, and at the newest stored transition (the write
+cursor). Then
+
+    reward    = sum_{k<m} gamma^k r_{t+k}
+    next_obs  = the next observation of slot t+m-1
+    discount  = gamma^m * (0 if slot t+m-1 terminated else 1)
+
+A transition whose n steps are not all stored yet (the newest n-1 of a
+running episode) uses what is stored, with its smaller m; as returns are
+computed at every sample, a later sample sees the longer return.
 """
 
 from __future__ import annotations
@@ -37,15 +57,17 @@ import numpy as np
 from ember_np._arrays import as_f32
 from ember_np._jit import entry_point, kernel
 from ember_np._validate import check_int
+from ember_np.dqn.sumtree import _sample_stratified, _set_one
 from ember_np.rng import Rng, next_below
 from ember_np.types import Batch, EpisodeStatus
 
-__all__ = ["Batch", "CircularBuffer", "transition_dtype"]
+__all__ = ["Batch", "CircularBuffer", "PrioritizedBuffer", "transition_dtype"]
 
 _F32 = np.dtype(np.float32)
 _F32_MAX = float(np.finfo(np.float32).max)
 _ND = np.ndarray
 _TERMINATED = int(EpisodeStatus.TERMINATED)
+_NO_F64 = np.empty(0, dtype=np.float64)
 
 
 def transition_dtype(obs_size: int, num_actions: int) -> np.dtype:
@@ -89,12 +111,29 @@ class ReplayState(NamedTuple):
         ``POS, SIZE, ROWS, N_FREE, PENDING``, then the stack of free finals rows.
     num_actions : int
         Actions are indices in ``[0, num_actions)``.
+    n_step : int >= 1
+        Steps of the returns :func:`_sample` computes (1: one-step transitions).
+    gamma : float in [0, 1]
+        Discount of those returns (read only when ``n_step > 1``).
+    tree : ndarray of float64, shape (2 * leaves,) or (0,)
+        Prioritized replay's sum tree (:mod:`ember_np.dqn.sumtree`: leaf
+        ``leaves + i`` is slot i's priority); length 0 for uniform sampling.
+    max_priority : ndarray of float64, shape (1,) or (0,)
+        The largest priority so far, given to each new transition (PER only).
+    alpha, eps : float
+        PER's priority p = (|td| + eps)^alpha (unused when ``tree`` is empty).
     """
 
     storage: np.ndarray
     finals: np.ndarray
     cursor: np.ndarray
     num_actions: int
+    n_step: int
+    gamma: float
+    tree: np.ndarray
+    max_priority: np.ndarray
+    alpha: float
+    eps: float
 
 
 @kernel
@@ -172,21 +211,35 @@ def _push(
     cursor[_POS] = i + 1 if i + 1 < capacity else 0
     if cursor[_SIZE] < capacity:
         cursor[_SIZE] += 1
+    if buf.tree.shape[0] > 0:  # prioritized: a new transition gets the largest priority
+        _set_one(buf.tree, i, buf.max_priority[0])
     return 0
 
 
 @kernel
-def _sample(buf: ReplayState, rng_state: np.ndarray, out: Batch) -> None:
-    """Gather ``len(out.actions)`` transitions drawn uniformly from the stored ones.
+def _sample(buf: ReplayState, rng_state: np.ndarray, out: Batch, beta: float) -> None:
+    """Gather ``len(out.actions)`` transitions drawn from the stored ones.
 
-    buf : ReplayState holding at least one transition (read only).
+    buf : ReplayState holding at least one transition (read only, but for
+        nothing: priorities change only in :func:`_update_priorities`).
     rng_state : uint64 (4,), a PCG64 state advanced in place (one draw per row).
     out : Batch of B rows, written: obs/next_obs float32 (B, obs_size),
-        actions int64 (B,), rewards float32 (B,), masks float32 (B,) (0 where terminated).
+        actions int64 (B,), rewards float32 (B,), masks float32 (B,) (0 where
+        terminated); with ``buf.n_step > 1`` also discounts (B,) (n-step
+        returns, see the module docstring); with a sum tree also indices (B,)
+        and weights (B,) (see :func:`_draw_prioritized`).
+    beta : float in [0, 1], PER's importance-sampling exponent (else unused).
 
-    The copy is written out here rather than in a helper: a helper call per
-    transition costs more than the gather itself.
+    Uniform draws are with replacement. The one-step copy is written out here
+    rather than in a helper: a helper call per transition costs more than the
+    gather itself.
     """
+    prioritized = buf.tree.shape[0] > 0
+    if prioritized:
+        _draw_prioritized(buf, rng_state, beta, out.indices, out.weights)
+    if buf.n_step > 1:
+        _gather_n_step(buf, rng_state, out, prioritized)
+        return
     storage = buf.storage
     finals = buf.finals
     size = buf.cursor[_SIZE]
@@ -195,10 +248,11 @@ def _sample(buf: ReplayState, rng_state: np.ndarray, out: Batch) -> None:
     rewards = out.rewards
     next_obs = out.next_obs
     masks = out.masks
+    indices = out.indices
     n = obs.shape[1]
     capacity = storage.shape[0]
     for k in range(actions.shape[0]):
-        i = next_below(rng_state, size)
+        i = indices[k] if prioritized else next_below(rng_state, size)
         rec = storage[i]
         for j in range(n):
             obs[k, j] = rec.obs[j]
@@ -213,6 +267,96 @@ def _sample(buf: ReplayState, rng_state: np.ndarray, out: Batch) -> None:
         actions[k] = rec.action
         rewards[k] = rec.reward
         masks[k] = 0.0 if rec.status == _TERMINATED else 1.0
+
+
+@kernel
+def _gather_n_step(buf: ReplayState, rng_state: np.ndarray, out: Batch, drawn: bool) -> None:
+    """:func:`_sample`'s gather for ``buf.n_step > 1``: m-step returns (module docstring).
+
+    Slots come from ``out.indices`` when ``drawn`` (prioritized), else are
+    drawn uniformly here, one draw per row. Writes every field of ``out`` but
+    weights and indices; ``out.discounts`` (B,) gets gamma^m * mask.
+    """
+    storage = buf.storage
+    finals = buf.finals
+    size = buf.cursor[_SIZE]
+    newest = buf.cursor[_POS] - 1 if buf.cursor[_POS] > 0 else storage.shape[0] - 1
+    capacity = storage.shape[0]
+    gamma = buf.gamma
+    n_step = buf.n_step
+    n = out.obs.shape[1]
+    for k in range(out.actions.shape[0]):
+        i = out.indices[k] if drawn else next_below(rng_state, size)
+        rec = storage[i]
+        for j in range(n):
+            out.obs[k, j] = rec.obs[j]
+        out.actions[k] = rec.action
+        # Walk t, t+1, ... while the transition continues into the next slot.
+        last = i
+        total = 0.0
+        discount = 1.0
+        for m in range(n_step):
+            step = storage[last]
+            total += discount * step.reward
+            discount *= gamma
+            if m + 1 == n_step or step.status != 0 or step.next_ref >= 0 or last == newest:
+                break
+            last = last + 1 if last + 1 < capacity else 0
+        step = storage[last]
+        row = step.next_ref
+        if row < 0:
+            following = storage[last + 1 if last + 1 < capacity else 0]
+            for j in range(n):
+                out.next_obs[k, j] = following.obs[j]
+        else:
+            for j in range(n):
+                out.next_obs[k, j] = finals[row, j]
+        mask = 0.0 if step.status == _TERMINATED else 1.0
+        out.rewards[k] = total
+        out.masks[k] = mask
+        out.discounts[k] = discount * mask
+
+
+@kernel
+def _draw_prioritized(buf: ReplayState, rng_state: np.ndarray, beta: float, indices: np.ndarray,
+                      weights: np.ndarray) -> None:  # fmt: skip
+    """Draw ``len(indices)`` slots in proportion to their priorities, with IS weights.
+
+    Stratified (Schaul et al. 2016, appendix B.2.1): the total priority is cut
+    into B equal segments and one slot drawn in each (``_sample_stratified``
+    of :mod:`ember_np.dqn.sumtree`), so each draw has P(i) = p_i / sum_j p_j.
+
+    indices : int64 (B,), written; weights : float32 (B,), written with
+    w_i = (N * P(i))^(-beta) / max_j (N * P(j))^(-beta) over the batch,
+    N = the number of stored transitions. rng_state: B draws.
+    """
+    tree = buf.tree
+    _sample_stratified(tree, rng_state, indices)
+    leaves = tree.shape[0] // 2
+    scale = buf.cursor[_SIZE] / tree[1]
+    largest = 0.0
+    for k in range(indices.shape[0]):
+        w = (scale * tree[leaves + indices[k]]) ** (-beta)
+        weights[k] = w
+        largest = max(largest, w)
+    for k in range(indices.shape[0]):
+        weights[k] = weights[k] / largest
+
+
+@kernel
+def _update_priorities(buf: ReplayState, indices: np.ndarray, td_errors: np.ndarray) -> None:
+    """Set p_i = (|td_i| + eps)^alpha for each sampled slot; track the largest priority.
+
+    buf : ReplayState with a sum tree (tree and max_priority updated in place).
+    indices : int64 (B,) in [0, capacity); td_errors : float32 (B,), finite.
+    A slot sampled twice in the batch keeps its last priority.
+    """
+    largest = buf.max_priority
+    for k in range(indices.shape[0]):
+        p = (abs(td_errors[k]) + buf.eps) ** buf.alpha
+        _set_one(buf.tree, indices[k], p)
+        if p > largest[0]:
+            largest[0] = p
 
 
 def _as_obs(x: Any, obs_size: int, name: str) -> np.ndarray:
@@ -239,6 +383,11 @@ class CircularBuffer:
         Length of the (flattened) observation vector.
     num_actions : int > 0
         Actions are indices in ``[0, num_actions)``.
+    n_step : int >= 1, keyword
+        Sample n-step returns (see the module docstring); default 1.
+    gamma : float in [0, 1], keyword
+        Their discount; default 0.99 (unused for ``n_step=1``: the batch's
+        ``discounts`` are then of length 0, meaning ``gamma * mask``).
 
     Attributes
     ----------
@@ -249,10 +398,19 @@ class CircularBuffer:
         module docstring); only rows in use are ever touched.
     """
 
-    def __init__(self, capacity: int, obs_size: int, num_actions: int) -> None:
+    def __init__(
+        self, capacity: int, obs_size: int, num_actions: int, *, n_step: int = 1,
+        gamma: float = 0.99,
+    ) -> None:  # fmt: skip
         self._capacity = check_int("capacity", capacity)
         self._obs_size = check_int("obs_size", obs_size)
         self._num_actions = check_int("num_actions", num_actions)
+        self._n_step = check_int("n_step", n_step)
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)):
+            raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
+        if not 0.0 <= float(gamma) <= 1.0:
+            raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
+        self._gamma = float(gamma)
         # np.zeros maps pages lazily: memory is committed as the buffer fills.
         dtype = transition_dtype(self._obs_size, self._num_actions)
         self.storage = np.zeros(self._capacity, dtype=dtype)
@@ -260,10 +418,33 @@ class CircularBuffer:
         # The counters _POS ... _PENDING, then the stack of released finals rows.
         self._cursor = np.zeros(CURSOR_LEN + self._capacity, dtype=np.int64)
         self._obs_shape = (self._obs_size,)
-        self._state = ReplayState(self.storage, self.finals, self._cursor, self._num_actions)
+        self._state = self._kernel_state(_NO_F64, _NO_F64, 0.0, 0.0)
         # Compiled entry points of _push and _sample, resolved at the first call.
         self._push_entry: Any = None
         self._sample_entry: Any = None
+
+    def _kernel_state(
+        self, tree: np.ndarray, max_priority: np.ndarray, alpha: float, eps: float
+    ) -> ReplayState:
+        """The one place a ReplayState is built (fixed Python types: one compiled version)."""
+        return ReplayState(
+            self.storage, self.finals, self._cursor, int(self._num_actions), int(self._n_step),
+            float(self._gamma), tree, max_priority, float(alpha), float(eps),
+        )  # fmt: skip
+
+    def _options(self) -> dict[str, Any]:
+        """The keyword arguments of ``__init__`` (for copies)."""
+        return {"n_step": self._n_step, "gamma": self._gamma}
+
+    @property
+    def n_step(self) -> int:
+        """Steps of the sampled returns (1: one-step transitions)."""
+        return self._n_step
+
+    @property
+    def gamma(self) -> float:
+        """Discount of the n-step returns."""
+        return self._gamma
 
     @property
     def kernel_state(self) -> ReplayState:
@@ -423,6 +604,9 @@ class CircularBuffer:
     def sample(self, batch_size: int, rng: Rng, out: Batch | None = None) -> Batch:
         """Draw ``batch_size`` transitions uniformly, with replacement.
 
+        With ``n_step > 1`` each is an n-step transition (module docstring)
+        and ``discounts`` holds gamma^m * mask.
+
         Parameters
         ----------
         batch_size : int > 0, at most ``len(self)``
@@ -436,8 +620,12 @@ class CircularBuffer:
         -------
         Batch
             obs (B, obs_size) float32, actions (B,) int64, rewards (B,) float32,
-            next_obs (B, obs_size) float32, masks (B,) float32.
+            next_obs (B, obs_size) float32, masks (B,) float32, discounts (B,)
+            float32 for n_step > 1 (else (0,)); weights and indices of length 0.
         """
+        return self._sample_checked(batch_size, rng, out, 1.0)
+
+    def _sample_checked(self, batch_size: int, rng: Rng, out: Batch | None, beta: float) -> Batch:
         b = check_int("batch_size", batch_size)
         size = int(self._cursor[1])
         if b > size:
@@ -453,8 +641,8 @@ class CircularBuffer:
             self._check_out(out, b)
         sample = self._sample_entry
         if sample is None:  # same argument types every time: skip numba's dispatch
-            sample = self._sample_entry = entry_point(_sample, self._state, rng.state, out)
-        sample(self._state, rng.state, out)
+            sample = self._sample_entry = entry_point(_sample, self._state, rng.state, out, beta)
+        sample(self._state, rng.state, out, beta)
         return out
 
     def _check_out(self, out: Any, b: int) -> None:
@@ -485,12 +673,16 @@ class CircularBuffer:
     def empty_batch(self, batch_size: int) -> Batch:
         """Uninitialised arrays of the right shapes and dtypes for ``sample(out=...)``."""
         b = check_int("batch_size", batch_size)
+        per = b if self._state.tree.shape[0] else 0
         return Batch(
             np.empty((b, self._obs_size), dtype=np.float32),
             np.empty(b, dtype=np.int64),
             np.empty(b, dtype=np.float32),
             np.empty((b, self._obs_size), dtype=np.float32),
             np.empty(b, dtype=np.float32),
+            np.empty(b if self._n_step > 1 else 0, dtype=np.float32),
+            np.empty(per, dtype=np.float32),
+            np.empty(per, dtype=np.int64),
         )
 
     def clear(self) -> None:
@@ -610,19 +802,246 @@ class CircularBuffer:
             "capacity": self._capacity,
             "obs_size": self._obs_size,
             "num_actions": self._num_actions,
+            "options": self._options(),
             "storage": self.storage[:used],
             "finals": self.finals[: c[_ROWS]],
             "cursor": c[: CURSOR_LEN + c[_N_FREE]],
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["capacity"], state["obs_size"], state["num_actions"])
+        self.__init__(  # type: ignore[misc]
+            state["capacity"], state["obs_size"], state["num_actions"], **state.get("options", {})
+        )
         for name in ("storage", "finals", "_cursor"):
             part = state[name.lstrip("_")]
             getattr(self, name)[: len(part)] = part
 
     def __repr__(self) -> str:
+        n_step = f", n_step={self._n_step}, gamma={self._gamma}" if self._n_step > 1 else ""
         return (
-            f"CircularBuffer(capacity={self._capacity}, obs_size={self._obs_size}, "
-            f"num_actions={self._num_actions}, len={len(self)})"
+            f"{type(self).__name__}(capacity={self._capacity}, obs_size={self._obs_size}, "
+            f"num_actions={self._num_actions}{n_step}, len={len(self)})"
         )
+
+
+def _check_real(name: str, value: Any, rule: str, ok: Any) -> float:
+    """``value`` as a float, or ValueError naming ``name`` and ``rule`` unless ``ok(value)``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be {rule}, got {value!r}")
+    v = float(value)
+    if not (np.isfinite(v) and ok(v)):
+        raise ValueError(f"{name} must be {rule}, got {value!r}")
+    return v
+
+
+class PrioritizedBuffer(CircularBuffer):
+    """A :class:`CircularBuffer` that samples in proportion to priorities (Schaul et al. 2016).
+
+    Proportional prioritized replay: transition i is drawn with probability
+    P(i) = p_i / sum_j p_j, with p_i = (|td_i| + eps)^alpha set by
+    :meth:`update_priorities` and, for a new transition, the largest priority
+    so far (1 at first). The priorities live in a compiled sum tree
+    (:mod:`ember_np.dqn.sumtree`); a batch is drawn stratified, one slot from
+    each of B equal segments of the total. Storage, n-step returns and
+    everything else are the CircularBuffer's.
+
+    Parameters
+    ----------
+    capacity, obs_size, num_actions : int > 0
+        As for :class:`CircularBuffer`.
+    alpha : float >= 0, keyword
+        How much the priorities count (0: uniform). Typical 0.4-0.7. Default 0.6.
+    eps : float > 0, keyword
+        Added to |td| so no transition gets priority 0. Default 1e-6.
+    n_step, gamma : keyword
+        As for :class:`CircularBuffer`.
+    """
+
+    def __init__(
+        self, capacity: int, obs_size: int, num_actions: int, *, alpha: float = 0.6,
+        eps: float = 1e-6, n_step: int = 1, gamma: float = 0.99,
+    ) -> None:  # fmt: skip
+        a = _check_real("alpha", alpha, "a finite number >= 0", lambda v: v >= 0.0)
+        e = _check_real("eps", eps, "a positive finite number", lambda v: v > 0.0)
+        super().__init__(capacity, obs_size, num_actions, n_step=n_step, gamma=gamma)
+        leaves = 1 << max(0, (self._capacity - 1).bit_length())  # as SumTree lays it out
+        self._alpha, self._eps = a, e
+        self._tree = np.zeros(2 * leaves, dtype=np.float64)
+        self._max_priority = np.ones(1, dtype=np.float64)
+        self._state = self._kernel_state(self._tree, self._max_priority, a, e)
+        self._priority_entry: Any = None
+
+    def _options(self) -> dict[str, Any]:
+        return {**super()._options(), "alpha": self._alpha, "eps": self._eps}
+
+    @property
+    def alpha(self) -> float:
+        """The priority exponent."""
+        return self._alpha
+
+    @property
+    def eps(self) -> float:
+        """The offset added to |td| before the exponent."""
+        return self._eps
+
+    @property
+    def max_priority(self) -> float:
+        """The largest priority so far: a new transition's priority."""
+        return float(self._max_priority[0])
+
+    @property
+    def total_priority(self) -> float:
+        """Sum of the stored transitions' priorities (the sum tree's root)."""
+        return float(self._tree[1])
+
+    def priorities(self) -> np.ndarray:
+        """The priority of each stored slot, float64 of shape (len(self),) (a copy)."""
+        leaves = self._tree.shape[0] // 2
+        return self._tree[leaves : leaves + len(self)].copy()
+
+    @property
+    def nbytes(self) -> int:
+        """:attr:`CircularBuffer.nbytes` plus the sum tree."""
+        return super().nbytes + int(self._tree.nbytes)
+
+    def sample(  # type: ignore[override]
+        self, batch_size: int, rng: Rng, beta: float = 1.0, out: Batch | None = None
+    ) -> Batch:
+        """Draw ``batch_size`` transitions in proportion to their priorities.
+
+        Parameters
+        ----------
+        batch_size : int > 0, at most ``len(self)``
+        rng : Rng
+            The stream to draw from (advanced by ``batch_size`` draws).
+        beta : float in [0, 1]
+            Importance-sampling exponent (annealed to 1 during training).
+        out : Batch, optional
+            Preallocated arrays (:meth:`empty_batch`).
+
+        Returns
+        -------
+        Batch
+            As :meth:`CircularBuffer.sample`, plus ``indices`` int64 (B,), the
+            slots drawn, and ``weights`` float32 (B,) =
+            (N * P(i))^(-beta) / max_j (N * P(j))^(-beta) over the batch
+            (N = ``len(self)``).
+        """
+        b = _check_real("beta", beta, "a number in [0, 1]", lambda v: 0.0 <= v <= 1.0)
+        return self._sample_checked(batch_size, rng, out, b)
+
+    def update_priorities(self, indices: Any, td_errors: Any) -> None:
+        """Set p_i = (|td_i| + eps)^alpha for the given slots (e.g. a batch's ``indices``).
+
+        Parameters
+        ----------
+        indices : array_like of int, shape (n,), each in [0, len(self))
+        td_errors : array_like of float, shape (n,), finite
+
+        Raises
+        ------
+        ValueError
+            On a slot that holds no transition, a length mismatch or a
+            non-finite error; no priority is changed then.
+        """
+        idx = np.asarray(indices)
+        if idx.size and idx.dtype.kind not in "iu":
+            raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
+        idx = np.ascontiguousarray(idx.ravel(), dtype=np.int64)
+        td = np.ascontiguousarray(np.ravel(td_errors), dtype=np.float32)
+        if td.shape != idx.shape:
+            raise ValueError(
+                f"td_errors must match indices in length (got {td.size} errors for "
+                f"{idx.size} indices)"
+            )
+        size = len(self)
+        if idx.size and (idx.min() < 0 or idx.max() >= size):
+            raise ValueError(
+                f"indices must be stored slots in [0, {size}), got values from {idx.min()} "
+                f"to {idx.max()}"
+            )
+        if not np.isfinite(td).all():
+            raise ValueError("td_errors must be finite (as float32), got NaN or inf")
+        update = self._priority_entry
+        if update is None:
+            update = self._priority_entry = entry_point(_update_priorities, self._state, idx, td)
+        update(self._state, idx, td)
+
+    def clear(self) -> None:
+        """Forget every stored transition and priority (the next push gets priority 1)."""
+        super().clear()
+        self._tree[:] = 0.0
+        self._max_priority[0] = 1.0
+
+    # -- state ---------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """:meth:`CircularBuffer.state_dict` plus ``priorities`` (float64 (len,),
+        each slot's) and ``max_priority`` (float64 (1,))."""
+        state = super().state_dict()
+        state["priorities"] = self.priorities()
+        state["max_priority"] = self._max_priority.copy()
+        return state
+
+    def check_state_dict(self, state: dict[str, np.ndarray]) -> tuple[int, int]:
+        """As :meth:`CircularBuffer.check_state_dict`, and the priorities too.
+
+        A state without priorities (saved by a uniform buffer) is accepted:
+        :meth:`load_state_dict` then gives every transition priority 1.
+        """
+        pos, n = super().check_state_dict(state)
+        if "priorities" not in state and "max_priority" not in state:
+            return pos, n
+        for key, shape in (("priorities", (n,)), ("max_priority", (1,))):
+            arr = np.asarray(state.get(key))
+            if arr.shape != shape or arr.dtype != np.float64:
+                raise ValueError(
+                    f"replay buffer {key!r}: expected float64 of shape {shape}, found "
+                    f"{arr.dtype} of shape {arr.shape}"
+                )
+            if not (np.isfinite(arr).all() and (arr.min(initial=1.0) > 0.0)):
+                raise ValueError(f"replay buffer {key!r} must be finite and > 0")
+        return pos, n
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore a :meth:`state_dict` exactly: transitions, priorities, the sum tree
+        (rebuilt from the leaves, every node the sum of its children as when
+        built push by push) and the largest priority."""
+        self.check_state_dict(state)
+        super().load_state_dict(state)
+        n = len(self)
+        leaves = self._tree.shape[0] // 2
+        self._tree[:] = 0.0
+        if "priorities" in state:
+            self._tree[leaves : leaves + n] = state["priorities"]
+            self._max_priority[0] = float(np.asarray(state["max_priority"])[0])
+        else:
+            self._tree[leaves : leaves + n] = 1.0
+            self._max_priority[0] = 1.0
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Recompute every inner node of the sum tree from its leaves, level by level.
+
+        Node k = node 2k + node 2k+1, the same float64 sum ``_set_one`` forms,
+        so the rebuilt tree has the bits of one built push by push.
+        """
+        tree = self._tree
+        hi = tree.shape[0] // 2
+        while hi > 1:
+            lo = hi // 2
+            tree[lo:hi] = tree[2 * lo : 2 * hi : 2] + tree[2 * lo + 1 : 2 * hi : 2]
+            hi = lo
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["priorities"] = self.priorities()
+        state["max_priority"] = self.max_priority
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._tree[:] = 0.0
+        leaves = self._tree.shape[0] // 2
+        self._tree[leaves : leaves + len(state["priorities"])] = state["priorities"]
+        self._rebuild()
+        self._max_priority[0] = state["max_priority"]
