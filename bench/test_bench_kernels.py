@@ -1,4 +1,4 @@
-"""Kernel speed: update, forward, push, sample, and process start-up.
+"""Kernel speed: update, forward, push, sample (1- and n-step), and process start-up.
 
 Run with ``pytest bench -k kernels``. Every timed call has been compiled (or
 loaded from the cache) by a warm-up call first.
@@ -15,8 +15,9 @@ import textwrap
 import numpy as np
 import pytest
 from conftest import BATCH, SETTINGS, filled_buffer
+from streams import fill
 
-from ember_np import QNetwork
+from ember_np import CircularBuffer, QNetwork
 
 
 @pytest.mark.parametrize("setting", ["S1", "S2"])
@@ -61,6 +62,20 @@ def test_sample(benchmark, buffer, rng):
     """Draw and gather a batch of 64 into new arrays."""
     buffer.sample(BATCH, rng)
     benchmark(buffer.sample, BATCH, rng)
+
+
+@pytest.mark.parametrize("n_step", [1, 3], ids=["uniform", "n_step_3"])
+def test_sample_n_step(benchmark, n_step, rng):
+    """Draw and gather a batch of 64 into new arrays, 1-step or 3-step returns.
+
+    Issue 14's bar: 3-step sampling takes at most 2x the 1-step one (same
+    stream, episodes of 50 steps, and the same draws; as ``test_sample``).
+    """
+    buf = CircularBuffer(10_000, 4, 2, n_step=n_step, gamma=0.99)
+    fill(buf, 10_000, 4)
+    buf.sample(BATCH, rng)
+    benchmark.extra_info["n_step"] = n_step
+    benchmark(buf.sample, BATCH, rng)
 
 
 _START = textwrap.dedent(

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from ember_np.dqn.config import DqnConfig
     from ember_np.dqn.network import QNetwork
     from ember_np.dqn.policy import DqnPolicy
-    from ember_np.dqn.replay import Batch, CircularBuffer, transition_dtype
+    from ember_np.dqn.replay import Batch, CircularBuffer, PrioritizedBuffer, transition_dtype
     from ember_np.encoding import (
         DiscreteActionMapper,
         IndexActionMapper,
@@ -63,6 +63,7 @@ _HOMES = {
     "Batch": "ember_np.dqn.replay",
     "CircularBuffer": "ember_np.dqn.replay",
     "transition_dtype": "ember_np.dqn.replay",
+    "PrioritizedBuffer": "ember_np.dqn.replay",
     "DiscreteActionMapper": "ember_np.encoding",
     "IndexActionMapper": "ember_np.encoding",
     "ObservationEncoder": "ember_np.encoding",
@@ -133,6 +134,7 @@ __all__ = [
     "Min",
     "ObservationEncoder",
     "Policy",
+    "PrioritizedBuffer",
     "QNetwork",
     "ReplayBuffer",
     "RollingMean",

@@ -68,6 +68,9 @@ _F32_MAX = float(np.finfo(np.float32).max)
 _ND = np.ndarray
 _TERMINATED = int(EpisodeStatus.TERMINATED)
 _NO_F64 = np.empty(0, dtype=np.float64)
+_NO_F32 = np.empty(0, dtype=np.float32)  # a Batch field not given (never written: length 0)
+_NO_I64 = np.empty(0, dtype=np.int64)
+_MAX_PRIORITY = 0  # tree[0]: the largest priority so far (the sum tree's unused node)
 
 
 def transition_dtype(obs_size: int, num_actions: int) -> np.dtype:
@@ -118,8 +121,9 @@ class ReplayState(NamedTuple):
     tree : ndarray of float64, shape (2 * leaves,) or (0,)
         Prioritized replay's sum tree (:mod:`ember_np.dqn.sumtree`: leaf
         ``leaves + i`` is slot i's priority); length 0 for uniform sampling.
-    max_priority : ndarray of float64, shape (1,) or (0,)
-        The largest priority so far, given to each new transition (PER only).
+        ``tree[0]``, which the sum tree leaves unused, holds the largest
+        priority so far, given to each new transition (one array fewer to
+        pass at every push).
     alpha, eps : float
         PER's priority p = (|td| + eps)^alpha (unused when ``tree`` is empty).
     """
@@ -131,7 +135,6 @@ class ReplayState(NamedTuple):
     n_step: int
     gamma: float
     tree: np.ndarray
-    max_priority: np.ndarray
     alpha: float
     eps: float
 
@@ -212,7 +215,7 @@ def _push(
     if cursor[_SIZE] < capacity:
         cursor[_SIZE] += 1
     if buf.tree.shape[0] > 0:  # prioritized: a new transition gets the largest priority
-        _set_one(buf.tree, i, buf.max_priority[0])
+        _set_one(buf.tree, i, buf.tree[_MAX_PRIORITY])
     return 0
 
 
@@ -220,8 +223,7 @@ def _push(
 def _sample(buf: ReplayState, rng_state: np.ndarray, out: Batch, beta: float) -> None:
     """Gather ``len(out.actions)`` transitions drawn from the stored ones.
 
-    buf : ReplayState holding at least one transition (read only, but for
-        nothing: priorities change only in :func:`_update_priorities`).
+    buf : ReplayState holding at least one transition (read only).
     rng_state : uint64 (4,), a PCG64 state advanced in place (one draw per row).
     out : Batch of B rows, written: obs/next_obs float32 (B, obs_size),
         actions int64 (B,), rewards float32 (B,), masks float32 (B,) (0 where
@@ -230,29 +232,46 @@ def _sample(buf: ReplayState, rng_state: np.ndarray, out: Batch, beta: float) ->
         and weights (B,) (see :func:`_draw_prioritized`).
     beta : float in [0, 1], PER's importance-sampling exponent (else unused).
 
-    Uniform draws are with replacement. The one-step copy is written out here
-    rather than in a helper: a helper call per transition costs more than the
-    gather itself.
+    Draw every slot first (uniformly with replacement, or by priority), then
+    gather: the kind of draw and of gather is chosen once per call, never per row.
     """
-    prioritized = buf.tree.shape[0] > 0
-    if prioritized:
-        _draw_prioritized(buf, rng_state, beta, out.indices, out.weights)
+    batch_size = out.actions.shape[0]
+    if buf.tree.shape[0] > 0:
+        slots = out.indices
+        _draw_prioritized(buf, rng_state, beta, slots, out.weights)
+    else:
+        # The slots go into out.actions (int64 (B,)): each row's gather reads
+        # its slot before writing its action over it, and no allocation is needed.
+        slots = out.actions
+        size = buf.cursor[_SIZE]
+        for k in range(batch_size):
+            slots[k] = next_below(rng_state, size)
     if buf.n_step > 1:
-        _gather_n_step(buf, rng_state, out, prioritized)
-        return
+        _gather_n_step(buf, slots, out)
+    else:
+        _gather_one_step(buf, slots, out)
+
+
+@kernel
+def _gather_one_step(buf: ReplayState, slots: np.ndarray, out: Batch) -> None:
+    """Copy the transitions in ``slots`` (int64 (B,); may be ``out.actions``:
+    row k reads slots[k] before it writes actions[k]) into ``out`` (all but
+    discounts, weights and indices).
+
+    The copy is written out here rather than in a helper: a helper call per
+    transition costs more than the gather itself.
+    """
     storage = buf.storage
     finals = buf.finals
-    size = buf.cursor[_SIZE]
     obs = out.obs
     actions = out.actions
     rewards = out.rewards
     next_obs = out.next_obs
     masks = out.masks
-    indices = out.indices
     n = obs.shape[1]
     capacity = storage.shape[0]
-    for k in range(actions.shape[0]):
-        i = indices[k] if prioritized else next_below(rng_state, size)
+    for k in range(slots.shape[0]):
+        i = slots[k]
         rec = storage[i]
         for j in range(n):
             obs[k, j] = rec.obs[j]
@@ -270,23 +289,22 @@ def _sample(buf: ReplayState, rng_state: np.ndarray, out: Batch, beta: float) ->
 
 
 @kernel
-def _gather_n_step(buf: ReplayState, rng_state: np.ndarray, out: Batch, drawn: bool) -> None:
-    """:func:`_sample`'s gather for ``buf.n_step > 1``: m-step returns (module docstring).
+def _gather_n_step(buf: ReplayState, slots: np.ndarray, out: Batch) -> None:
+    """The n-step gather (``buf.n_step > 1``): m-step returns (module docstring).
 
-    Slots come from ``out.indices`` when ``drawn`` (prioritized), else are
-    drawn uniformly here, one draw per row. Writes every field of ``out`` but
-    weights and indices; ``out.discounts`` (B,) gets gamma^m * mask.
+    slots : int64 (B,) (may be ``out.actions``, as for :func:`_gather_one_step`).
+    Writes every field of ``out`` but weights and indices; ``out.discounts``
+    (B,) gets gamma^m * mask.
     """
     storage = buf.storage
     finals = buf.finals
-    size = buf.cursor[_SIZE]
     newest = buf.cursor[_POS] - 1 if buf.cursor[_POS] > 0 else storage.shape[0] - 1
     capacity = storage.shape[0]
     gamma = buf.gamma
     n_step = buf.n_step
     n = out.obs.shape[1]
-    for k in range(out.actions.shape[0]):
-        i = out.indices[k] if drawn else next_below(rng_state, size)
+    for k in range(slots.shape[0]):
+        i = slots[k]
         rec = storage[i]
         for j in range(n):
             out.obs[k, j] = rec.obs[j]
@@ -333,30 +351,30 @@ def _draw_prioritized(buf: ReplayState, rng_state: np.ndarray, beta: float, indi
     tree = buf.tree
     _sample_stratified(tree, rng_state, indices)
     leaves = tree.shape[0] // 2
-    scale = buf.cursor[_SIZE] / tree[1]
-    largest = 0.0
+    # w_i / max_j w_j = (p_i / p_min)^(-beta), p_min the batch's smallest
+    # priority (N and the total cancel); the smallest gets exactly 1.
+    smallest = tree[leaves + indices[0]]
     for k in range(indices.shape[0]):
-        w = (scale * tree[leaves + indices[k]]) ** (-beta)
-        weights[k] = w
-        largest = max(largest, w)
+        smallest = min(smallest, tree[leaves + indices[k]])
     for k in range(indices.shape[0]):
-        weights[k] = weights[k] / largest
+        p = tree[leaves + indices[k]]
+        weights[k] = 1.0 if p == smallest else (p / smallest) ** (-beta)
 
 
 @kernel
 def _update_priorities(buf: ReplayState, indices: np.ndarray, td_errors: np.ndarray) -> None:
     """Set p_i = (|td_i| + eps)^alpha for each sampled slot; track the largest priority.
 
-    buf : ReplayState with a sum tree (tree and max_priority updated in place).
-    indices : int64 (B,) in [0, capacity); td_errors : float32 (B,), finite.
-    A slot sampled twice in the batch keeps its last priority.
+    buf : ReplayState with a sum tree (updated in place, the largest priority
+        in tree[0] too). indices : int64 (B,) in [0, capacity); td_errors :
+        float32 (B,), finite. A slot sampled twice in the batch keeps its last priority.
     """
-    largest = buf.max_priority
+    tree = buf.tree
     for k in range(indices.shape[0]):
         p = (abs(td_errors[k]) + buf.eps) ** buf.alpha
-        _set_one(buf.tree, indices[k], p)
-        if p > largest[0]:
-            largest[0] = p
+        _set_one(tree, indices[k], p)
+        if p > tree[_MAX_PRIORITY]:
+            tree[_MAX_PRIORITY] = p
 
 
 def _as_obs(x: Any, obs_size: int, name: str) -> np.ndarray:
@@ -418,18 +436,16 @@ class CircularBuffer:
         # The counters _POS ... _PENDING, then the stack of released finals rows.
         self._cursor = np.zeros(CURSOR_LEN + self._capacity, dtype=np.int64)
         self._obs_shape = (self._obs_size,)
-        self._state = self._kernel_state(_NO_F64, _NO_F64, 0.0, 0.0)
+        self._state = self._kernel_state(_NO_F64, 0.0, 0.0)
         # Compiled entry points of _push and _sample, resolved at the first call.
         self._push_entry: Any = None
         self._sample_entry: Any = None
 
-    def _kernel_state(
-        self, tree: np.ndarray, max_priority: np.ndarray, alpha: float, eps: float
-    ) -> ReplayState:
+    def _kernel_state(self, tree: np.ndarray, alpha: float, eps: float) -> ReplayState:
         """The one place a ReplayState is built (fixed Python types: one compiled version)."""
         return ReplayState(
             self.storage, self.finals, self._cursor, int(self._num_actions), int(self._n_step),
-            float(self._gamma), tree, max_priority, float(alpha), float(eps),
+            float(self._gamma), tree, float(alpha), float(eps),
         )  # fmt: skip
 
     def _options(self) -> dict[str, Any]:
@@ -626,6 +642,7 @@ class CircularBuffer:
         return self._sample_checked(batch_size, rng, out, 1.0)
 
     def _sample_checked(self, batch_size: int, rng: Rng, out: Batch | None, beta: float) -> Batch:
+        """:meth:`sample` with PER's ``beta`` (float in [0, 1]; unused when uniform)."""
         b = check_int("batch_size", batch_size)
         size = int(self._cursor[1])
         if b > size:
@@ -673,16 +690,24 @@ class CircularBuffer:
     def empty_batch(self, batch_size: int) -> Batch:
         """Uninitialised arrays of the right shapes and dtypes for ``sample(out=...)``."""
         b = check_int("batch_size", batch_size)
-        per = b if self._state.tree.shape[0] else 0
+        if self._n_step == 1 and not self._state.tree.shape[0]:  # the usual case, quickly
+            return Batch(
+                np.empty((b, self._obs_size), dtype=np.float32),
+                np.empty(b, dtype=np.int64),
+                np.empty(b, dtype=np.float32),
+                np.empty((b, self._obs_size), dtype=np.float32),
+                np.empty(b, dtype=np.float32),
+            )
+        prioritized = self._state.tree.shape[0] > 0
         return Batch(
             np.empty((b, self._obs_size), dtype=np.float32),
             np.empty(b, dtype=np.int64),
             np.empty(b, dtype=np.float32),
             np.empty((b, self._obs_size), dtype=np.float32),
             np.empty(b, dtype=np.float32),
-            np.empty(b if self._n_step > 1 else 0, dtype=np.float32),
-            np.empty(per, dtype=np.float32),
-            np.empty(per, dtype=np.int64),
+            np.empty(b, dtype=np.float32) if self._n_step > 1 else _NO_F32,
+            np.empty(b, dtype=np.float32) if prioritized else _NO_F32,
+            np.empty(b, dtype=np.int64) if prioritized else _NO_I64,
         )
 
     def clear(self) -> None:
@@ -867,8 +892,8 @@ class PrioritizedBuffer(CircularBuffer):
         leaves = 1 << max(0, (self._capacity - 1).bit_length())  # as SumTree lays it out
         self._alpha, self._eps = a, e
         self._tree = np.zeros(2 * leaves, dtype=np.float64)
-        self._max_priority = np.ones(1, dtype=np.float64)
-        self._state = self._kernel_state(self._tree, self._max_priority, a, e)
+        self._tree[_MAX_PRIORITY] = 1.0
+        self._state = self._kernel_state(self._tree, a, e)
         self._priority_entry: Any = None
 
     def _options(self) -> dict[str, Any]:
@@ -887,7 +912,7 @@ class PrioritizedBuffer(CircularBuffer):
     @property
     def max_priority(self) -> float:
         """The largest priority so far: a new transition's priority."""
-        return float(self._max_priority[0])
+        return float(self._tree[_MAX_PRIORITY])
 
     @property
     def total_priority(self) -> float:
@@ -971,7 +996,7 @@ class PrioritizedBuffer(CircularBuffer):
         """Forget every stored transition and priority (the next push gets priority 1)."""
         super().clear()
         self._tree[:] = 0.0
-        self._max_priority[0] = 1.0
+        self._tree[_MAX_PRIORITY] = 1.0
 
     # -- state ---------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -979,7 +1004,7 @@ class PrioritizedBuffer(CircularBuffer):
         each slot's) and ``max_priority`` (float64 (1,))."""
         state = super().state_dict()
         state["priorities"] = self.priorities()
-        state["max_priority"] = self._max_priority.copy()
+        state["max_priority"] = self._tree[_MAX_PRIORITY : _MAX_PRIORITY + 1].copy()
         return state
 
     def check_state_dict(self, state: dict[str, np.ndarray]) -> tuple[int, int]:
@@ -1013,14 +1038,15 @@ class PrioritizedBuffer(CircularBuffer):
         self._tree[:] = 0.0
         if "priorities" in state:
             self._tree[leaves : leaves + n] = state["priorities"]
-            self._max_priority[0] = float(np.asarray(state["max_priority"])[0])
+            largest = float(np.asarray(state["max_priority"])[0])
         else:
             self._tree[leaves : leaves + n] = 1.0
-            self._max_priority[0] = 1.0
-        self._rebuild()
+            largest = 1.0
+        self._rebuild(largest)
 
-    def _rebuild(self) -> None:
-        """Recompute every inner node of the sum tree from its leaves, level by level.
+    def _rebuild(self, largest: float) -> None:
+        """Recompute every inner node of the sum tree from its leaves, level by level,
+        and set the largest priority to ``largest``.
 
         Node k = node 2k + node 2k+1, the same float64 sum ``_set_one`` forms,
         so the rebuilt tree has the bits of one built push by push.
@@ -1031,6 +1057,7 @@ class PrioritizedBuffer(CircularBuffer):
             lo = hi // 2
             tree[lo:hi] = tree[2 * lo : 2 * hi : 2] + tree[2 * lo + 1 : 2 * hi : 2]
             hi = lo
+        tree[_MAX_PRIORITY] = largest
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -1043,5 +1070,4 @@ class PrioritizedBuffer(CircularBuffer):
         self._tree[:] = 0.0
         leaves = self._tree.shape[0] // 2
         self._tree[leaves : leaves + len(state["priorities"])] = state["priorities"]
-        self._rebuild()
-        self._max_priority[0] = state["max_priority"]
+        self._rebuild(state["max_priority"])
