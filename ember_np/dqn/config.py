@@ -266,6 +266,7 @@ class DqnConfig:
                 step, float(self.learning_rate), float(end), self.learning_rate_decay_steps
             )
         )
+
     def per_beta_at(self, step: int) -> float:
         """Prioritized replay's importance exponent after ``step`` env steps.
 
