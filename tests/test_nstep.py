@@ -214,11 +214,15 @@ def test_n_step_agent_trains_on_the_fused_path_like_the_python_path(config):
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_exact_resume_with_n_step(tmp_path, prioritized):
     """Save mid-run with the buffer, rebuild from the file: the resumed agent
-    picks the same actions and ends with the same state as the uninterrupted one."""
+    picks the same actions and ends with the same state as the uninterrupted one
+    (n-step; then n-step + PER + dueling + LayerNorm + an annealed learning rate)."""
     config = DqnConfig(hidden_sizes=(16,), batch_size=16, buffer_capacity=200, min_replay_size=50,
                        target_update_freq=30, epsilon_decay_steps=300, learning_rate=1e-3,
                        n_step=3, gamma=0.95, prioritized_replay=prioritized, dueling=prioritized,
                        per_beta_steps=500)  # fmt: skip
+    if prioritized:  # every feature on: 14b's LayerNorm and learning-rate annealing too
+        config = config.replace(layer_norm=True, learning_rate_end=1e-4,
+                                learning_rate_decay_steps=600)  # fmt: skip
     transitions = episode_stream(np.random.default_rng(4), 700, p_end=0.05, size=4)
     transitions = [(o, a % 2, r, nx, s) for o, a, r, nx, s in transitions]
     whole = DqnAgent.for_env(gym.make("CartPole-v1"), config, seed=3)
