@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         DiscreteActionMapper,
         IndexActionMapper,
         ObservationEncoder,
+        OneHotEncoder,
         VecEncoder,
     )
     from ember_np.rng import Rng
@@ -68,6 +69,7 @@ _HOMES = {
     "IndexActionMapper": "ember_np.encoding",
     "ObservationEncoder": "ember_np.encoding",
     "VecEncoder": "ember_np.encoding",
+    "OneHotEncoder": "ember_np.encoding",
     "Rng": "ember_np.rng",
     "Aggregator": "ember_np.stats",
     "EpisodeRecord": "ember_np.stats",
@@ -145,6 +147,7 @@ __all__ = [
     "StepMetrics",
     "TrainingRun",
     "VecEncoder",
+    "OneHotEncoder",
     "train_seeds",
     "transition_dtype",
 ]

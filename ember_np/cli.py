@@ -91,10 +91,10 @@ def _run_name(env_id: str) -> str:
 
 def _check_checkpoint_env(env: Any, env_id: str, encoder: Any, mapper: Any, path: Path) -> None:
     """Refuse an env whose spaces differ from the ones the checkpoint was trained on."""
-    from ember_np.encoding import IndexActionMapper, VecEncoder, describe
+    from ember_np.encoding import IndexActionMapper, describe, encoder_for_space
 
     try:
-        want = (describe(VecEncoder.for_space(env.observation_space)),
+        want = (describe(encoder_for_space(env.observation_space)),
                 describe(IndexActionMapper.for_space(env.action_space)))  # fmt: skip
     except ValueError as exc:
         raise UsageError(f"{env_id!r}: {exc}") from None
@@ -269,6 +269,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             config = config.replace(**overrides)
         except (ValueError, TypeError) as exc:
             raise UsageError(f"--set: {exc}") from None
+    if "action_masks" not in overrides and not config.action_masks and _gives_masks(env_id):
+        config = config.replace(action_masks=True)
+        print(f"{env_id}: the env gives info['action_mask']: training with action masks "
+              "(--set action_masks=false turns this off)")  # fmt: skip
     steps = args.steps if args.steps is not None else (preset.steps if preset else 100_000)
     try:
         _check_replay_memory(env, config)
@@ -490,13 +494,25 @@ def _env_id_and_sets(env_id: str | None, sets: list[str]) -> tuple[str, list[str
     return env_id, sets
 
 
+def _gives_masks(env_id: str) -> bool:
+    """Whether a fresh ``env_id`` env puts an ``action_mask`` in the info of its reset."""
+    from ember_np.training.trainer import action_mask_of
+
+    probe = _make_env(env_id)
+    try:
+        _, info = probe.reset(seed=0)
+        return action_mask_of(info) is not None
+    finally:
+        probe.close()
+
+
 def _check_replay_memory(env: Any, config: Any) -> None:
     """Refuse a replay buffer that does not fit in the memory available, before allocating it."""
     from ember_np._memory import available_memory, format_bytes
     from ember_np.dqn.replay import transition_dtype
-    from ember_np.encoding import IndexActionMapper, VecEncoder
+    from ember_np.encoding import IndexActionMapper, encoder_for_space
 
-    obs_size = VecEncoder.for_space(env.observation_space).obs_size
+    obs_size = encoder_for_space(env.observation_space).obs_size
     n_actions = IndexActionMapper.for_space(env.action_space).num_actions
     per_row = transition_dtype(obs_size, n_actions).itemsize
     need = config.buffer_capacity * per_row

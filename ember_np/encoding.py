@@ -22,9 +22,11 @@ __all__ = [
     "DiscreteActionMapper",
     "IndexActionMapper",
     "ObservationEncoder",
+    "OneHotEncoder",
     "VecEncoder",
     "describe",
     "encode_for_network",
+    "encoder_for_space",
     "encoder_from_description",
     "mapper_from_description",
     "nonfinite_observation",
@@ -141,6 +143,102 @@ class VecEncoder:
         return f"VecEncoder(shape={self.shape})"
 
 
+class OneHotEncoder:
+    """Encodes the states of a ``Discrete(n, start)`` space as one-hot float32 vectors.
+
+    State ``s`` becomes the vector of length ``n`` with a 1 at ``s - start``
+    (Taxi-v3's 500 states: 500 inputs). The network then learns one row of
+    its first layer per state, a table lookup that it can generalise from.
+
+    Parameters
+    ----------
+    n : int >= 1
+        Number of states.
+    start : int
+        The first state (gymnasium's ``Discrete(n, start=...)``). Default 0.
+    """
+
+    def __init__(self, n: int, start: int = 0) -> None:
+        if isinstance(n, bool) or isinstance(start, bool):
+            raise ValueError(f"n and start must be integers, got {n!r} and {start!r}")
+        try:
+            self._n = operator.index(n)
+            self.start = operator.index(start)
+        except TypeError:
+            raise ValueError(f"n and start must be integers, got {n!r} and {start!r}") from None
+        if self._n < 1:
+            raise ValueError(f"n must be >= 1 (the number of states), got {n!r}")
+
+    @classmethod
+    def for_space(cls, space: Any) -> OneHotEncoder:
+        """The encoder for a gymnasium ``Discrete`` observation space."""
+        from gymnasium import spaces
+
+        if not isinstance(space, spaces.Discrete):
+            raise ValueError(f"OneHotEncoder needs a Discrete space, got {_space_name(space)}")
+        return cls(int(space.n), int(space.start))
+
+    @property
+    def obs_size(self) -> int:
+        return self._n
+
+    def _index(self, obs: Any, name: str) -> int:
+        try:
+            if isinstance(obs, (bool, np.bool_)):
+                raise TypeError
+            i = operator.index(obs if not isinstance(obs, np.ndarray) or obs.ndim else obs[()])
+        except TypeError:
+            raise ValueError(
+                f"expected {name} as an integer state in [{self.start}, {self.start + self._n}), "
+                f"got {obs!r}"
+            ) from None
+        if not self.start <= i < self.start + self._n:
+            raise ValueError(f"expected {name} in [{self.start}, {self.start + self._n}), got {i}")
+        return i - self.start
+
+    def encode(self, obs: Any) -> np.ndarray:
+        x = np.zeros(self._n, dtype=np.float32)
+        x[self._index(obs, "obs")] = 1.0
+        return x
+
+    def encode_batch(self, obs_batch: Any) -> np.ndarray:
+        states = np.asarray(obs_batch)
+        if states.ndim != 1 or states.dtype.kind not in "iu":
+            raise ValueError(
+                f"expected a batch of integer states of shape (batch,), got {obs_batch!r}"
+            )
+        out = np.zeros((states.shape[0], self._n), dtype=np.float32)
+        for row, s in enumerate(states.tolist()):
+            out[row, self._index(s, f"obs_batch[{row}]")] = 1.0
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-safe description, stored in checkpoints."""
+        return {"type": "OneHotEncoder", "n": self._n, "start": self.start}
+
+    def __repr__(self) -> str:
+        return f"OneHotEncoder(n={self._n}, start={self.start})"
+
+
+def encoder_for_space(space: Any) -> VecEncoder | OneHotEncoder:
+    """The default encoder of a gymnasium observation space.
+
+    ``Box``: :class:`VecEncoder` (flattened); ``Discrete``: :class:`OneHotEncoder`.
+    Any other space: ValueError saying what to do.
+    """
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        return OneHotEncoder.for_space(space)
+    if not isinstance(space, spaces.Box):
+        raise ValueError(
+            "DQN needs a Box observation space (a fixed-shape array of numbers) or a Discrete "
+            f"one (one-hot encoded), got {_space_name(space)}; wrap the env (e.g. "
+            "gymnasium.wrappers.FlattenObservation) or pass a custom ObservationEncoder"
+        )
+    return VecEncoder.for_space(space)
+
+
 class IndexActionMapper:
     """Actions ``start, start + 1, ..., start + num_actions - 1`` <-> indices 0..n-1.
 
@@ -235,9 +333,14 @@ def describe(obj: Any) -> dict[str, Any]:
     return {"type": f"{cls.__module__}.{cls.__qualname__}"}
 
 
-def encoder_from_description(desc: Any) -> VecEncoder:
+def encoder_from_description(desc: Any) -> VecEncoder | OneHotEncoder:
     """Rebuild a built-in encoder from :func:`describe`'s output (ValueError if it can't)."""
     kind = desc.get("type") if isinstance(desc, dict) else None
+    if kind == "OneHotEncoder":
+        n, start = desc.get("n"), desc.get("start", 0)
+        if type(n) is not int or type(start) is not int:
+            raise ValueError(f"invalid OneHotEncoder description {desc!r}")
+        return OneHotEncoder(n, start)
     if kind == "VecEncoder":
         shape = desc.get("shape")
         if not isinstance(shape, list) or not all(isinstance(s, int) for s in shape):

@@ -84,6 +84,8 @@ class Experience(NamedTuple):
 # (writeable and C-contiguous like a sampled array, so kernels compile once).
 _NO_F32 = np.empty(0, dtype=np.float32)
 _NO_I64 = np.empty(0, dtype=np.int64)
+#: ``Batch.next_action_masks`` of a batch without action masks (never written).
+NO_ACTION_MASKS = np.zeros((0, 0), dtype=np.uint8)
 
 
 class Batch(NamedTuple):
@@ -104,6 +106,10 @@ class Batch(NamedTuple):
     indices : ndarray of int64, shape (batch,) or (0,)
         The sampled slots (prioritized replay, for ``update_priorities``);
         length 0 (the default) for uniform buffers.
+    next_action_masks : ndarray of uint8, shape (batch, ceil(n_actions / 8)), or (0, 0)
+        The next states' legal actions as packed bits (``np.packbits`` layout:
+        action j is bit ``7 - j % 8`` of byte ``j // 8``), from a buffer built
+        for action masks; no rows (the default): every action is legal.
     """
 
     obs: np.ndarray
@@ -114,6 +120,7 @@ class Batch(NamedTuple):
     discounts: np.ndarray = _NO_F32
     weights: np.ndarray = _NO_F32
     indices: np.ndarray = _NO_I64
+    next_action_masks: np.ndarray = NO_ACTION_MASKS
 
 
 @runtime_checkable

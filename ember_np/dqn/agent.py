@@ -24,6 +24,7 @@ import numpy as np
 
 from ember_np._arrays import as_f32
 from ember_np._jit import entry_point, kernel
+from ember_np._masks import ALL_LEGAL, check_action_mask
 from ember_np._validate import check_int
 from ember_np.checkpoint import (
     AGENT_FORMAT,
@@ -47,6 +48,8 @@ from ember_np.dqn.network import (
     UpdateSettings,
     _all_finite,
     _greedy_action,
+    _greedy_action_legal,
+    _greedy_legal,
     _greedy_unchecked,
     _nonfinite_observation,
     _polyak,
@@ -68,6 +71,7 @@ from ember_np.encoding import (
     VecEncoder,
     describe,
     encode_for_network,
+    encoder_for_space,
     encoder_from_description,
     mapper_from_description,
 )
@@ -139,14 +143,37 @@ class AgentState(NamedTuple):
 
 
 @kernel
+def _random_legal(rng_state: np.ndarray, n_actions: int, legal: np.ndarray) -> int:
+    """A uniform random action index among the legal ones (one draw from ``rng_state``).
+
+    legal : bool (n_actions,) with at least one True, or (0,): all legal,
+    which draws exactly as an unmasked agent does.
+    """
+    if legal.shape[0] == 0:
+        return next_below(rng_state, n_actions)
+    count = 0
+    for j in range(n_actions):
+        count += legal[j]
+    k = next_below(rng_state, count)  # the k-th legal action
+    for j in range(n_actions):
+        if legal[j]:
+            if k == 0:
+                return j
+            k -= 1
+    return -1  # unreachable: count legal actions exist
+
+
+@kernel
 def _epsilon_greedy(
-    params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, epsilon: float, rng_state: np.ndarray
-) -> int:
-    """With probability epsilon a uniform random action index, else the greedy one.
+    params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, epsilon: float, rng_state: np.ndarray,
+    legal: np.ndarray,
+) -> int:  # fmt: skip
+    """With probability epsilon a uniform random legal action index, else the greedy legal one.
 
     params : float32 (num_params,); sizes : int64 (n_layers + 1,);
     obs : float32 (obs_size,); epsilon : float in [0, 1];
-    rng_state : uint64 (4,), advanced in place.
+    rng_state : uint64 (4,), advanced in place;
+    legal : bool (n_actions,) with at least one True, or (0,): every action is legal.
 
     Draws u ~ U[0, 1) from ``rng_state`` whenever epsilon > 0, and a second
     number for the random action when u < epsilon. Returns -1 for an
@@ -155,8 +182,10 @@ def _epsilon_greedy(
     if not _all_finite(obs):
         return -1  # callers raise; no random number is drawn
     if epsilon > 0.0 and next_double(rng_state) < epsilon:
-        return next_below(rng_state, sizes[sizes.shape[0] - 1])
-    return _greedy_unchecked(params, sizes, obs)
+        return _random_legal(rng_state, sizes[sizes.shape[0] - 1], legal)
+    if legal.shape[0] == 0:
+        return _greedy_unchecked(params, sizes, obs)
+    return _greedy_legal(params, sizes, obs, legal)
 
 
 @kernel
@@ -194,15 +223,16 @@ def _update_settings_now(settings: AgentSettings, step: int) -> UpdateSettings:
 
 @kernel
 def _act_explore(net: NetState, settings: AgentSettings, counters: np.ndarray, obs: np.ndarray,
-                 rng_state: np.ndarray) -> int:  # fmt: skip
+                 rng_state: np.ndarray, legal: np.ndarray) -> int:  # fmt: skip
     """The epsilon-greedy action index for ``obs`` at step ``counters[0]``.
 
     net : NetState (params and sizes are read); settings : AgentSettings;
-    counters : int64 (2,); obs : float32 (obs_size,); rng_state : uint64 (4,).
+    counters : int64 (2,); obs : float32 (obs_size,); rng_state : uint64 (4,);
+    legal : bool (n_actions,) or (0,) (see :func:`_epsilon_greedy`).
     Returns -1 for a non-finite observation.
     """
     return _epsilon_greedy(
-        net.params, net.sizes, obs, _epsilon_now(settings, counters[0]), rng_state
+        net.params, net.sizes, obs, _epsilon_now(settings, counters[0]), rng_state, legal
     )
 
 
@@ -265,6 +295,7 @@ def _train_from_buffer(
     """
     n_obs = net.sizes[0]
     per_len = batch_size if replay.tree.shape[0] > 0 else 0
+    masks = replay.next_action_masks  # no rows: no action masks
     batch = Batch(
         np.empty((batch_size, n_obs), dtype=np.float32),
         np.empty(batch_size, dtype=np.int64),
@@ -274,6 +305,7 @@ def _train_from_buffer(
         np.empty(batch_size if replay.n_step > 1 else 0, dtype=np.float32),
         np.empty(per_len, dtype=np.float32),
         np.empty(per_len, dtype=np.int64),
+        np.empty((batch_size if masks.shape[0] > 0 else 0, masks.shape[1]), dtype=np.uint8),
     )
     per = PerSample(batch.discounts, batch.weights, np.empty(per_len, dtype=np.float32))
     total = 0.0
@@ -294,6 +326,7 @@ def _agent_step(
     next_obs: np.ndarray,
     status: int,
     act_next: bool,
+    next_mask: np.ndarray,
 ) -> int:
     """One env step of the agent in one call.
 
@@ -302,6 +335,9 @@ def _agent_step(
     reward : float; status : int (EpisodeStatus value): the transition,
     validated by :func:`_push`.
     act_next : bool, whether to pick the next action.
+    next_mask : bool (n_actions,) or (0,): the legal actions in ``next_obs``
+        (length 0: all legal), stored with the transition by a masked buffer
+        and obeyed by the next action.
 
     Store the transition; count the step; sync the target when due
     (:func:`_target_due`); train when due (:func:`_train_due`); then, if
@@ -310,7 +346,7 @@ def _agent_step(
     Returns the next action index (0 unless ``act_next``), or -code for a
     rejected transition (nothing stored, counted or trained then).
     """
-    code = _push(agent.replay, obs, action, reward, next_obs, status)
+    code = _push(agent.replay, obs, action, reward, next_obs, status, next_mask)
     if code != 0:
         return -code
     counters = agent.counters
@@ -332,7 +368,7 @@ def _agent_step(
     if act_next:
         return _epsilon_greedy(
             agent.net.params, agent.net.sizes, next_obs, _epsilon_now(settings, step),
-            agent.explore_rng,
+            agent.explore_rng, next_mask,
         )  # fmt: skip
     return 0
 
@@ -342,8 +378,10 @@ def _buffer_for(config: DqnConfig, obs_size: int, n_actions: int) -> CircularBuf
     c = config
     if c.prioritized_replay:
         return PrioritizedBuffer(c.buffer_capacity, obs_size, n_actions, alpha=c.per_alpha,
-                                 eps=c.per_eps, n_step=c.n_step, gamma=c.gamma)  # fmt: skip
-    return CircularBuffer(c.buffer_capacity, obs_size, n_actions, n_step=c.n_step, gamma=c.gamma)
+                                 eps=c.per_eps, n_step=c.n_step, gamma=c.gamma,
+                                 action_masks=c.action_masks)  # fmt: skip
+    return CircularBuffer(c.buffer_capacity, obs_size, n_actions, n_step=c.n_step, gamma=c.gamma,
+                          action_masks=c.action_masks)  # fmt: skip
 
 
 def _check_buffer_matches(buffer: Any, config: DqnConfig, built_in: bool) -> None:
@@ -460,6 +498,11 @@ class DqnAgent:
         self.target = self.online.copy()
         if buffer is None:
             buffer = _buffer_for(config, obs_size, n_actions)
+        elif config.action_masks:
+            raise ValueError(
+                "config.action_masks=True needs the default replay buffer (a CircularBuffer "
+                "that stores next-state masks); got a custom buffer: drop buffer=..."
+            )
         else:
             missing = [
                 a for a in ("push", "sample", "ready_for", "__len__") if not hasattr(buffer, a)
@@ -490,6 +533,11 @@ class DqnAgent:
                 f"config.hidden_sizes {config.hidden_sizes} does not match the network's "
                 f"{self.online.layer_sizes[1:-1]}"
             )
+        if config.action_masks != bool(getattr(self.buffer, "action_masks", False)):
+            raise ValueError(
+                f"config.action_masks={config.action_masks} does not match the replay buffer, "
+                f"which was built with action_masks={not config.action_masks}; build a new agent"
+            )
         if config.dueling != self.online.dueling:
             raise ValueError(
                 f"config.dueling={config.dueling} does not match the network, which is "
@@ -511,9 +559,10 @@ class DqnAgent:
 
     @classmethod
     def for_env(cls, env: Any, config: DqnConfig | None = None, seed: int = 0) -> DqnAgent:
-        """An agent for a gymnasium env with a Box observation and Discrete action space."""
+        """An agent for a gymnasium env with a Box or Discrete observation space (see
+        :func:`~ember_np.encoding.encoder_for_space`) and a Discrete action space."""
         return cls(
-            VecEncoder.for_space(getattr(env, "observation_space", None)),
+            encoder_for_space(getattr(env, "observation_space", None)),
             IndexActionMapper.for_space(getattr(env, "action_space", None)),
             config,
             seed,
@@ -575,38 +624,56 @@ class DqnAgent:
         return self._replay_rng
 
     # -- acting ----------------------------------------------------------------
-    def act(self, obs: Any) -> Any:
+    def act(self, obs: Any, action_mask: Any = None) -> Any:
         """The greedy action ``argmax_a Q(obs, a)``, as an env action.
 
-        Raises ValueError for an observation holding NaN or inf (the rule of
-        every method that reads observations; see :class:`~ember_np.DqnPolicy`).
+        With ``action_mask`` (bool or 0/1 array of shape (n_actions,), as
+        gymnasium's ``info["action_mask"]``) the argmax runs over the legal
+        actions only. Raises ValueError for an observation holding NaN or inf
+        (the rule of every method that reads observations; see
+        :class:`~ember_np.DqnPolicy`) and for a mask of the wrong shape or
+        dtype or without a legal action.
         """
         x = self.encode(obs)
-        index = _greedy_action(self._net.params, self._net.sizes, x)
+        if action_mask is None:
+            index = _greedy_action(self._net.params, self._net.sizes, x)
+        else:
+            legal = self._legal(action_mask)
+            index = _greedy_action_legal(self._net.params, self._net.sizes, x, legal)
         if index < 0:
             raise _nonfinite_observation(x)
         return self.action_mapper.index_to_action(index)
 
-    def act_epsilon_greedy(self, obs: Any, rng: Rng | None = None) -> Any:
+    def _legal(self, mask: Any, name: str = "action_mask") -> np.ndarray:
+        """A user's mask as the kernels' bool (n_actions,) array (None: ALL_LEGAL)."""
+        if mask is None:
+            return ALL_LEGAL
+        return check_action_mask(mask, self.online.n_actions, name)
+
+    def act_epsilon_greedy(self, obs: Any, rng: Rng | None = None, action_mask: Any = None) -> Any:
         """A random action with probability :attr:`epsilon`, else the greedy one.
 
         ``rng`` defaults to the agent's own exploration stream (saved in
-        checkpoints); pass another :class:`Rng` to draw from it instead.
+        checkpoints); pass another :class:`Rng` to draw from it instead. With
+        ``action_mask`` (see :meth:`act`) both the random action (uniform over
+        the legal ones) and the greedy one are legal.
         """
-        return self.action_mapper.index_to_action(self.act_encoded(self.encode(obs), rng))
+        index = self.act_encoded(self.encode(obs), rng, action_mask)
+        return self.action_mapper.index_to_action(index)
 
-    def act_encoded(self, x: np.ndarray, rng: Rng | None = None) -> int:
+    def act_encoded(self, x: np.ndarray, rng: Rng | None = None, action_mask: Any = None) -> int:
         """:meth:`act_epsilon_greedy` for an encoded observation; returns the action index.
 
         ``x`` is what :meth:`encode` returned (float32, shape (obs_size,)).
         """
         state = self._explore_rng.state if rng is None else rng.state
+        legal = ALL_LEGAL if action_mask is None else self._legal(action_mask)
         act = self._explore_entry
         if act is None:  # same argument types every time: skip numba's dispatch
             act = self._explore_entry = entry_point(
-                _act_explore, self._net, self._settings, self._counters, x, state
+                _act_explore, self._net, self._settings, self._counters, x, state, legal
             )
-        index = act(self._net, self._settings, self._counters, x, state)
+        index = act(self._net, self._settings, self._counters, x, state, legal)
         if index < 0:
             raise _nonfinite_observation(x)
         return index
@@ -630,8 +697,13 @@ class DqnAgent:
         return encode_for_network(self.encoder, obs, self._obs_shape)
 
     # -- learning --------------------------------------------------------------
-    def observe(self, experience: Experience) -> bool:
+    def observe(self, experience: Experience, next_action_mask: Any = None) -> bool:
         """Store one transition, sync the target and train when due.
+
+        ``next_action_mask`` (an agent with ``config.action_masks``): the
+        legal actions in ``experience.next_observation``, as :meth:`act` takes
+        them; the TD targets of this transition maximise over them. Default:
+        all legal.
 
         Returns
         -------
@@ -655,6 +727,7 @@ class DqnAgent:
             reward,
             self.encode(next_obs),
             code,
+            next_action_mask=next_action_mask,
         )
         return self._out[1] != 0.0
 
@@ -666,17 +739,21 @@ class DqnAgent:
         nx: np.ndarray,
         status: int,
         act_next: bool = False,
+        next_action_mask: Any = None,
     ) -> int:
         """:meth:`observe` for an encoded transition (the trainer's hot path).
 
         ``index`` and ``status`` are plain ints (an IntEnum would make numba
         type-check slowly and compile another version). ``x`` and ``nx`` are
         what :meth:`encode` returned. With ``act_next`` the epsilon-greedy
-        action index for ``nx`` is returned (else 0); whether this step
-        trained is :attr:`last_step_trained`.
+        action index for ``nx`` is returned (else 0), legal under
+        ``next_action_mask`` (the mask of ``nx``, stored with the transition;
+        needs ``config.action_masks``); whether this step trained is
+        :attr:`last_step_trained`.
         """
         buf = self.buffer
         if self._fast_buffer:
+            legal = ALL_LEGAL if next_action_mask is None else buf.check_next_mask(next_action_mask)
             try:
                 r = float(reward)
             except (TypeError, ValueError):
@@ -684,13 +761,18 @@ class DqnAgent:
             step = self._step_entry
             if step is None:  # same argument types every time: skip numba's dispatch
                 step = self._step_entry = entry_point(
-                    _agent_step, self._state, x, index, r, nx, status, act_next
+                    _agent_step, self._state, x, index, r, nx, status, act_next, legal
                 )
-            result = step(self._state, x, index, r, nx, status, act_next)
+            result = step(self._state, x, index, r, nx, status, act_next, legal)
             if result < 0:
                 buf.raise_push_error(-result, index, r, x, nx, status)
             return result
         # A custom buffer: the same schedule as _agent_step, through Python.
+        if next_action_mask is not None:
+            raise ValueError(
+                "got a next_action_mask, but action masks need the default replay buffer and "
+                "DqnConfig(action_masks=True)"
+            )
         settings = self._settings
         buf.push(x, index, reward, nx, status)
         step = int(self._counters[0]) + 1

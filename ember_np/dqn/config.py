@@ -139,6 +139,13 @@ class DqnConfig:
     per_eps: float = 1e-6
     """Added to |td| in prioritized replay's priority, > 0. Default 1e-6."""
 
+    action_masks: bool = False
+    """Whether the env restricts actions through ``info["action_mask"]``
+    (gymnasium's convention, e.g. Taxi-v3): the replay buffer then keeps each
+    transition's next-state mask (packed bits) and the TD target maximises
+    over the next state's legal actions only. Acting with a mask works either
+    way. ``ember-np train`` turns it on for envs that give masks. Default False."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", self._hidden(self.hidden_sizes))
         self._validate()
@@ -190,6 +197,8 @@ class DqnConfig:
             fail("double_dqn", "True or False")
         if not isinstance(self.dueling, bool):
             fail("dueling", "True or False")
+        if not isinstance(self.action_masks, bool):
+            fail("action_masks", "True or False")
         if self.dueling and not self.hidden_sizes:
             raise ValueError(
                 "dueling=True needs at least one hidden layer to feed its two heads "

@@ -35,6 +35,7 @@ __all__ = [
     "first_nonfinite_row",
     "greedy_index",
     "greedy_indices",
+    "greedy_legal",
     "layer_views",
     "norm_views",
 ]
@@ -65,6 +66,16 @@ def greedy_indices(q: np.ndarray) -> np.ndarray:
         for r in np.flatnonzero(np.isnan(q).any(axis=1)):
             best[r] = greedy_index(q[r])
     return best
+
+
+def greedy_legal(q: np.ndarray, legal: np.ndarray) -> np.ndarray:
+    """Index of the first maximum of each row of ``q`` over its legal actions.
+
+    q : float (..., n_actions); legal : bool, same shape, each row with a
+    legal action. Returns int64 of shape ``q.shape[:-1]``: ``network._argmax_legal``'s
+    rule for finite Q-values (ties to the lowest legal index).
+    """
+    return np.where(legal, q, -np.inf).argmax(axis=-1)
 
 
 def first_nonfinite_row(x: np.ndarray) -> int:
@@ -261,6 +272,16 @@ class NumpyForward:
             return q.argmax(axis=1), -1
         return greedy_indices(q), first_nonfinite_row(x)
 
+    def greedy_one_legal(self, x: np.ndarray, legal: np.ndarray) -> int:
+        """argmax over the legal actions (bool (n_actions,)) of Q(x, a); -1 for a non-finite x."""
+        q = self.q_one(x)
+        return -1 if q is None else int(greedy_legal(q, legal))
+
+    def greedy_batch_legal(self, x: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, int]:
+        """:meth:`greedy_batch` over the legal actions (bool (batch, n_actions)) of each row."""
+        q, row = self.q_batch(x)
+        return greedy_legal(q, legal), row
+
 
 _kernels: ModuleType | None = None
 
@@ -349,4 +370,14 @@ class CompiledForward:
         row = -1
         if x.shape[0]:
             row = _kernels._greedy_actions_checked(self._params, self._sizes, x, out)  # type: ignore[union-attr]
+        return out, int(row)
+
+    def greedy_one_legal(self, x: np.ndarray, legal: np.ndarray) -> int:
+        return int(_kernels._greedy_action_legal(self._params, self._sizes, x, legal))  # type: ignore[union-attr]
+
+    def greedy_batch_legal(self, x: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, int]:
+        out = np.empty(x.shape[0], dtype=np.int64)
+        row = -1
+        if x.shape[0]:
+            row = _kernels._greedy_actions_legal_checked(self._params, self._sizes, x, legal, out)  # type: ignore[union-attr]
         return out, int(row)

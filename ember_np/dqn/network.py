@@ -25,7 +25,8 @@ Reading map of one update, in call order (each a kernel below)::
       _check_batch         actions in range, everything finite, weights >= 0
       _update
         _loss_and_grads
-          _td_targets      y = r + discount * Q_target(s', a*)     (n-step: discounts)
+          _td_targets      y = r + discount * Q_target(s', a*)     (n-step: discounts;
+                           masks: a* over the next state's legal actions)
           _forward_into    online forward, every activation kept  (dueling: _dueling_combine)
           _huber_grad      dLoss/dQ = w * clip(Q - y, +-delta) / B  (PER: weights in, |TD| out)
           _backward        MLP backward from any dLoss/dQ           (dueling: both heads, W_eff)
@@ -45,6 +46,7 @@ import numpy as np
 from ember_np._arrays import as_f32, as_i64
 from ember_np._blas import gemm
 from ember_np._jit import entry_point, kernel
+from ember_np._masks import check_action_masks
 from ember_np.checkpoint import (
     architecture_name,
     dueling_flag,
@@ -392,6 +394,77 @@ def _greedy_action(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
     return _greedy_unchecked(params, sizes, x) if _all_finite(x) else -1
 
 
+# Action masks (see ember_np/_masks.py): a bool (n_actions,) mask of length 0
+# means every action is legal; the replay buffer hands the TD target packed
+# bits (np.packbits layout). Callers guarantee at least one legal action.
+
+
+@kernel
+def _argmax_legal(q: np.ndarray, legal: np.ndarray) -> int:
+    """Index of the first maximum of ``q`` over the legal actions.
+
+    q : float (n,); legal : bool (n,), at least one True, or (0,): :func:`_argmax`.
+    """
+    if legal.shape[0] == 0:
+        return _argmax(q)
+    best = 0
+    while not legal[best]:
+        best += 1
+    for j in range(best + 1, q.shape[0]):
+        if legal[j] and q[j] > q[best]:
+            best = j
+    return best
+
+
+@kernel
+def _argmax_packed(q: np.ndarray, bits: np.ndarray) -> int:
+    """Index of the first maximum of ``q`` over the actions whose bit is set.
+
+    q : float (n,); bits : uint8 (ceil(n / 8),), packed as ``np.packbits``
+    (action j is bit ``7 - j % 8`` of byte ``j // 8``), at least one of the
+    first n bits set.
+    """
+    best = -1
+    for j in range(q.shape[0]):
+        if (bits[j >> 3] >> (7 - (j & 7))) & 1 and (best < 0 or q[j] > q[best]):
+            best = j
+    return best
+
+
+@kernel
+def _greedy_legal(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, legal: np.ndarray) -> int:
+    """argmax over the legal actions of Q(x, a) (:func:`_argmax_legal`); assumes ``x`` is finite."""
+    q = np.empty(sizes[sizes.shape[0] - 1], dtype=params.dtype)
+    _forward_one(params, sizes, x, q)
+    return _argmax_legal(q, legal)
+
+
+@kernel
+def _greedy_action_legal(
+    params: np.ndarray, sizes: np.ndarray, x: np.ndarray, legal: np.ndarray
+) -> int:
+    """:func:`_greedy_legal`, or -1 when ``x`` holds NaN or inf (callers raise)."""
+    return _greedy_legal(params, sizes, x, legal) if _all_finite(x) else -1
+
+
+@kernel
+def _greedy_actions_legal_checked(
+    params: np.ndarray, sizes: np.ndarray, x: np.ndarray, legal: np.ndarray, out: np.ndarray
+) -> int:
+    """argmax over legal actions of every row of ``x`` into ``out`` (int64 (B,)).
+
+    legal : bool (B, n_actions), each row with a legal action. Returns -1, or
+    the first row of ``x`` holding NaN or inf (nothing written then).
+    """
+    row = _first_nonfinite_row(x)
+    if row < 0:
+        q = np.empty((x.shape[0], sizes[sizes.shape[0] - 1]), dtype=params.dtype)
+        _forward_batch(params, sizes, x, q)
+        for i in range(x.shape[0]):
+            out[i] = _argmax_legal(q[i], legal[i])
+    return row
+
+
 @kernel
 def _forward_batch(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray) -> None:
     """Q-values of every row of ``x`` into ``q_out``.
@@ -563,7 +636,9 @@ def _td_targets(
     y : float64 (B,), written.
 
     a*_i = argmax_a Q_target(s'_i, a), or argmax_a Q_online(s'_i, a) for
-    double DQN; y is a constant (no gradient flows into the target).
+    double DQN, with a over the legal actions of s'_i when the batch has
+    ``next_action_masks`` rows (packed bits, :func:`_argmax_packed`); y is a
+    constant (no gradient flows into the target).
     Assumes finite inputs (QNetwork.update checks them).
     """
     sizes = net.sizes
@@ -571,16 +646,18 @@ def _td_targets(
     batch_size = rewards.shape[0]
     n_act = sizes[sizes.shape[0] - 1]
     best = np.empty(batch_size, dtype=np.int64)
+    legal = batch.next_action_masks
+    masked = legal.shape[0] > 0
     if hp.double_dqn:
         q_off = _forward_into(net.params, sizes, batch.next_obs, acts)
         q_next = acts[q_off : q_off + batch_size * n_act].reshape((batch_size, n_act))
         for i in range(batch_size):
-            best[i] = _argmax(q_next[i])
+            best[i] = _argmax_packed(q_next[i], legal[i]) if masked else _argmax(q_next[i])
     q_off = _forward_into(net.target, sizes, batch.next_obs, acts)
     q_next = acts[q_off : q_off + batch_size * n_act].reshape((batch_size, n_act))
     if not hp.double_dqn:
         for i in range(batch_size):
-            best[i] = _argmax(q_next[i])
+            best[i] = _argmax_packed(q_next[i], legal[i]) if masked else _argmax(q_next[i])
     if discounts.shape[0] == 0:
         masks = batch.masks
         for i in range(batch_size):
@@ -1008,14 +1085,15 @@ def _optional_per_sample(name: str, value: Any, batch: int) -> np.ndarray:
 
 def _split_batch_tail(
     first: Any, tail: tuple[Any, ...], discounts: Any, weights: Any
-) -> tuple[Any, Any, Any]:
-    """``update(*batch, target)`` with an 8-field Batch: (target, discounts, weights).
+) -> tuple[Any, Any, Any, Any]:
+    """``update(*batch, target)`` with a 9-field Batch: (target, discounts, weights, packed).
 
     ``first`` and ``tail`` are the positional arguments after ``masks``: the
-    batch's discounts, weights and indices, then the target. A field of
-    length 0 is "not given"; given both in the batch and by keyword is an error.
+    batch's discounts, weights, indices and packed next_action_masks, then the
+    target. A field of length 0 is "not given" (packed: None); given both in the
+    batch and by keyword is an error (the caller checks the packed masks).
     """
-    if len(tail) != 3:
+    if len(tail) != 4:
         raise ValueError(
             "update() takes obs, actions, rewards, next_obs, masks (or a whole Batch: "
             "*batch) and then the target network; got "
@@ -1029,7 +1107,8 @@ def _split_batch_tail(
         if given[name] is not None:
             raise ValueError(f"{name} given twice: in the batch and as a keyword")
         given[name] = value
-    return tail[2], given["discounts"], given["weights"]
+    packed = tail[2] if np.size(tail[2]) else None
+    return tail[3], given["discounts"], given["weights"], packed
 
 
 def _td_errors_out(out: Any, batch: int) -> np.ndarray:
@@ -1358,6 +1437,7 @@ class QNetwork:
         discounts: Any = None,
         weights: Any = None,
         td_errors_out: np.ndarray | None = None,
+        next_action_masks: Any = None,
     ) -> float:
         """One DQN gradient step on a batch; returns the loss before the step.
 
@@ -1387,11 +1467,16 @@ class QNetwork:
             ``weight * Huber`` (importance weights of prioritized replay). Default 1.
         td_errors_out : ndarray of float32, shape (batch,), optional
             Filled with ``|y - Q(s, a)|`` before the step (new priorities).
+        next_action_masks : array_like of bool, shape (batch, n_actions), optional
+            The next states' legal actions (1 / True = legal; each row at least
+            one): the target's max (and double DQN's argmax) runs over them only.
+            Default: every action is legal.
 
         ``net.update(*batch, target, ...)`` takes a whole sampled
-        :class:`~ember_np.types.Batch` too (its eight fields, then the target):
+        :class:`~ember_np.types.Batch` too (its nine fields, then the target):
         the batch's ``discounts`` and ``weights`` are used when not of length 0
-        (n-step and prioritized buffers), as if passed by keyword.
+        (n-step and prioritized buffers), and the packed ``next_action_masks``
+        of a buffer with action masks, as if passed by keyword.
 
         Returns
         -------
@@ -1404,8 +1489,13 @@ class QNetwork:
             On shapes that disagree with the network or each other, actions out
             of range, non-finite inputs, or out-of-range hyperparameters.
         """
-        if batch_tail:
-            target, discounts, weights = _split_batch_tail(target, batch_tail, discounts, weights)
+        packed = None
+        if batch_tail:  # update(*batch, target): the Batch's fields after masks, then the target
+            target, discounts, weights, packed = _split_batch_tail(
+                target, batch_tail, discounts, weights
+            )
+            if packed is not None and next_action_masks is not None:
+                raise ValueError("next_action_masks given twice: in the batch and as a keyword")
         self._check_same_shape(target)
         x = self._obs(obs, "obs")
         nx = self._obs(next_obs, "next_obs")
@@ -1438,7 +1528,22 @@ class QNetwork:
         clip = (
             None if max_grad_norm is None else _check_positive_float("max_grad_norm", max_grad_norm)
         )
-        data = Batch(x, a, r, nx, m)
+        if packed is not None:
+            bits = np.ascontiguousarray(packed, dtype=np.uint8)
+            if bits.shape != (batch, (self.n_actions + 7) // 8):
+                raise ValueError(
+                    f"expected the batch's next_action_masks of shape "
+                    f"({batch}, {(self.n_actions + 7) // 8}) (packed bits), got {bits.shape}"
+                )
+            legal = np.unpackbits(bits, axis=1, count=self.n_actions).astype(bool)
+            data = Batch(x, a, r, nx, m, next_action_masks=np.packbits(check_action_masks(
+                legal, batch, self.n_actions, "next_action_masks"), axis=1))  # fmt: skip
+        elif next_action_masks is None:
+            data = Batch(x, a, r, nx, m)
+        else:
+            legal = check_action_masks(next_action_masks, batch, self.n_actions,
+                                       "next_action_masks")  # fmt: skip
+            data = Batch(x, a, r, nx, m, next_action_masks=np.packbits(legal, axis=1))
         key = (g, lr, delta, bool(double_dqn), clip)
         hp = self._hp
         if hp is None or self._hp_key != key:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ember_np._arrays import as_f32
+from ember_np._masks import check_action_mask, check_action_masks
 from ember_np.checkpoint import AGENT_FORMAT, CheckpointError, Reader
 from ember_np.checkpoint import AgentKeys as K
 from ember_np.dqn.forward import CompiledForward, NumpyForward, layer_views, norm_views
@@ -210,8 +211,14 @@ class DqnPolicy:
     def _encode(self, obs: Any) -> np.ndarray:
         return encode_for_network(self.encoder, obs, self._obs_shape)
 
-    def act(self, obs: Any) -> Any:
-        """The greedy action for one observation, as an env action."""
+    def act(self, obs: Any, action_mask: Any = None) -> Any:
+        """The greedy action for one observation, as an env action.
+
+        With ``action_mask`` (bool or 0/1 array of shape (n_actions,), as
+        gymnasium's ``info["action_mask"]``) only legal actions are chosen;
+        a mask of the wrong shape or dtype, or without a legal action, raises
+        ValueError.
+        """
         if (  # the common case, checked inline: already the vector the network takes
             type(obs) is np.ndarray
             and obs.dtype is _F32
@@ -222,15 +229,27 @@ class DqnPolicy:
             x = obs
         else:
             x = self._encode(obs)
-        index = self._forward.greedy_one(x)
+        if action_mask is None:
+            index = self._forward.greedy_one(x)
+        else:
+            legal = check_action_mask(action_mask, self.layer_sizes[-1])
+            index = self._forward.greedy_one_legal(x, legal)
         if index < 0:
             raise nonfinite_observation(x)
         return self.action_mapper.index_to_action(index)
 
-    def act_batch(self, obs_batch: Any) -> np.ndarray:
-        """Greedy actions for a batch of observations, as an array of env actions."""
+    def act_batch(self, obs_batch: Any, action_masks: Any = None) -> np.ndarray:
+        """Greedy actions for a batch of observations, as an array of env actions.
+
+        ``action_masks`` (bool or 0/1, shape (batch, n_actions)): each row's
+        legal actions, as :meth:`act` takes one.
+        """
         x = as_f32(self.encoder.encode_batch(obs_batch), "the encoder's output")
-        out, row = self._forward.greedy_batch(x)
+        if action_masks is None:
+            out, row = self._forward.greedy_batch(x)
+        else:
+            legal = check_action_masks(action_masks, x.shape[0], self.layer_sizes[-1])
+            out, row = self._forward.greedy_batch_legal(x, legal)
         if row >= 0:
             raise nonfinite_row(x, row, "obs_batch")
         if isinstance(self.action_mapper, IndexActionMapper):

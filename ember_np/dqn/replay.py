@@ -45,6 +45,13 @@ cursor). Then
 A transition whose n steps are not all stored yet (the newest n-1 of a
 running episode) uses what is stored, with its smaller m; as returns are
 computed at every sample, a later sample sees the longer return.
+
+A buffer built with ``action_masks=True`` also keeps each transition's
+next-state action mask in ``next_action_masks``, ceil(num_actions / 8) bytes
+of packed bits per slot (Taxi-v3: 1 byte), and sampled batches carry them to
+the TD target; otherwise that array has no rows and push and sample skip it.
+An n-step return's mask is that of the state it bootstraps from: the next
+state of slot t+m-1.
 """
 
 from __future__ import annotations
@@ -56,10 +63,11 @@ import numpy as np
 
 from ember_np._arrays import as_f32
 from ember_np._jit import entry_point, kernel
+from ember_np._masks import ALL_LEGAL, check_action_mask, packed_mask_bytes
 from ember_np._validate import check_int
 from ember_np.dqn.sumtree import _sample_stratified, _set_one
 from ember_np.rng import Rng, next_below
-from ember_np.types import Batch, EpisodeStatus
+from ember_np.types import NO_ACTION_MASKS, Batch, EpisodeStatus
 
 __all__ = ["Batch", "CircularBuffer", "PrioritizedBuffer", "transition_dtype"]
 
@@ -126,6 +134,10 @@ class ReplayState(NamedTuple):
         pass at every push).
     alpha, eps : float
         PER's priority p = (|td| + eps)^alpha (unused when ``tree`` is empty).
+    next_action_masks : ndarray of uint8, shape (capacity, ceil(num_actions / 8)), or no rows
+        Each slot's next-state legal actions as packed bits (``np.packbits``
+        layout), in a buffer built with ``action_masks=True``; else 0 rows and
+        no memory.
     """
 
     storage: np.ndarray
@@ -137,6 +149,7 @@ class ReplayState(NamedTuple):
     tree: np.ndarray
     alpha: float
     eps: float
+    next_action_masks: np.ndarray
 
 
 @kernel
@@ -155,6 +168,7 @@ def _push(
     reward: float,
     next_obs: np.ndarray,
     status: int,
+    next_mask: np.ndarray,
 ) -> int:
     """Validate one transition, then write it at ``cursor[POS]`` and advance.
 
@@ -162,6 +176,9 @@ def _push(
     obs, next_obs : float32 (obs_size,), C-contiguous (the bits of ``obs`` are
         compared with the previous transition's parked ``next_obs``).
     action : int; reward : float; status : int (EpisodeStatus value).
+    next_mask : bool (num_actions,) with at least one True (checked by callers),
+        or (0,) for all legal: the next state's legal actions, packed into
+        ``buf.next_action_masks`` when it has rows (ignored otherwise).
 
     Returns 0, or an error code (_BAD_ACTION ... _BAD_STATUS) with nothing
     written: every value is checked here, so callers need not pre-validate.
@@ -210,6 +227,8 @@ def _push(
     rec.reward = reward
     rec.status = status
     rec.next_ref = row
+    if buf.next_action_masks.shape[0] > 0:
+        _pack_mask(next_mask, buf.num_actions, buf.next_action_masks[i])
     cursor[_PENDING] = 1
     cursor[_POS] = i + 1 if i + 1 < capacity else 0
     if cursor[_SIZE] < capacity:
@@ -217,6 +236,23 @@ def _push(
     if buf.tree.shape[0] > 0:  # prioritized: a new transition gets the largest priority
         _set_one(buf.tree, i, buf.tree[_MAX_PRIORITY])
     return 0
+
+
+@kernel
+def _pack_mask(legal: np.ndarray, n_actions: int, bits: np.ndarray) -> None:
+    """``np.packbits(legal)`` into ``bits``; a ``legal`` of length 0 packs all ``n_actions`` set.
+
+    legal : bool (n_actions,) or (0,); bits : uint8 (ceil(n_actions / 8),), written.
+    Action j is bit ``7 - j % 8`` of byte ``j // 8``; padding bits are 0.
+    """
+    all_legal = legal.shape[0] == 0
+    for b in range(bits.shape[0]):
+        v = 0
+        for k in range(8):
+            j = 8 * b + k
+            if j < n_actions and (all_legal or legal[j]):
+                v |= 1 << (7 - k)
+        bits[b] = v
 
 
 @kernel
@@ -229,7 +265,8 @@ def _sample(buf: ReplayState, rng_state: np.ndarray, out: Batch, beta: float) ->
         actions int64 (B,), rewards float32 (B,), masks float32 (B,) (0 where
         terminated); with ``buf.n_step > 1`` also discounts (B,) (n-step
         returns, see the module docstring); with a sum tree also indices (B,)
-        and weights (B,) (see :func:`_draw_prioritized`).
+        and weights (B,) (see :func:`_draw_prioritized`); next_action_masks
+        uint8 (B, n_bytes) from a masked buffer (else not read).
     beta : float in [0, 1], PER's importance-sampling exponent (else unused).
 
     Draw every slot first (uniformly with replacement, or by priority), then
@@ -256,7 +293,7 @@ def _sample(buf: ReplayState, rng_state: np.ndarray, out: Batch, beta: float) ->
 def _gather_one_step(buf: ReplayState, slots: np.ndarray, out: Batch) -> None:
     """Copy the transitions in ``slots`` (int64 (B,); may be ``out.actions``:
     row k reads slots[k] before it writes actions[k]) into ``out`` (all but
-    discounts, weights and indices).
+    discounts, weights and indices; next_action_masks from a masked buffer).
 
     The copy is written out here rather than in a helper: a helper call per
     transition costs more than the gather itself.
@@ -270,6 +307,9 @@ def _gather_one_step(buf: ReplayState, slots: np.ndarray, out: Batch) -> None:
     masks = out.masks
     n = obs.shape[1]
     capacity = storage.shape[0]
+    legal = buf.next_action_masks
+    masked = legal.shape[0] > 0
+    legal_out = out.next_action_masks
     for k in range(slots.shape[0]):
         i = slots[k]
         rec = storage[i]
@@ -286,6 +326,9 @@ def _gather_one_step(buf: ReplayState, slots: np.ndarray, out: Batch) -> None:
         actions[k] = rec.action
         rewards[k] = rec.reward
         masks[k] = 0.0 if rec.status == _TERMINATED else 1.0
+        if masked:
+            for j in range(legal.shape[1]):
+                legal_out[k, j] = legal[i, j]
 
 
 @kernel
@@ -294,9 +337,12 @@ def _gather_n_step(buf: ReplayState, slots: np.ndarray, out: Batch) -> None:
 
     slots : int64 (B,) (may be ``out.actions``, as for :func:`_gather_one_step`).
     Writes every field of ``out`` but weights and indices; ``out.discounts``
-    (B,) gets gamma^m * mask.
+    (B,) gets gamma^m * mask; a masked buffer's ``out.next_action_masks`` gets
+    slot t+m-1's next-state mask (that of the state the return bootstraps from).
     """
     storage = buf.storage
+    legal = buf.next_action_masks
+    masked = legal.shape[0] > 0
     finals = buf.finals
     newest = buf.cursor[_POS] - 1 if buf.cursor[_POS] > 0 else storage.shape[0] - 1
     capacity = storage.shape[0]
@@ -329,6 +375,9 @@ def _gather_n_step(buf: ReplayState, slots: np.ndarray, out: Batch) -> None:
         else:
             for j in range(n):
                 out.next_obs[k, j] = finals[row, j]
+        if masked:
+            for j in range(legal.shape[1]):
+                out.next_action_masks[k, j] = legal[last, j]
         mask = 0.0 if step.status == _TERMINATED else 1.0
         out.rewards[k] = total
         out.masks[k] = mask
@@ -406,6 +455,10 @@ class CircularBuffer:
     gamma : float in [0, 1], keyword
         Their discount; default 0.99 (unused for ``n_step=1``: the batch's
         ``discounts`` are then of length 0, meaning ``gamma * mask``).
+    action_masks : bool, keyword
+        Also keep each transition's next-state action mask, as packed bits
+        (ceil(num_actions / 8) bytes per slot); sampled batches then carry
+        them in ``next_action_masks``. Default False (no memory, no cost).
 
     Attributes
     ----------
@@ -418,7 +471,7 @@ class CircularBuffer:
 
     def __init__(
         self, capacity: int, obs_size: int, num_actions: int, *, n_step: int = 1,
-        gamma: float = 0.99,
+        gamma: float = 0.99, action_masks: bool = False,
     ) -> None:  # fmt: skip
         self._capacity = check_int("capacity", capacity)
         self._obs_size = check_int("obs_size", obs_size)
@@ -436,6 +489,13 @@ class CircularBuffer:
         # The counters _POS ... _PENDING, then the stack of released finals rows.
         self._cursor = np.zeros(CURSOR_LEN + self._capacity, dtype=np.int64)
         self._obs_shape = (self._obs_size,)
+        if not isinstance(action_masks, (bool, np.bool_)):
+            raise ValueError(f"action_masks must be True or False, got {action_masks!r}")
+        self._action_masks = bool(action_masks)
+        n_bytes = packed_mask_bytes(self._num_actions)
+        self.next_action_masks = np.zeros(
+            (self._capacity if action_masks else 0, n_bytes), dtype=np.uint8
+        )
         self._state = self._kernel_state(_NO_F64, 0.0, 0.0)
         # Compiled entry points of _push and _sample, resolved at the first call.
         self._push_entry: Any = None
@@ -445,12 +505,12 @@ class CircularBuffer:
         """The one place a ReplayState is built (fixed Python types: one compiled version)."""
         return ReplayState(
             self.storage, self.finals, self._cursor, int(self._num_actions), int(self._n_step),
-            float(self._gamma), tree, float(alpha), float(eps),
+            float(self._gamma), tree, float(alpha), float(eps), self.next_action_masks,
         )  # fmt: skip
 
     def _options(self) -> dict[str, Any]:
         """The keyword arguments of ``__init__`` (for copies)."""
-        return {"n_step": self._n_step, "gamma": self._gamma}
+        return {"n_step": self._n_step, "gamma": self._gamma, "action_masks": self._action_masks}
 
     @property
     def n_step(self) -> int:
@@ -481,6 +541,11 @@ class CircularBuffer:
         return self._num_actions
 
     @property
+    def action_masks(self) -> bool:
+        """Whether the buffer keeps next-state action masks."""
+        return self._action_masks
+
+    @property
     def position(self) -> int:
         """Slot the next push writes to."""
         return int(self._cursor[0])
@@ -504,7 +569,8 @@ class CircularBuffer:
         Each finals row used also has its slot in the free-row stack (8 bytes).
         """
         rows = int(self._cursor[_ROWS])
-        return int(self.storage.nbytes + rows * (self.finals.itemsize * self._obs_size + 8))
+        return int(self.storage.nbytes + rows * (self.finals.itemsize * self._obs_size + 8)
+                   + self.next_action_masks.nbytes)  # fmt: skip
 
     @property
     def nbytes_per_transition(self) -> float:
@@ -540,6 +606,7 @@ class CircularBuffer:
         reward: float,
         next_obs: Any,
         status: int | EpisodeStatus = EpisodeStatus.CONTINUING,
+        next_action_mask: Any = None,
     ) -> None:
         """Store one transition, overwriting the oldest when full.
 
@@ -549,6 +616,9 @@ class CircularBuffer:
         action : int in [0, num_actions)
         reward : float, finite as a float32 (what is stored)
         status : EpisodeStatus or int in {0, 1, 2}
+        next_action_mask : array_like of bool, shape (num_actions,), optional
+            The legal actions in ``next_obs`` (a buffer built with
+            ``action_masks=True``); default: all legal.
 
         Raises
         ------
@@ -572,12 +642,29 @@ class CircularBuffer:
         if o.shape != self._obs_shape or no.shape != self._obs_shape:
             _as_obs(obs, self._obs_size, "obs")
             _as_obs(next_obs, self._obs_size, "next_obs")
+        legal = self.check_next_mask(next_action_mask)
         push = self._push_entry
         if push is None:  # same argument types every time: skip numba's dispatch
-            push = self._push_entry = entry_point(_push, self._state, o, a, r, no, s)
-        code = push(self._state, o, a, r, no, s)
+            push = self._push_entry = entry_point(_push, self._state, o, a, r, no, s, legal)
+        code = push(self._state, o, a, r, no, s, legal)
         if code:
             self.raise_push_error(code, a, r, o, no, s)
+
+    def check_next_mask(self, mask: Any) -> np.ndarray:
+        """``mask`` as the bool (num_actions,) array :func:`_push` takes (None: all legal).
+
+        ValueError for a mask given to a buffer built without action masks,
+        or one that is not a valid mask (see ``ember_np/_masks.py``).
+        """
+        if mask is None:
+            return ALL_LEGAL
+        if not self._action_masks:
+            raise ValueError(
+                "this replay buffer was built without action masks, got a next_action_mask: "
+                "build it with CircularBuffer(..., action_masks=True) (an agent: "
+                "DqnConfig(action_masks=True))"
+            )
+        return check_action_mask(mask, self._num_actions, "next_action_mask")
 
     def _raise_conversion_error(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, status: Any
@@ -637,7 +724,10 @@ class CircularBuffer:
         Batch
             obs (B, obs_size) float32, actions (B,) int64, rewards (B,) float32,
             next_obs (B, obs_size) float32, masks (B,) float32, discounts (B,)
-            float32 for n_step > 1 (else (0,)); weights and indices of length 0.
+            float32 for n_step > 1 (else (0,)); weights and indices of length 0;
+            with ``action_masks`` next_action_masks (B, ceil(num_actions / 8))
+            uint8 (packed bits; ``np.unpackbits(..., axis=1, count=num_actions)``
+            gives the bool masks; the n-step next state's mask for n_step > 1).
         """
         return self._sample_checked(batch_size, rng, out, 1.0)
 
@@ -690,7 +780,8 @@ class CircularBuffer:
     def empty_batch(self, batch_size: int) -> Batch:
         """Uninitialised arrays of the right shapes and dtypes for ``sample(out=...)``."""
         b = check_int("batch_size", batch_size)
-        if self._n_step == 1 and not self._state.tree.shape[0]:  # the usual case, quickly
+        if self._n_step == 1 and not self._state.tree.shape[0] and not self._action_masks:
+            # the usual case, quickly
             return Batch(
                 np.empty((b, self._obs_size), dtype=np.float32),
                 np.empty(b, dtype=np.int64),
@@ -708,7 +799,9 @@ class CircularBuffer:
             np.empty(b, dtype=np.float32) if self._n_step > 1 else _NO_F32,
             np.empty(b, dtype=np.float32) if prioritized else _NO_F32,
             np.empty(b, dtype=np.int64) if prioritized else _NO_I64,
-        )
+            np.empty((b, self.next_action_masks.shape[1]), dtype=np.uint8)
+            if self._action_masks else NO_ACTION_MASKS,
+        )  # fmt: skip
 
     def clear(self) -> None:
         """Forget every stored transition (finals rows are reused from the first)."""
@@ -721,7 +814,8 @@ class CircularBuffer:
         Keys: ``obs``, ``action``, ``reward``, ``next_obs``, ``status`` (the
         first ``len(self)`` slots, with every ``next_obs`` written out, so the
         format does not depend on how the buffer shares them) and ``cursor`` =
-        [position, size, capacity] (int64).
+        [position, size, capacity] (int64); with ``action_masks`` also
+        ``next_action_masks`` (uint8 (len, ceil(num_actions / 8)), packed bits).
         """
         n = len(self)
         s = self.storage[:n]
@@ -732,7 +826,7 @@ class CircularBuffer:
         next_obs = np.concatenate([after[1:n], after[last : last + min(n, 1)]])
         own = np.flatnonzero(s["next_ref"] >= 0)
         next_obs[own] = self.finals[s["next_ref"][own]]
-        return {
+        state = {
             "obs": s["obs"].copy(),
             "action": s["action"].astype(np.int32),
             "reward": s["reward"].copy(),
@@ -740,6 +834,9 @@ class CircularBuffer:
             "status": s["status"].copy(),
             "cursor": np.array([self._cursor[_POS], n, self._capacity], dtype=np.int64),
         }
+        if self._action_masks:  # packed bits, as stored
+            state["next_action_masks"] = self.next_action_masks[:n].copy()
+        return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore a :meth:`state_dict` exactly; a mismatch raises ValueError, changing nothing.
@@ -752,6 +849,8 @@ class CircularBuffer:
         pos, n = self.check_state_dict(state)
         for key in ("obs", "action", "reward", "status"):
             self.storage[key][:n] = state[key]
+        if self._action_masks:
+            self.next_action_masks[:n] = state["next_action_masks"]
         cursor = np.zeros(CURSOR_LEN, dtype=np.int64)
         cursor[_POS] = pos
         if n:
@@ -806,12 +905,41 @@ class CircularBuffer:
                     f"replay buffer {key!r}: expected {np.dtype(dtype)} of shape {shape}, "
                     f"found {arr.dtype} of shape {arr.shape}"
                 )
+        self._check_mask_state(state, n)
         actions = np.asarray(state["action"])
         if n and (actions.min() < 0 or actions.max() >= self._num_actions):
             raise ValueError(f"replay buffer 'action' has values outside [0, {self._num_actions})")
         if n and np.asarray(state["status"]).max() > 2:
             raise ValueError("replay buffer 'status' has values outside {0, 1, 2}")
         return pos, n
+
+    def _check_mask_state(self, state: dict[str, np.ndarray], n: int) -> None:
+        """ValueError unless ``state`` has next-state masks exactly when this buffer keeps them."""
+        if "next_action_masks" not in state:
+            if self._action_masks:
+                raise ValueError(
+                    "replay buffer state has no 'next_action_masks' but this buffer keeps "
+                    "action masks: load it into a buffer (agent) built with action_masks=False"
+                )
+            return
+        if not self._action_masks:
+            raise ValueError(
+                "replay buffer state has 'next_action_masks' but this buffer was built without "
+                "action masks: build it with action_masks=True (DqnConfig(action_masks=True))"
+            )
+        arr = np.asarray(state["next_action_masks"])
+        shape = (n, self.next_action_masks.shape[1])
+        if arr.shape != shape or arr.dtype != np.uint8:
+            raise ValueError(
+                f"replay buffer 'next_action_masks': expected uint8 of shape {shape}, "
+                f"found {arr.dtype} of shape {arr.shape}"
+            )
+        if n:
+            legal = np.unpackbits(arr, axis=1, count=self._num_actions)
+            if not legal.any(axis=1).all():
+                raise ValueError(
+                    "replay buffer 'next_action_masks' has a mask with no legal action"
+                )
 
     # -- copying and pickling --------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -827,7 +955,8 @@ class CircularBuffer:
             "capacity": self._capacity,
             "obs_size": self._obs_size,
             "num_actions": self._num_actions,
-            "options": self._options(),
+            "options": self._options(),  # n_step, gamma, action_masks (PER: alpha, eps)
+            "next_action_masks": self.next_action_masks[:used],
             "storage": self.storage[:used],
             "finals": self.finals[: c[_ROWS]],
             "cursor": c[: CURSOR_LEN + c[_N_FREE]],
@@ -837,15 +966,17 @@ class CircularBuffer:
         self.__init__(  # type: ignore[misc]
             state["capacity"], state["obs_size"], state["num_actions"], **state.get("options", {})
         )
-        for name in ("storage", "finals", "_cursor"):
-            part = state[name.lstrip("_")]
+        for name in ("storage", "finals", "_cursor", "next_action_masks"):
+            part = state.get(name.lstrip("_"), ())  # older pickles: no masks
             getattr(self, name)[: len(part)] = part
 
     def __repr__(self) -> str:
         n_step = f", n_step={self._n_step}, gamma={self._gamma}" if self._n_step > 1 else ""
         return (
             f"{type(self).__name__}(capacity={self._capacity}, obs_size={self._obs_size}, "
-            f"num_actions={self._num_actions}{n_step}, len={len(self)})"
+            f"num_actions={self._num_actions}{n_step}, "
+            + ("action_masks=True, " if self._action_masks else "")
+            + f"len={len(self)})"
         )
 
 
@@ -878,17 +1009,18 @@ class PrioritizedBuffer(CircularBuffer):
         How much the priorities count (0: uniform). Typical 0.4-0.7. Default 0.6.
     eps : float > 0, keyword
         Added to |td| so no transition gets priority 0. Default 1e-6.
-    n_step, gamma : keyword
+    n_step, gamma, action_masks : keyword
         As for :class:`CircularBuffer`.
     """
 
     def __init__(
         self, capacity: int, obs_size: int, num_actions: int, *, alpha: float = 0.6,
-        eps: float = 1e-6, n_step: int = 1, gamma: float = 0.99,
+        eps: float = 1e-6, n_step: int = 1, gamma: float = 0.99, action_masks: bool = False,
     ) -> None:  # fmt: skip
         a = _check_real("alpha", alpha, "a finite number >= 0", lambda v: v >= 0.0)
         e = _check_real("eps", eps, "a positive finite number", lambda v: v > 0.0)
-        super().__init__(capacity, obs_size, num_actions, n_step=n_step, gamma=gamma)
+        super().__init__(capacity, obs_size, num_actions, n_step=n_step, gamma=gamma,
+                         action_masks=action_masks)  # fmt: skip
         leaves = 1 << max(0, (self._capacity - 1).bit_length())  # as SumTree lays it out
         self._alpha, self._eps = a, e
         self._tree = np.zeros(2 * leaves, dtype=np.float64)

@@ -64,12 +64,13 @@ def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState)
     ints = loop.ints
     episode_reward = loop.episode_reward
     counters = agent.counters
+    all_legal = np.zeros(0, dtype=np.bool_)  # native envs have no action masks
     for _ in range(n_steps):
         index = ints[INDEX]
         reward, terminated, truncated = env_step(env.kind, env.state, env.counters, index, nx,
                                                  env.max_steps)  # fmt: skip
         code = 1 if terminated else (2 if truncated else 0)
-        next_index = _agent_step(agent, x, index, reward, nx, code, code == 0)
+        next_index = _agent_step(agent, x, index, reward, nx, code, code == 0, all_legal)
         if next_index < 0:
             return next_index
         episode_reward[0] += reward
@@ -93,6 +94,6 @@ def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState)
         net = agent.net
         ints[INDEX] = _epsilon_greedy(
             net.params, net.sizes, x, _epsilon_now(agent.settings, counters[0]),
-            agent.explore_rng,
+            agent.explore_rng, all_legal,
         )  # fmt: skip
     return 0

@@ -49,17 +49,26 @@ _STATUSES = tuple(EpisodeStatus)  # indexed by value
 FUSED_CHUNK = 65_536  # most env steps per compiled call (bounds the record arrays)
 
 
-def greedy_episode(env: Any, act: Callable[[Any], Any], seed: int | None = None) -> EpisodeRecord:
+def action_mask_of(info: Any) -> Any:
+    """``info["action_mask"]`` when the env gives one (gymnasium's convention), else None."""
+    return info.get("action_mask") if isinstance(info, dict) else None
+
+
+def greedy_episode(env: Any, act: Callable[..., Any], seed: int | None = None) -> EpisodeRecord:
     """Play one episode of ``env`` with ``act`` (an agent's or a policy's greedy ``act``).
 
     ``env.reset(seed=seed)`` starts it (None: continue the env's stream).
+    When the env puts an ``action_mask`` in ``info``, ``act(obs,
+    action_mask=mask)`` picks among the legal actions.
     The one evaluation episode of the trainer and of ``ember-np eval``.
     """
-    obs, _ = env.reset(seed=seed)
+    obs, info = env.reset(seed=seed)
     total_reward = 0.0
     length = 0
     while True:
-        obs, reward, terminated, truncated, _ = env.step(act(obs))
+        mask = action_mask_of(info)
+        action = act(obs) if mask is None else act(obs, action_mask=mask)
+        obs, reward, terminated, truncated, info = env.step(action)
         total_reward += float(reward)
         length += 1
         if terminated or truncated:
@@ -354,13 +363,17 @@ class DqnTrainer:
         """Start an episode: reset the env, encode the observation, pick the first action."""
         if not self._first_reset_done:
             self._first_reset_done = True
-            obs, _ = self._env.reset(seed=self.seed)
+            obs, info = self._env.reset(seed=self.seed)
         else:
-            obs, _ = self._env.reset()
+            obs, info = self._env.reset()
         self._episode_step = 0
         self._episode_reward = 0.0
         self._x = self._agent.encode(obs)
-        self._index = self._agent.act_encoded(self._x)
+        mask = action_mask_of(info)
+        if mask is None:
+            self._index = self._agent.act_encoded(self._x)
+        else:
+            self._index = self._agent.act_encoded(self._x, action_mask=mask)
 
     def _step(self, metrics: bool = True) -> StepMetrics | None:
         """One env step with all bookkeeping; the StepMetrics only if ``metrics``.
@@ -374,10 +387,15 @@ class DqnTrainer:
         agent = self._agent
         x = self._x
         index = self._index
-        next_obs, reward, terminated, truncated, _ = self._env.step(agent.index_to_action(index))
+        next_obs, reward, terminated, truncated, info = self._env.step(agent.index_to_action(index))
         code = 1 if terminated else (2 if truncated else 0)  # EpisodeStatus values
         nx = agent.encode(next_obs)
-        next_index = agent.observe_encoded(x, index, reward, nx, code, code == 0)
+        mask = action_mask_of(info)
+        if mask is None:
+            next_index = agent.observe_encoded(x, index, reward, nx, code, code == 0)
+        else:  # the next state's legal actions: stored for the target, obeyed by the next action
+            next_index = agent.observe_encoded(x, index, reward, nx, code, code == 0,
+                                               next_action_mask=mask)  # fmt: skip
         reward = float(reward)
         self._episode_reward += reward
         self._episode_step += 1
