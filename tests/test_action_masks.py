@@ -348,8 +348,18 @@ def test_one_hot_encoder():
     assert agent.online.layer_sizes == (500, 8, 6)
 
 
-class LegalOnly(gym.Wrapper):
-    """Fails the test on any action the last info's mask made illegal."""
+class LegalOnly(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Fails the test on any action the last info's mask made illegal.
+
+    ``checked`` counts the steps of every instance (also those gymnasium
+    rebuilds from the spec, e.g. the trainer's eval env).
+    """
+
+    checked = 0
+
+    def __init__(self, env):
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
@@ -359,6 +369,7 @@ class LegalOnly(gym.Wrapper):
     def step(self, action):
         assert self.legal[action], f"illegal action {action} under mask {self.legal}"
         self.steps = getattr(self, "steps", 0) + 1
+        LegalOnly.checked += 1
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.legal = info["action_mask"].astype(bool)
         return obs, reward, terminated, truncated, info
@@ -422,3 +433,39 @@ def test_resume_with_masks_is_exact(tmp_path):
     assert a.n_updates > 100
     np.testing.assert_array_equal(a.online.params, b.online.params)
     np.testing.assert_array_equal(a.buffer.next_action_masks, b.buffer.next_action_masks)
+
+
+def test_update_takes_a_whole_masked_batch():
+    """``net.update(*batch, target)`` uses a masked buffer's packed masks, as the keyword does."""
+    buf = CircularBuffer(40, N_OBS, N_ACT, action_masks=True)
+    fill(buf, 40, seed=13)
+    batch = buf.sample(16, Rng(2))
+    legal = np.unpackbits(batch.next_action_masks, axis=1, count=N_ACT).astype(bool)
+    a, b = QNetwork((N_OBS, 8, N_ACT), seed=3), QNetwork((N_OBS, 8, N_ACT), seed=3)
+    target = QNetwork((N_OBS, 8, N_ACT), seed=4)
+    loss_a = a.update(*batch, target, gamma=0.9, learning_rate=1e-2)
+    loss_b = b.update(*batch[:5], target, gamma=0.9, learning_rate=1e-2, next_action_masks=legal)
+    assert loss_a == loss_b
+    np.testing.assert_array_equal(a.params, b.params)
+    with pytest.raises(ValueError, match="given twice"):
+        a.update(*batch, target, gamma=0.9, learning_rate=1e-2, next_action_masks=legal)
+
+
+def test_cli_trains_and_evaluates_taxi_with_masks(tmp_path, capsys, monkeypatch):
+    from ember_np import cli
+
+    real_make = cli._make_env
+    # every action the CLI's trainer (and its eval env, rebuilt from the spec) takes is checked
+    monkeypatch.setattr(cli, "_make_env", lambda env_id: LegalOnly(real_make(env_id)))
+    monkeypatch.setattr(LegalOnly, "checked", 0)
+    env_id = taxi_id()
+    assert cli.main(["train", env_id, "--steps", "300", "--eval-every", "300", "--eval-episodes",
+                     "1", "--root", str(tmp_path), "--set", "min_replay_size=32", "batch_size=16",
+                     "buffer_capacity=1000", "hidden_sizes=[16]", "--quiet"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "training with action masks" in out
+    assert LegalOnly.checked > 300  # 300 training steps and the eval episode's
+    (run_dir,) = (tmp_path / env_id / "default").iterdir()
+    before = LegalOnly.checked
+    assert cli.main(["eval", str(run_dir), "--episodes", "1"]) == 0
+    assert LegalOnly.checked > before
