@@ -167,6 +167,11 @@ class LearningAgent(Protocol):
     The trainer's loop works on encoded observations and action indices, so
     that each observation is encoded once: ``x = encode(obs)``, ``index =
     act_encoded(x)``, ``env.step(index_to_action(index))``, ``observe_encoded``.
+
+    With an env that gives gymnasium's ``info["action_mask"]`` the trainer
+    also passes it, by keyword and only then: ``act(obs, action_mask=...)``,
+    ``act_encoded(x, action_mask=...)`` and ``observe_encoded(...,
+    next_action_mask=...)`` (so agents without masks need not take them).
     """
 
     # -- acting
