@@ -16,9 +16,10 @@ from ember_np import CircularBuffer, DqnAgent, DqnConfig, IndexActionMapper, QNe
 from ember_np import VecEncoder as Vec
 
 N_OBS, N_ACT = 4, 6  # Taxi's action count, CartPole-sized observations
+# min_replay_size beyond any number of rounds: the step never trains
 CONFIG = DqnConfig(hidden_sizes=(64, 64), learning_rate=1e-3, batch_size=BATCH,
-                   buffer_capacity=10_000, min_replay_size=1_000, target_update_freq=200,
-                   epsilon_decay_steps=10_000)  # fmt: skip
+                   buffer_capacity=10_000_000, min_replay_size=10_000_000,
+                   target_update_freq=200, epsilon_decay_steps=10_000)  # fmt: skip
 
 
 @pytest.mark.parametrize("masked", [False, True], ids=["plain", "masked"])
@@ -29,7 +30,7 @@ def test_agent_step(benchmark, masked):
     mask = np.array([1, 1, 0, 0, 1, 0], dtype=np.int8) if masked else None  # as Taxi's info
 
     def step():
-        agent.set_total_steps(0)  # never reach min_replay_size: time the step, not training
+        agent.set_total_steps(0)  # the same epsilon every round
         return agent.observe_encoded(x, 1, 1.0, x, 0, True, next_action_mask=mask)
 
     step()

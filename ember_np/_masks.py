@@ -46,6 +46,8 @@ def _as_bool(mask: Any, name: str, shape: tuple[int, ...]) -> np.ndarray:
                 f"{np.unique(arr)[:8].tolist()}"
             )
         arr = np.ascontiguousarray(arr, dtype=np.bool_)
+        if not arr.flags.writeable:  # kernels take writeable arrays (one compiled version)
+            arr = arr.copy()
     if arr.shape != shape:
         raise ValueError(
             f"expected {name} of shape {shape} (one entry per action), got shape {arr.shape}"
@@ -59,6 +61,15 @@ def check_action_mask(mask: Any, n_actions: int, name: str = "action_mask") -> n
     Raises ValueError for a mask that is not boolean-like, has the wrong
     shape, or allows no action at all.
     """
+    if (
+        type(mask) is np.ndarray
+        and mask.shape == (n_actions,)
+        and mask.dtype.itemsize == 1
+        and mask.dtype.kind in "biu"
+        and mask.flags.carray
+        and mask.view(np.uint8).max() == 1  # one pass: 0/1 only (int8 -1 is 255), one legal
+    ):
+        return mask.view(np.bool_)  # gymnasium's int8 mask, as bools without a copy
     arr = _as_bool(mask, name, (n_actions,))
     if not arr.any():
         raise ValueError(

@@ -292,6 +292,7 @@ def test_masked_buffer_state_round_trips_exactly():
         (np.ones(N_ACT - 1, dtype=bool), r"action_mask of shape \(11,\)"),
         (np.ones(N_ACT, dtype=np.float32), "boolean-like"),
         (np.full(N_ACT, 2, dtype=np.int8), "only 0 and 1"),
+        (np.array([-1] + [1] * (N_ACT - 1), dtype=np.int8), "only 0 and 1"),
         (["yes"] * N_ACT, "boolean-like"),
     ],
 )
@@ -315,6 +316,11 @@ def test_mask_errors_of_batches_and_unmasked_agents():
     obs = np.zeros(N_OBS, dtype=np.float32)
     legal = np.ones(N_ACT, dtype=bool)
     assert agent.act(obs, action_mask=legal) == agent.act(obs)  # acting with a mask: any agent
+    frozen = np.zeros(N_ACT, dtype=np.int8)
+    frozen[3] = 1
+    frozen.flags.writeable = False  # read-only masks are copied, not a second compiled version
+    assert agent.act(obs, action_mask=frozen) == 3
+    assert agent.act(obs, action_mask=frozen.astype(bool)) == 3
     with pytest.raises(ValueError, match=r"without action masks.*action_masks=True"):
         agent.observe_encoded(obs, 0, 0.0, obs, 0, next_action_mask=legal)
     policy = agent.into_policy()
