@@ -23,6 +23,7 @@ from ember_np import (
     DqnTrainer,
     IndexActionMapper,
     OneHotEncoder,
+    PrioritizedBuffer,
     QNetwork,
     Rng,
     VecEncoder,
@@ -475,3 +476,68 @@ def test_cli_trains_and_evaluates_taxi_with_masks(tmp_path, capsys, monkeypatch)
     before = LegalOnly.checked
     assert cli.main(["eval", str(run_dir), "--episodes", "1"]) == 0
     assert LegalOnly.checked > before
+
+
+# -- with n-step returns and prioritized replay ----------------------------------------------
+
+
+def n_step_reference(buf: CircularBuffer, slot: int, pushes: list[tuple]) -> tuple[float, int]:
+    """Plain-Python walk of an n-step return from ``slot``: (its reward, the last slot t+m-1).
+
+    ``pushes`` holds (obs, reward, next_obs, status) per push; slot s holds the
+    push numbered p with p % capacity == s among the newest ``capacity``.
+    """
+    cap, n = buf.capacity, len(pushes)
+    newest = (buf.position - 1) % cap
+    push_of = {p % cap: p for p in range(max(0, n - cap), n)}
+    total, discount, last = 0.0, 1.0, slot
+    for m in range(buf.n_step):
+        _, reward, next_obs, status = pushes[push_of[last]]
+        total += discount * np.float32(reward)
+        discount *= buf.gamma
+        following = push_of.get((last + 1) % cap)
+        continues = (
+            status == 0
+            and following == push_of[last] + 1
+            and np.array_equal(pushes[following][0].view(np.uint32), next_obs.view(np.uint32))
+        )
+        if m + 1 == buf.n_step or not continues or last == newest:
+            break
+        last = (last + 1) % cap
+    return total, last
+
+
+def test_n_step_batches_carry_the_mask_of_the_state_they_bootstrap_from():
+    """A masked PrioritizedBuffer(n_step=3): each row's next_action_masks is slot t+m-1's."""
+    buf = PrioritizedBuffer(50, N_OBS, N_ACT, n_step=3, gamma=0.9, action_masks=True)
+    data = np.random.default_rng(21)
+    pushes, masks = [], random_masks(data, 73)
+    x = data.standard_normal(N_OBS).astype(np.float32)
+    for i in range(73):  # episodes of 7 steps (terminated or truncated), wrapping the buffer
+        nx = data.standard_normal(N_OBS).astype(np.float32)
+        status = 0 if i % 7 != 6 else 1 + (i // 7) % 2
+        reward = float(data.standard_normal())
+        buf.push(x, int(data.integers(N_ACT)), reward, nx, status, next_action_mask=masks[i])
+        pushes.append((x, reward, nx, status))
+        x = nx if status == 0 else data.standard_normal(N_OBS).astype(np.float32)
+    buf.update_priorities(np.arange(50), data.random(50) * 3)  # non-uniform draws
+    batch = buf.sample(48, Rng(5), beta=0.5)
+    later = 0
+    for k, slot in enumerate(batch.indices):
+        reward, last = n_step_reference(buf, int(slot), pushes)
+        np.testing.assert_allclose(batch.rewards[k], reward, rtol=1e-6)
+        np.testing.assert_array_equal(batch.next_action_masks[k], buf.next_action_masks[last])
+        later += not np.array_equal(buf.next_action_masks[last], buf.next_action_masks[slot])
+    assert later > 10  # most rows bootstrap from a later state whose mask differs from slot t's
+
+
+def test_taxi_trains_with_masks_n_step_and_prioritized_replay():
+    env = LegalOnly(gym.make(taxi_id()))
+    agent = DqnAgent.for_env(env, TAXI.replace(n_step=3, prioritized_replay=True), seed=2)
+    assert isinstance(agent.buffer, PrioritizedBuffer) and agent.buffer.action_masks
+    trainer = DqnTrainer(env, agent, seed=2)
+    trainer.train(400)
+    assert env.steps == 400 and agent.n_updates > 0
+    assert np.ptp(agent.buffer.priorities()) > 0  # the updates wrote TD errors back
+    legal = np.unpackbits(agent.buffer.next_action_masks[:400], axis=1, count=6)
+    assert legal.any(axis=1).all() and not legal.all()
