@@ -1,13 +1,14 @@
-"""Learning results: every RL Zoo preset on 20 seeds, reported as IQM [95% CI].
+"""Learning results: ember_np's presets and SB3 with the RL Zoo's on 20 seeds, as IQM [95% CI].
 
 Usage::
 
     python bench/learning.py --library ember_np --envs CartPole-v1,Acrobot-v1,MountainCar-v0
+    python bench/learning.py --library ember_np --preset rainbow   # ember_np's own presets
     nice -n 10 python bench/learning.py --library sb3 --envs CartPole-v1
     python bench/learning.py --report        # table + curves from the saved results
 
 Protocol, the same for both libraries: each seed trains with the preset's
-config for the Zoo's step budget, one process per seed at a time on
+config for the preset's step budget, one process per seed at a time on
 ``--workers`` processes with one BLAS / torch thread each; a greedy
 evaluation of 10 episodes every tenth of the budget (the best one kept as
 ``best.npz``); then the final policy and the best one are each evaluated
@@ -15,15 +16,20 @@ greedily on the same 20 fresh episodes (seeds 10,000 + 100 * seed ...).
 ember_np trains through its multi-seed runner
 (:func:`ember_np.training.multiseed.train_seeds`, the code behind
 ``ember-np train ENV --seeds 20``) on its compiled env (bit for bit
-gymnasium's); SB3 gets the Zoo's own arguments (``Preset.sb3_kwargs``) on
-gymnasium's env, one subprocess per seed.
+gymnasium's), with the preset ``--preset`` names (``zoo``, the default, or
+``rainbow``); SB3 always gets the Zoo's own arguments (the ``zoo`` preset's
+``sb3_kwargs``) on gymnasium's env, one subprocess per seed.
 
-Each (library, env) writes ``bench/results/learning_<library>_<env>.json``
+Each (library, preset, env) writes
+``bench/results/learning_<library>-<preset>_<env>.json`` (SB3:
+``learning_sb3_<env>.json``; an older ``learning_ember_np_<env>.json`` is read
+as ember_np's zoo preset)
 (per-seed final and best means, the evaluation curve with the wall time at
 each point, and the wall time for all seeds: a few KB). ``--report`` turns
-the saved files into ``bench/results_learning.md`` (IQM [95% CI] of the
-final and best policy, P(ember_np > SB3) with its CI, wall time for all
-seeds, time to solve CartPole) and ``bench/learning_curves.png``.
+the saved files into ``bench/results_learning.md`` (a row per library and
+preset: IQM [95% CI] of the final and best policy, P(row > SB3 zoo) with its
+CI, wall time for all seeds, time to solve CartPole) and
+``bench/learning_curves.png``.
 """
 
 from __future__ import annotations
@@ -88,18 +94,20 @@ def run_ember(
     steps: int,
     runs_root: Path | None = None,
     collect: bool = False,
+    preset_name: str = "zoo",
 ) -> dict:
     """Train (or, with a ``runs_root`` holding this env's multi-seed run, finish) the
-    seeds; then evaluate every finished seed's final and best policy. ``collect``:
-    evaluate the seeds finished so far, train nothing."""
+    seeds of ``preset_name``; then evaluate every finished seed's final and best
+    policy. ``collect``: evaluate the seeds finished so far, train nothing."""
     from ember_np import DqnPolicy
     from ember_np.presets import get_preset
     from ember_np.training.multiseed import load_multiseed, resume_seeds, train_seeds
 
-    preset = get_preset(env_id)
+    preset = get_preset(preset_name, env_id)
+    version = "bench" if preset_name == "zoo" else f"bench-{preset_name}"
     with tempfile.TemporaryDirectory() as tmp:
         root = runs_root or Path(tmp)
-        existing = sorted(root.glob(f"{env_id}/bench/*/seeds.json"))
+        existing = sorted(root.glob(f"{env_id}/{version}/*/seeds.json"))
         t0 = time.perf_counter()
         if existing:  # an interrupted run: finish it (or only read it)
             parent = existing[-1].parent
@@ -109,8 +117,9 @@ def run_ember(
         else:
             result = train_seeds(
                 env_id, seeds, config=preset.config, steps=steps, workers=workers, root=root,
-                version="bench", eval_every=steps // 10, eval_episodes=EVAL_EPISODES,
-                checkpoint_freq=steps, keep=1, progress=sys.stderr.isatty(),
+                version=version, preset=preset_name, eval_every=steps // 10,
+                eval_episodes=EVAL_EPISODES, checkpoint_freq=steps, keep=1,
+                progress=sys.stderr.isatty(),
             )  # fmt: skip
         wall = time.perf_counter() - t0
         per_seed = []
@@ -129,7 +138,8 @@ def run_ember(
                     "train_seconds": round(r.train_seconds, 2),
                 }
             )
-    out = {"wall_seconds": round(wall, 1), "runs": per_seed, "missing_seeds": result.failed}
+    out = {"wall_seconds": round(wall, 1), "runs": per_seed, "missing_seeds": result.failed,
+           "config": preset.config.to_dict()}  # fmt: skip
     if existing:  # trained in more than one call: the seeds' own times, spread on the workers
         out["wall_seconds"] = round(sum(r["train_seconds"] for r in per_seed) / workers, 1)
         out["wall_estimated"] = True
@@ -151,7 +161,7 @@ def sb3_seed(env_id: str, seed: int, steps: int) -> dict:
     from ember_np.presets import get_preset
 
     torch.set_num_threads(1)
-    preset = get_preset(env_id)
+    preset = get_preset("zoo", env_id)
     chunk = steps // 10
     curve: list[list[float]] = []
     best: dict = {"mean": -float("inf"), "state": None}
@@ -244,8 +254,28 @@ def run_sb3(
 # -- the report -------------------------------------------------------------------------
 
 
-def result_path(results: Path, library: str, env_id: str) -> Path:
-    return results / f"learning_{library}_{env_id}.json"
+#: The rows of the report: (library, preset), SB3 (always the Zoo's arguments) last.
+ROWS = (("ember_np", "rainbow"), ("ember_np", "zoo"), ("sb3", "zoo"))
+
+
+def result_path(results: Path, library: str, env_id: str, preset: str = "zoo") -> Path:
+    """Where one (library, preset, env) result goes; SB3 has only the zoo preset."""
+    if library == "sb3":
+        return results / f"learning_sb3_{env_id}.json"
+    return results / f"learning_{library}-{preset}_{env_id}.json"
+
+
+def read_result(results: Path, library: str, env_id: str, preset: str) -> dict | None:
+    """A saved result, or None; ember_np's zoo results from before presets were named
+    (``learning_ember_np_<env>.json``) still count as zoo."""
+    path = result_path(results, library, env_id, preset)
+    if not path.exists() and library == "ember_np" and preset == "zoo":
+        path = results / f"learning_ember_np_{env_id}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def row_name(library: str, preset: str) -> str:
+    return f"{library} {preset}"
 
 
 def ci_text(values: list[float]) -> str:
@@ -285,65 +315,69 @@ def time_to_solve(data: dict, threshold: float) -> str:
 def report(results: Path, out: Path, plot_path: Path) -> str:
     from ember_np.stats import probability_of_improvement
 
-    found = {(lib, env): json.loads(result_path(results, lib, env).read_text())
-             for lib in ("ember_np", "sb3") for env in REFERENCE
-             if result_path(results, lib, env).exists()}  # fmt: skip
+    found = {(lib, preset, env): data for lib, preset in ROWS for env in REFERENCE
+             if (data := read_result(results, lib, env, preset)) is not None}  # fmt: skip
     lines = [
-        "Commands: python bench/learning.py --library ember_np --seeds 20 --workers 2; "
+        "Commands: python bench/learning.py --library ember_np --preset rainbow --seeds 20 "
+        "--workers 2; python bench/learning.py --library ember_np --seeds 20 --workers 2 (zoo); "
         "nice -n 10 python bench/learning.py --library sb3 --seeds 20 --workers 2 "
         "(--envs as below); python bench/learning.py --report",
         "",
         f"IQM [95% stratified-bootstrap CI] over seeds of each seed's mean greedy return on "
         f"{FINAL_EPISODES} fresh episodes: 'final' is the policy at the end of the budget, "
-        "'best' best.npz (the best of ten periodic 10-episode evaluations). P(ember_np > SB3): "
-        "probability that a random ember_np seed's final policy beats a random SB3 seed's "
-        "(ties count half), with its 95% CI. Wall time: all seeds, on the workers shown.",
+        "'best' best.npz (the best of ten periodic 10-episode evaluations). 'solved': seeds "
+        "whose final policy reaches the env's bar. P(> SB3 zoo): probability that a random "
+        "seed of the row's final policy beats a random SB3 seed's (ties count half), with its "
+        "95% CI. ember_np's presets: `rainbow` (this project's, chosen on tuning seeds "
+        "1000-1019, never on these), `zoo` (the RL Zoo's hyperparameters, as SB3 gets them). "
+        "Wall time: all seeds, on the workers shown.",
         "",
-        "| env (budget) | seeds | ember_np final | ember_np best | SB3 final | SB3 best "
-        "| P(ember_np > SB3), final | wall time ember_np / SB3 |",
+        "| env | library, preset (budget) | seeds | final | best | solved (final >= bar) "
+        "| P(> SB3 zoo), final | wall time |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for env_id in REFERENCE:
-        ours, theirs = found.get(("ember_np", env_id)), found.get(("sb3", env_id))
-        if ours is None and theirs is None:
-            continue
-        row = [f"{env_id} ({(ours or theirs)['steps']:,})"]
-        row.append(" / ".join(str(len(d["runs"])) if d else "-" for d in (ours, theirs)))
-        for d in (ours, theirs):
-            for key in ("final", "best"):
-                row.append(ci_text([r[key] for r in d["runs"]]) if d else "not run")
-        if ours and theirs:
-            p, (low, high) = probability_of_improvement(
-                [r["final"] for r in ours["runs"]], [r["final"] for r in theirs["runs"]]
-            )
-            row.append(f"{p:.2f} [{low:.2f}, {high:.2f}]")
-        else:
-            row.append("-")
-        row.append(" / ".join(
-            f"{'~' if d.get('wall_estimated') else ''}{d['wall_seconds']:.0f} s "
-            f"({d['workers']} workers)" if d else "not run"
-            for d in (ours, theirs)
-        ))  # fmt: skip
-        lines.append("| " + " | ".join(row) + " |")
+        theirs = found.get(("sb3", "zoo", env_id))
+        for lib, preset in ROWS:
+            d = found.get((lib, preset, env_id))
+            if d is None:
+                continue
+            finals = [r["final"] for r in d["runs"]]
+            solved = sum(f >= REFERENCE[env_id]["bar"] for f in finals)
+            row = [env_id, f"{row_name(lib, preset)} ({d['steps']:,})", str(len(d["runs"])),
+                   ci_text(finals), ci_text([r["best"] for r in d["runs"]]),
+                   f"{solved} / {len(finals)}"]  # fmt: skip
+            if theirs is not None and lib != "sb3":
+                p, (low, high) = probability_of_improvement(
+                    finals, [r["final"] for r in theirs["runs"]]
+                )
+                row.append(f"{p:.2f} [{low:.2f}, {high:.2f}]")
+            else:
+                row.append("-")
+            row.append(f"{'~' if d.get('wall_estimated') else ''}{d['wall_seconds']:.0f} s "
+                       f"({d['workers']} workers)")  # fmt: skip
+            lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     for env_id, threshold in SOLVED.items():
-        parts = [f"{lib}: {time_to_solve(found[(lib, env_id)], threshold)}"
-                 for lib in ("ember_np", "sb3") if (lib, env_id) in found]  # fmt: skip
+        parts = [f"{row_name(lib, preset)}: "
+                 f"{time_to_solve(found[(lib, preset, env_id)], threshold)}"
+                 for lib, preset in ROWS if (lib, preset, env_id) in found]  # fmt: skip
         if parts:
             lines.append(f"Time to solve {env_id} (IQM of greedy evaluations >= {threshold:g}, "
                          f"wall time for all seeds): " + "; ".join(parts))  # fmt: skip
-    missing = [f"{lib} {env}" for env in DEFAULT_ENVS.split(",") for lib in ("ember_np", "sb3")
-               if (lib, env) not in found]  # fmt: skip
+    missing = [f"{row_name(lib, preset)} {env}" for env in DEFAULT_ENVS.split(",")
+               for lib, preset in ROWS if (lib, preset, env) not in found]  # fmt: skip
     if missing:
         lines.append(f"Not run: {', '.join(missing)}.")
-    for (lib, env_id), d in sorted(found.items()):
+    for (lib, preset, env_id), d in sorted(found.items()):
         if d.get("missing_seeds"):
             n = len(d["runs"])
-            lines.append(f"- {lib} {env_id}: partial, {n} of {n + len(d['missing_seeds'])} "
-                         f"seeds finished (not run: seeds {d['missing_seeds']})")  # fmt: skip
-    for (lib, env_id), d in sorted(found.items()):
-        lines.append(f"- {lib} {env_id}: machine load during the run: {d.get('load', '?')}; "
-                     f"command: {d.get('command', '?')}")  # fmt: skip
+            lines.append(f"- {row_name(lib, preset)} {env_id}: partial, {n} of "
+                         f"{n + len(d['missing_seeds'])} seeds finished (not run: seeds "
+                         f"{d['missing_seeds']})")  # fmt: skip
+    for (lib, preset, env_id), d in sorted(found.items()):
+        lines.append(f"- {row_name(lib, preset)} {env_id}: machine load during the run: "
+                     f"{d.get('load', '?')}; command: {d.get('command', '?')}")  # fmt: skip
     if plot(found, plot_path):
         lines += ["", f"IQM learning curves with 95% CI bands: {plot_path.name}"]
     table = "\n".join(lines)
@@ -361,17 +395,18 @@ def plot(found: dict, path: Path) -> bool:
         return False
     from ember_np.stats import iqm_curve
 
-    envs = [e for e in REFERENCE if any((lib, e) in found for lib in ("ember_np", "sb3"))]
+    envs = [e for e in REFERENCE if any(key[2] == e for key in found)]
     if not envs:
         return False
     fig, axes = plt.subplots(1, len(envs), figsize=(4.5 * len(envs), 3.6), squeeze=False)
     for ax, env_id in zip(axes[0], envs):
-        for lib, color in (("ember_np", "C0"), ("sb3", "C1")):
-            if (lib, env_id) not in found:
+        for (lib, preset), color in zip(ROWS, ("C2", "C0", "C1")):
+            if (lib, preset, env_id) not in found:
                 continue
-            steps, rewards, _ = curve_arrays(found[(lib, env_id)])
+            steps, rewards, _ = curve_arrays(found[(lib, preset, env_id)])
             mid, low, high = iqm_curve(rewards, reps=2_000)
-            ax.plot(steps, mid, color=color, label=f"{lib} ({rewards.shape[0]} seeds)")
+            ax.plot(steps, mid, color=color,
+                    label=f"{row_name(lib, preset)} ({rewards.shape[0]} seeds)")  # fmt: skip
             ax.fill_between(steps, low, high, color=color, alpha=0.25, lw=0)
         ax.axhline(REFERENCE[env_id]["bar"], color="r", ls="--", lw=1, label="bar")
         ax.set_title(env_id)
@@ -400,10 +435,12 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--library", choices=["ember_np", "sb3"], default="ember_np",
                    help="sb3 needs the bench extra")  # fmt: skip
+    p.add_argument("--preset", default="zoo", choices=["zoo", "rainbow"],
+                   help="ember_np's preset (default zoo); SB3 always gets the Zoo's")  # fmt: skip
     p.add_argument(
         "--steps",
         type=int,
-        help="train this many steps instead of each preset's Zoo budget (a quick check)",
+        help="train this many steps instead of each preset's budget (a quick check)",
     )
     p.add_argument("--results", type=Path, default=RESULTS, help="where the JSON files go")
     p.add_argument("--report", action="store_true", help="write the table from saved results")
@@ -433,29 +470,32 @@ def main() -> None:
 
     args.results.mkdir(parents=True, exist_ok=True)
     seeds = list(range(args.seeds))
+    preset = "zoo" if args.library == "sb3" else args.preset
     for env_id in [e for e in args.envs.split(",") if e]:
-        steps = args.steps or get_preset(env_id).steps
+        steps = args.steps or get_preset(preset, env_id).steps
         load_before = load_average()
         if args.library == "sb3":
             data = run_sb3(env_id, seeds, args.workers, steps, args.runs_root, args.collect)
         else:
-            data = run_ember(env_id, seeds, args.workers, steps, args.runs_root, args.collect)
+            data = run_ember(env_id, seeds, args.workers, steps, args.runs_root, args.collect,
+                             preset)  # fmt: skip
         if not data["runs"]:
             print(f"{args.library} {env_id}: no seed finished; nothing written", file=sys.stderr)
             continue
         data.update(
-            library=args.library, env_id=env_id, steps=steps, workers=args.workers,
+            library=args.library, preset=preset, env_id=env_id, steps=steps, workers=args.workers,
             load=f"{load_before} before, {load_average()} after (1/5/15-min load averages)"
             + (" of collecting; the training ran earlier" if args.collect else ""),
             command=f"python bench/learning.py --library {args.library} --envs {env_id} "
-            f"--seeds {args.seeds} --workers {args.workers}"
+            + (f"--preset {preset} " if args.library == "ember_np" else "")
+            + f"--seeds {args.seeds} --workers {args.workers}"
             + (f" --steps {args.steps}" if args.steps else "")
             + (f" --runs-root {args.runs_root}" if args.runs_root else "")
             + (" --collect" if args.collect else ""),
         )  # fmt: skip
-        result_path(args.results, args.library, env_id).write_text(json.dumps(data) + "\n")
+        result_path(args.results, args.library, env_id, preset).write_text(json.dumps(data) + "\n")
         finals = [r["final"] for r in data["runs"]]
-        print(f"{args.library} {env_id}: final IQM {ci_text(finals)}, "
+        print(f"{args.library} {preset} {env_id}: final IQM {ci_text(finals)}, "
               f"{data['wall_seconds']:.0f} s for {len(seeds)} seeds", file=sys.stderr)  # fmt: skip
 
 

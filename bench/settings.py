@@ -1,7 +1,7 @@
 """The speed-comparison settings of ANCHORS.md, as DqnConfigs.
 
 S1 is ember-rl's CartPole config (one update per env step), the ``ember``
-preset; S2 is the RL Zoo's CartPole-v1 DQN, the ``CartPole-v1`` preset.
+preset; S2 is the RL Zoo's CartPole-v1 DQN, CartPole-v1's ``zoo`` preset.
 tests/test_presets.py checks both against ANCHORS.md's tables.
 """
 
@@ -10,6 +10,6 @@ from __future__ import annotations
 from ember_np.presets import get_preset
 
 S1 = get_preset("ember").config
-S2 = get_preset("CartPole-v1").config
+S2 = get_preset("zoo", "CartPole-v1").config
 
 CONFIGS = {"S1": S1, "S2": S2}

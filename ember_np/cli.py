@@ -245,7 +245,7 @@ def _train_loop(trainer: Any, steps: int, eval_every: int, eval_episodes: int, q
 def cmd_train(args: argparse.Namespace) -> int:
     from ember_np import DqnAgent, DqnConfig, DqnTrainer, TrainingRun
     from ember_np._blas import set_blas_threads
-    from ember_np.presets import get_preset, preset_for_env
+    from ember_np.presets import default_preset, get_preset
 
     set_blas_threads(1)  # the same numbers on any core count (and in --seeds workers)
     args.env_id, args.set = _env_id_and_sets(args.env_id, args.set or [])
@@ -257,11 +257,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     env = _make_env(env_id)
     if args.preset is not None:
         try:
-            preset = get_preset(args.preset)
+            preset = get_preset(args.preset, _native_to_plain(args.env_id))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     else:
-        preset = preset_for_env(_native_to_plain(args.env_id))
+        preset = default_preset(_native_to_plain(args.env_id))
     config = preset.config if preset is not None else DqnConfig()
     overrides = _parse_sets(args.set or [])
     if overrides:
@@ -577,8 +577,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--preset",
-        help="a name from ember_np.presets or a preset FILE.json, e.g. from ember-np tune "
-        "(default: the env's RL Zoo preset)",
+        help="rainbow, zoo or ember (ember_np.presets; the env's own) or a preset FILE.json, "
+        "e.g. from ember-np tune (default: rainbow where the env has one, else zoo)",
     )
     p.add_argument("--steps", type=_positive, help="env steps (default: the preset's budget)")
     seeds = p.add_mutually_exclusive_group()

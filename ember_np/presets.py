@@ -1,9 +1,22 @@
-"""Ready-made DQN configurations: the RL Zoo's tuned hyperparameters and ember-rl's.
+"""Ready-made DQN configurations, named per environment: ``rainbow``, ``zoo``, ``ember``.
 
-``PRESETS[name]`` is a :class:`Preset`: a :class:`~ember_np.DqnConfig`, the
-environment it was tuned for and its step budget. The RL Zoo
-(rl-baselines3-zoo, ``hyperparams/dqn.yml``) presets translate SB3's
-arguments one to one:
+``PRESETS[env_id][name]`` is a :class:`Preset`: a :class:`~ember_np.DqnConfig`,
+the environment it was tuned for and its step budget.
+
+* ``rainbow``: this project's presets for CartPole-v1, Acrobot-v1 and
+  MountainCar-v0, built from the Rainbow components and chosen with the
+  multi-seed protocol on tuning seeds 1000-1019 (``bench/preset_search.py``),
+  never on the seeds reported in the README. The default of ``ember-np train``
+  for those ids.
+* ``zoo``: the RL Zoo's tuned rows (rl-baselines3-zoo ``hyperparams/dqn.yml``),
+  SB3's arguments translated one to one (table below); the default for
+  LunarLander-v3.
+* ``ember``: ember-rl's CartPole example (S1 in ANCHORS.md).
+
+:func:`get_preset` finds one by name (and env), :func:`presets_for_env` lists
+an env's, :func:`default_preset` is the one ``ember-np train ENV_ID`` uses.
+The old spelling, an env id as the name (``get_preset("CartPole-v1")``,
+``--preset CartPole-v1``), still means that env's ``zoo`` preset.
 
 =========================  ======================================================
 SB3 / RL Zoo               DqnConfig
@@ -33,7 +46,16 @@ from typing import Any
 
 from ember_np.dqn.config import DqnConfig
 
-__all__ = ["PRESETS", "Preset", "get_preset", "load_preset_file", "preset_for_env"]
+__all__ = [
+    "DEFAULT_PRESET",
+    "PRESETS",
+    "Preset",
+    "default_preset",
+    "get_preset",
+    "load_preset_file",
+    "preset_for_env",
+    "presets_for_env",
+]
 
 
 @dataclass(frozen=True)
@@ -74,63 +96,163 @@ def _zoo(env_id: str, n_timesteps: int, **sb3: Any) -> Preset:
     )
     sb3_kwargs = dict(sb3, policy_kwargs={"net_arch": list(net_arch)})
     return Preset(
-        env_id, env_id, config, n_timesteps, "rl-baselines3-zoo hyperparams/dqn.yml", sb3_kwargs
+        "zoo", env_id, config, n_timesteps, "rl-baselines3-zoo hyperparams/dqn.yml", sb3_kwargs
     )
 
 
-PRESETS: dict[str, Preset] = {
-    p.name: p
-    for p in (
-        _zoo(
-            "CartPole-v1", n_timesteps=50_000, learning_rate=2.3e-3, batch_size=64,
-            buffer_size=100_000, learning_starts=1_000, gamma=0.99, target_update_interval=10,
-            train_freq=256, gradient_steps=128, exploration_fraction=0.16,
-            exploration_final_eps=0.04,
+_ZOO = (
+    _zoo(
+        "CartPole-v1", n_timesteps=50_000, learning_rate=2.3e-3, batch_size=64,
+        buffer_size=100_000, learning_starts=1_000, gamma=0.99, target_update_interval=10,
+        train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+        exploration_final_eps=0.04,
+    ),
+    _zoo(
+        "Acrobot-v1", n_timesteps=100_000, learning_rate=6.3e-4, batch_size=128,
+        buffer_size=50_000, learning_starts=0, gamma=0.99, target_update_interval=250,
+        train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
+        exploration_final_eps=0.1,
+    ),
+    _zoo(
+        "MountainCar-v0", n_timesteps=120_000, learning_rate=4e-3, batch_size=128,
+        buffer_size=10_000, learning_starts=1_000, gamma=0.98, target_update_interval=600,
+        train_freq=16, gradient_steps=8, exploration_fraction=0.2,
+        exploration_final_eps=0.07,
+    ),
+    _zoo(
+        "LunarLander-v3", n_timesteps=100_000, learning_rate=6.3e-4, batch_size=128,
+        buffer_size=50_000, learning_starts=0, gamma=0.99, target_update_interval=250,
+        train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
+        exploration_final_eps=0.1,
+    ),
+)  # fmt: skip
+
+_EMBER = Preset(
+    "ember",
+    "CartPole-v1",
+    DqnConfig(
+        hidden_sizes=(64, 64), learning_rate=1e-3, batch_size=64,
+        buffer_capacity=10_000, min_replay_size=1_000, target_update_freq=200,
+        epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=10_000, gamma=0.99,
+    ),
+    50_000,
+    "ember-rl's CartPole example",
+)  # fmt: skip
+
+_SEARCH = "bench/preset_search.py on tuning seeds 1000-1019 (bench/results/preset_search_*.json)"
+
+_RAINBOW = (
+    Preset(
+        "rainbow",
+        "CartPole-v1",
+        DqnConfig(
+            hidden_sizes=(64, 64), learning_rate=1e-3, batch_size=64,
+            buffer_capacity=50_000, min_replay_size=1_000, target_update_freq=1, tau=0.01,
+            epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=10_000, gamma=0.99,
+            train_freq=4, gradient_steps=2, double_dqn=True, dueling=True, max_grad_norm=10.0,
         ),
-        _zoo(
-            "Acrobot-v1", n_timesteps=100_000, learning_rate=6.3e-4, batch_size=128,
-            buffer_size=50_000, learning_starts=0, gamma=0.99, target_update_interval=250,
-            train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
-            exploration_final_eps=0.1,
+        50_000,
+        _SEARCH,
+    ),
+    Preset(
+        "rainbow",
+        "Acrobot-v1",
+        DqnConfig(
+            hidden_sizes=(64, 64), learning_rate=1e-3, batch_size=128,
+            buffer_capacity=50_000, min_replay_size=1_000, target_update_freq=1, tau=0.01,
+            epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=12_000, gamma=0.99,
+            train_freq=4, gradient_steps=2, double_dqn=True, dueling=True, max_grad_norm=10.0,
         ),
-        _zoo(
-            "MountainCar-v0", n_timesteps=120_000, learning_rate=4e-3, batch_size=128,
-            buffer_size=10_000, learning_starts=1_000, gamma=0.98, target_update_interval=600,
-            train_freq=16, gradient_steps=8, exploration_fraction=0.2,
-            exploration_final_eps=0.07,
+        100_000,
+        _SEARCH,
+    ),
+    Preset(
+        "rainbow",
+        "MountainCar-v0",
+        DqnConfig(
+            hidden_sizes=(256, 256), learning_rate=4e-3, batch_size=128,
+            buffer_capacity=10_000, min_replay_size=1_000, target_update_freq=600,
+            epsilon_start=1.0, epsilon_end=0.07, epsilon_decay_steps=24_000, gamma=0.98,
+            train_freq=16, gradient_steps=8, double_dqn=True, dueling=True, max_grad_norm=10.0,
         ),
-        _zoo(
-            "LunarLander-v3", n_timesteps=100_000, learning_rate=6.3e-4, batch_size=128,
-            buffer_size=50_000, learning_starts=0, gamma=0.99, target_update_interval=250,
-            train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
-            exploration_final_eps=0.1,
-        ),
-        Preset(
-            "ember",
-            "CartPole-v1",
-            DqnConfig(
-                hidden_sizes=(64, 64), learning_rate=1e-3, batch_size=64,
-                buffer_capacity=10_000, min_replay_size=1_000, target_update_freq=200,
-                epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=10_000, gamma=0.99,
-            ),
-            50_000,
-            "ember-rl's CartPole example",
-        ),
-    )
-}  # fmt: skip
+        120_000,
+        _SEARCH,
+    ),
+)  # fmt: skip
 
 
-def get_preset(name: str) -> Preset:
-    """The preset called ``name``, or read from ``name`` if it ends in ``.json``.
+def _by_env(*presets: Preset) -> dict[str, dict[str, Preset]]:
+    out: dict[str, dict[str, Preset]] = {}
+    for p in presets:
+        out.setdefault(p.env_id, {})[p.name] = p
+    return out
 
-    An unknown name raises ValueError listing the known ones.
+
+PRESETS: dict[str, dict[str, Preset]] = _by_env(*_RAINBOW, *_ZOO, _EMBER)
+"""``PRESETS[env_id][name]``: every preset, by the env it was tuned for."""
+
+DEFAULT_PRESET = "rainbow"
+"""The preset ``ember-np train ENV_ID`` uses where the env has one (else ``zoo``)."""
+
+
+def presets_for_env(env_id: str) -> dict[str, Preset]:
+    """The presets tuned for ``env_id`` (a gymnasium id), by name; empty if none."""
+    return dict(PRESETS.get(env_id, {}))
+
+
+def default_preset(env_id: str) -> Preset | None:
+    """The preset ``ember-np train env_id`` trains with: ``rainbow`` where the env has
+    one (CartPole-v1, Acrobot-v1, MountainCar-v0), else ``zoo`` (LunarLander-v3),
+    else None (the command line then uses ``DqnConfig()``)."""
+    presets = PRESETS.get(env_id, {})
+    return presets.get(DEFAULT_PRESET) or presets.get("zoo")
+
+
+preset_for_env = default_preset
+"""The old name of :func:`default_preset`."""
+
+
+def _names() -> list[str]:
+    return sorted({name for presets in PRESETS.values() for name in presets})
+
+
+def get_preset(name: str, env_id: str | None = None) -> Preset:
+    """The preset called ``name`` for ``env_id``, or read from ``name`` if it ends in ``.json``.
+
+    ``name`` is a preset name (``rainbow``, ``zoo``, ``ember``), a FILE.json, or,
+    the old spelling, an env id, meaning that env's ``zoo`` preset. A name that
+    several envs have (``rainbow``, ``zoo``) needs ``env_id``; a name only one env
+    has (``ember``) is that env's preset whatever ``env_id`` says (it may be used
+    on another env). Anything else raises ValueError saying what exists.
     """
     if name.endswith(".json"):
         return load_preset_file(name)
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}") from None
+    if name in PRESETS:  # the old spelling: an env id meant its RL Zoo preset
+        return PRESETS[name]["zoo"]
+    if env_id is not None and name in PRESETS.get(env_id, {}):
+        return PRESETS[env_id][name]
+    envs = [e for e, presets in PRESETS.items() if name in presets]
+    if len(envs) == 1:
+        return PRESETS[envs[0]][name]
+    if not envs:
+        raise ValueError(
+            f"unknown preset {name!r}; known presets: {', '.join(_names())} (per env: "
+            f"{_listing()}), an env id for its zoo preset, or a preset FILE.json"
+        )
+    if env_id is None:
+        raise ValueError(
+            f"preset {name!r} exists for {', '.join(envs)}: say which env, e.g. "
+            f"get_preset({name!r}, env_id={envs[0]!r})"
+        )
+    have = ", ".join(PRESETS.get(env_id, {})) or "none"
+    raise ValueError(
+        f"no {name!r} preset for {env_id} (its presets: {have}); {name!r} exists for "
+        f"{', '.join(envs)}; give a preset FILE.json or --set fields instead"
+    )
+
+
+def _listing() -> str:
+    return "; ".join(f"{env_id}: {', '.join(p)}" for env_id, p in PRESETS.items())
 
 
 def load_preset_file(path: str | Path) -> Preset:
@@ -156,9 +278,3 @@ def load_preset_file(path: str | Path) -> Preset:
         raise ValueError(f"preset file {path}: {exc}") from None
     env_id = data.get("env_id", "") if "dqn" in data else ""
     return Preset(path.stem, str(env_id), config, steps, str(data.get("source", path)))
-
-
-def preset_for_env(env_id: str) -> Preset | None:
-    """The RL Zoo preset tuned for ``env_id``, if there is one."""
-    preset = PRESETS.get(env_id)
-    return preset if preset is not None and preset.env_id == env_id else None

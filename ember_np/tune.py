@@ -693,14 +693,14 @@ def add_tune_parser(sub: Any) -> None:
 def _settings(args: argparse.Namespace) -> TuneSettings:
     import gymnasium as gym
 
-    from ember_np.presets import preset_for_env
+    from ember_np.presets import default_preset
 
     env_id = args.env_id
     env = _make_env(env_id)
     env.close()
     native = f"ember_np/{env_id}"
     train_env_id = native if native in gym.registry else env_id
-    preset = preset_for_env(env_id.removeprefix("ember_np/"))
+    preset = default_preset(env_id.removeprefix("ember_np/"))
     base = preset.config if preset is not None else DqnConfig()
     fixed = _parse_sets(args.set or [])
     try:

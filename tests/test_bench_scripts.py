@@ -39,19 +39,25 @@ def test_episode_stream_is_episodic():
 
 def test_learning_bench_writes_its_results_and_table(tmp_path):
     results = tmp_path / "results"
-    run("bench/learning.py", "--envs", "CartPole-v1", "--seeds", "2", "--workers", "2",
-        "--steps", "2000", "--results", str(results))  # fmt: skip
-    data = json.loads((results / "learning_ember_np_CartPole-v1.json").read_text())
+    run("bench/learning.py", "--envs", "CartPole-v1", "--preset", "rainbow", "--seeds", "2",
+        "--workers", "2", "--steps", "2000", "--results", str(results))  # fmt: skip
+    path = results / "learning_ember_np-rainbow_CartPole-v1.json"
+    data = json.loads(path.read_text())
     assert data["steps"] == 2000 and data["workers"] == 2 and "--steps 2000" in data["command"]
+    assert data["preset"] == "rainbow" and "--preset rainbow" in data["command"]
     assert sorted(r["seed"] for r in data["runs"]) == [0, 1]
     for r in data["runs"]:
         assert [p[0] for p in r["curve"]] == [200 * k for k in range(1, 11)] + [2000]
         assert 8.0 <= r["final"] <= 500.0 and 8.0 <= r["best"] <= 500.0
+    # a result saved before presets were named is read as ember_np's zoo preset
+    (results / "learning_ember_np_CartPole-v1.json").write_text(path.read_text())
     out = tmp_path / "learning.md"
     run("bench/learning.py", "--report", "--results", str(results), "--out", str(out),
         "--plot", str(tmp_path / "curves.png"))  # fmt: skip
     table = out.read_text()
-    assert "| CartPole-v1 (2,000) | 2 / - |" in table and "Not run: sb3 CartPole-v1" in table
+    assert "| CartPole-v1 | ember_np rainbow (2,000) | 2 |" in table
+    assert "| CartPole-v1 | ember_np zoo (2,000) | 2 |" in table
+    assert "Not run: sb3 zoo CartPole-v1" in table
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -234,10 +234,10 @@ def test_native_ids_train_with_their_envs_preset_under_a_valid_name(tmp_path, ca
     argv = ["train", "ember_np/CartPole-v1", "--steps", "200", "--eval-every", "10000",
             "--eval-episodes", "1", "--root", str(tmp_path), "--quiet"]  # fmt: skip
     assert main(argv) == 0
-    (run_dir,) = (tmp_path / "ember_np_CartPole-v1" / "CartPole-v1").iterdir()
+    (run_dir,) = (tmp_path / "ember_np_CartPole-v1" / "rainbow").iterdir()
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["env_id"] == "ember_np/CartPole-v1" and config["preset"] == "CartPole-v1"
-    assert DqnConfig.from_dict(config["dqn"]) == PRESETS["CartPole-v1"].config
+    assert config["env_id"] == "ember_np/CartPole-v1" and config["preset"] == "rainbow"
+    assert DqnConfig.from_dict(config["dqn"]) == PRESETS["CartPole-v1"]["rainbow"].config
 
 
 def test_module_ids_pass_through_gym_make(tmp_path, capsys):
@@ -265,7 +265,7 @@ def test_set_before_the_env_id_does_not_swallow_it(tmp_path, capsys):
     argv = ["train", "--set", "learning_rate=0.0005", "gamma=0.9", "CartPole-v1", "--steps", "100",
             "--eval-every", "10000", "--eval-episodes", "1", "--root", str(tmp_path), "--quiet"]  # fmt: skip
     assert main(argv) == 0
-    (run_dir,) = (tmp_path / "CartPole-v1" / "CartPole-v1").iterdir()
+    (run_dir,) = (tmp_path / "CartPole-v1" / "rainbow").iterdir()
     config = json.loads((run_dir / "config.json").read_text())
     assert config["env_id"] == "ember_np/CartPole-v1"  # the compiled twin train now uses
     assert config["dqn"]["learning_rate"] == 0.0005 and config["dqn"]["gamma"] == 0.9

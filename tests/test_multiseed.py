@@ -46,20 +46,20 @@ def assert_same_run(a: Path, b: Path) -> None:
 
 
 def test_seeds_on_two_workers_are_exactly_the_single_seed_runs(tmp_path, capsys):
-    # The default (RL Zoo) preset: 256-wide layers, where a multi-threaded BLAS
-    # would sum in another order than the workers' single thread.
-    zoo = ["train", "CartPole-v1", "--steps", "2000", "--eval-every", "1000",
+    # The RL Zoo preset: 256-wide layers, where a multi-threaded BLAS would sum
+    # in another order than the workers' single thread.
+    zoo = ["train", "CartPole-v1", "--preset", "zoo", "--steps", "2000", "--eval-every", "1000",
            "--eval-episodes", "2", "--checkpoint-freq", "1000", "--quiet"]  # fmt: skip
     assert main([*zoo, "--seeds", "3", "--workers", "2", "--root", str(tmp_path / "m")]) == 0
     out = capsys.readouterr().out
     assert "CartPole-v1: training on ember_np/CartPole-v1" in out
     assert "3 of 3 seeds finished" in out and "IQM [95% CI]" in out
-    parent = only_dir(tmp_path / "m" / "CartPole-v1" / "CartPole-v1")
+    parent = only_dir(tmp_path / "m" / "CartPole-v1" / "zoo")
     result = load_multiseed(parent)
     assert [r.seed for r in result.runs] == [0, 1, 2] and result.failed == []
     for seed in range(3):
         assert main([*zoo, "--seed", str(seed), "--root", str(tmp_path / f"s{seed}")]) == 0
-        single = only_dir(tmp_path / f"s{seed}" / "CartPole-v1" / "CartPole-v1")
+        single = only_dir(tmp_path / f"s{seed}" / "CartPole-v1" / "zoo")
         assert_same_run(parent / f"seed_{seed}", single)
         evals = [json.loads(line) for line in (single / "eval_episodes.jsonl").open()]
         final = [r["total_reward"] for r in evals[-2:]]  # the last evaluation, 2 episodes

@@ -1,0 +1,197 @@
+"""The search behind the ``rainbow`` presets: a small hand-written grid on tuning seeds.
+
+Usage::
+
+    python bench/preset_search.py --env CartPole-v1 --grid cartpole --workers 2
+    python bench/preset_search.py --env CartPole-v1 --only rainbow      # one candidate
+    python bench/preset_search.py --show CartPole-v1                    # the table so far
+
+Every candidate is a base config plus a few overrides (``GRIDS`` below), trained
+on the *tuning* seeds (default 1000-1019; the reported seeds 0-19 are never
+used for choosing) through :func:`ember_np.training.multiseed.train_seeds`
+on the compiled env, the code behind ``ember-np train ENV --seeds K``. Its
+score, as bench/learning.py's protocol: the final policy's mean return on 20
+greedy evaluation episodes per seed (the runner's final evaluation, no
+periodic ones), then over the seeds the IQM [95% CI], the fraction of seeds
+at or above the env's bar and the wall time (``workers`` processes). Results
+accumulate in ``bench/results/preset_search_<env>.json`` (one small entry
+per candidate: its overrides, per-seed finals, the command); the runs
+themselves go to a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+TUNING_SEEDS = "1000-1019"
+FINAL_EPISODES = 20
+#: A seed "solves" at or above this final score (the fraction of such seeds is
+#: what the search maximises for CartPole; the IQM breaks ties).
+SOLVED = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "MountainCar-v0": -120.0}
+
+#: The starting points: a small network, double DQN, a dueling head, soft
+#: target updates and a few updates per env step (cheap: the 60 s bar).
+BASE: dict[str, dict[str, Any]] = {
+    "CartPole-v1": {
+        "steps": 50_000,
+        "hidden_sizes": [64, 64], "learning_rate": 1e-3, "batch_size": 64,
+        "buffer_capacity": 50_000, "min_replay_size": 1_000, "target_update_freq": 1,
+        "tau": 0.01, "epsilon_start": 1.0, "epsilon_end": 0.01, "epsilon_decay_steps": 10_000,
+        "gamma": 0.99, "train_freq": 4, "gradient_steps": 2, "double_dqn": True,
+        "dueling": True, "max_grad_norm": 10.0,
+    },
+    "Acrobot-v1": {
+        "steps": 100_000,
+        "hidden_sizes": [64, 64], "learning_rate": 1e-3, "batch_size": 128,
+        "buffer_capacity": 50_000, "min_replay_size": 1_000, "target_update_freq": 1,
+        "tau": 0.01, "epsilon_start": 1.0, "epsilon_end": 0.01, "epsilon_decay_steps": 12_000,
+        "gamma": 0.99, "train_freq": 4, "gradient_steps": 2, "double_dqn": True,
+        "dueling": True, "max_grad_norm": 10.0,
+    },
+    "MountainCar-v0": {
+        "steps": 120_000,
+        "hidden_sizes": [256, 256], "learning_rate": 4e-3, "batch_size": 128,
+        "buffer_capacity": 10_000, "min_replay_size": 1_000, "target_update_freq": 600,
+        "epsilon_start": 1.0, "epsilon_end": 0.07, "epsilon_decay_steps": 24_000,
+        "gamma": 0.98, "train_freq": 16, "gradient_steps": 8, "double_dqn": True,
+        "dueling": True, "max_grad_norm": 10.0,
+    },
+}  # fmt: skip
+
+#: Named grids: lists of (label, overrides of BASE[env]).
+GRIDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "cartpole": [
+        ("base", {}),
+        ("tf1g1", {"train_freq": 1, "gradient_steps": 1}),
+        ("hard500", {"tau": 1.0, "target_update_freq": 500}),
+        ("lr5e-4", {"learning_rate": 5e-4}),
+        ("batch128", {"batch_size": 128}),
+        ("h128", {"hidden_sizes": [128, 128]}),
+        (
+            "zoo-burst",
+            {"train_freq": 256, "gradient_steps": 128, "tau": 1.0, "target_update_freq": 10},
+        ),
+        ("buffer10k", {"buffer_capacity": 10_000}),
+    ],
+}
+
+
+def candidate(env_id: str, overrides: dict[str, Any]) -> tuple[Any, int]:
+    """The DqnConfig and step budget of BASE[env_id] with ``overrides``."""
+    from ember_np import DqnConfig
+
+    fields = dict(BASE[env_id], **overrides)
+    steps = int(fields.pop("steps"))
+    return DqnConfig.from_dict(fields), steps
+
+
+def score(env_id: str, finals: list[float]) -> dict[str, Any]:
+    from ember_np.stats import bootstrap_ci, iqm
+
+    low, high = bootstrap_ci(finals, "iqm")
+    solved = sum(f >= SOLVED[env_id] for f in finals)
+    return {"iqm": round(iqm(finals), 2), "ci": [round(low, 2), round(high, 2)],
+            "solved": solved, "seeds": len(finals)}  # fmt: skip
+
+
+def run_candidate(
+    env_id: str, label: str, overrides: dict[str, Any], seeds: list[int], workers: int
+) -> dict[str, Any]:
+    """Train ``seeds`` of one candidate; its score, per-seed finals and wall time."""
+    from ember_np.training.multiseed import train_seeds
+
+    config, steps = candidate(env_id, overrides)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        result = train_seeds(
+            f"ember_np/{env_id}", seeds, config=config, steps=steps, workers=workers,
+            root=tmp, version="search", eval_every=steps + 1, eval_episodes=FINAL_EPISODES,
+            checkpoint_freq=steps + 1, keep=0, progress=False,
+        )  # fmt: skip
+        wall = time.perf_counter() - t0
+    finals = [round(r.final_reward, 2) for r in result.runs]
+    return {
+        "label": label, "overrides": overrides, "steps": steps, **score(env_id, finals),
+        "finals": finals, "failed": result.failed, "wall_seconds": round(wall, 1),
+        "workers": workers, "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }  # fmt: skip
+
+
+def results_path(env_id: str) -> Path:
+    return RESULTS / f"preset_search_{env_id}.json"
+
+
+def show(env_id: str) -> str:
+    path = results_path(env_id)
+    if not path.exists():
+        return f"no search results for {env_id} ({path})"
+    data = json.loads(path.read_text())
+    rows = sorted(data["candidates"], key=lambda c: (c["solved"], c["iqm"]), reverse=True)
+    lines = [
+        f"{env_id}: tuning seeds {data['seeds']}, base {json.dumps(BASE[env_id])}",
+        f"{'label':<28} {'solved':>7} {'IQM [95% CI]':>28} {'wall':>7}  overrides",
+    ]
+    for c in rows:
+        ci = f"{c['iqm']:.1f} [{c['ci'][0]:.1f}, {c['ci'][1]:.1f}]"
+        lines.append(f"{c['label']:<28} {c['solved']:>3}/{c['seeds']:<3} {ci:>28} "
+                     f"{c['wall_seconds']:>6.0f}s  {json.dumps(c['overrides'])}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--env", default="CartPole-v1", choices=sorted(BASE))
+    p.add_argument("--grid", help=f"a named grid: {', '.join(GRIDS)}")
+    p.add_argument("--only", nargs="+", help="labels of the grid to run (default: all)")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=JSON",
+                   help="one ad-hoc candidate: overrides of the base, e.g. tau=0.005")  # fmt: skip
+    p.add_argument("--label", help="the ad-hoc candidate's label (default: its overrides)")
+    p.add_argument("--seeds", default=TUNING_SEEDS, help="tuning seeds (never 0-19)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--show", action="store_true", help="print the table so far, train nothing")
+    args = p.parse_args()
+    if args.show:
+        print(show(args.env))
+        return
+    from ember_np.training.multiseed import parse_seeds
+
+    seeds = parse_seeds(args.seeds)
+    if set(seeds) & set(range(20)):
+        raise SystemExit("seeds 0-19 are the reported seeds: never use them for choosing")
+    if args.set:
+        overrides = {k: json.loads(v) for k, _, v in (s.partition("=") for s in args.set)}
+        jobs = [(args.label or ",".join(args.set), overrides)]
+    else:
+        jobs = [j for j in GRIDS[args.grid] if not args.only or j[0] in args.only]
+    command = "python bench/preset_search.py " + " ".join(sys.argv[1:])
+    print(command, file=sys.stderr)
+    RESULTS.mkdir(exist_ok=True)
+    path = results_path(args.env)
+    for label, overrides in jobs:
+        entry = run_candidate(args.env, label, overrides, seeds, args.workers)
+        entry["command"] = command
+        data = (
+            json.loads(path.read_text())
+            if path.exists()
+            else {"seeds": args.seeds, "candidates": []}
+        )
+        data["candidates"] = [c for c in data["candidates"] if c["label"] != label] + [entry]
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"{label}: solved {entry['solved']}/{entry['seeds']}, IQM {entry['iqm']} "
+              f"{entry['ci']}, {entry['wall_seconds']} s; finals {entry['finals']}",
+              file=sys.stderr)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
