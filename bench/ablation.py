@@ -111,29 +111,30 @@ def reused_full_row(
             "wall_seconds": data["wall_seconds"], "from": path.name}  # fmt: skip
 
 
-def ablate(
-    env_id: str, seeds: list[int], workers: int, only: list[str] | None, results: Path
-) -> dict:
-    """Train (or reuse) every variant of ``env_id``'s rainbow preset; saves as it goes."""
+def ablate(env_id: str, args: argparse.Namespace) -> dict:
+    """Train (or reuse) every variant of ``env_id``'s rainbow preset; saves as it goes.
+    ``args``: the command line's seeds, workers, only, results and steps."""
     from ember_np.presets import get_preset
 
     preset = get_preset("rainbow", env_id)
-    path = results / f"ablation_{env_id}.json"
+    seeds, steps = list(range(args.seeds)), args.steps or preset.steps
+    path = args.results / f"ablation_{env_id}.json"
     data = json.loads(path.read_text()) if path.exists() else {}
-    if data.get("config") != preset.config.to_dict() or data.get("seeds") != seeds:
-        data = {"env_id": env_id, "steps": preset.steps, "seeds": seeds,
+    same = (data.get("config"), data.get("seeds"), data.get("steps"))
+    if same != (preset.config.to_dict(), seeds, steps):  # results of another preset: start anew
+        data = {"env_id": env_id, "steps": steps, "seeds": seeds,
                 "config": preset.config.to_dict(), "variants": {}}  # fmt: skip
     for label, overrides in variants(preset.config):
-        if only and label not in only:
+        if args.only and label not in args.only:
             continue
         load_before = load_average()
         row = None
         if not overrides:
-            row = reused_full_row(results, env_id, preset.config, preset.steps, seeds)
+            row = reused_full_row(args.results, env_id, preset.config, steps, seeds)
         if row is None:
             config = preset.config.replace(**overrides)
-            row = train_variant(env_id, config, preset.steps, seeds, workers)
-        row.update(overrides=overrides, workers=workers,
+            row = train_variant(env_id, config, steps, seeds, args.workers)
+        row.update(overrides=overrides, workers=args.workers,
                    load=f"{load_before} before, {load_average()} after")  # fmt: skip
         data["variants"][label] = row
         data["command"] = "python bench/ablation.py " + " ".join(sys.argv[1:])
@@ -196,6 +197,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=20, help="seeds 0..N-1 (default 20)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--only", nargs="+", help="variant labels to (re)train (default: all)")
+    p.add_argument("--steps", type=int, help="instead of the preset's budget (a quick check)")
     p.add_argument("--results", type=Path, default=RESULTS, help="where the JSON files go")
     p.add_argument("--report", action="store_true", help="write the table from saved results")
     p.add_argument("--out", type=Path, default=HERE / "results_ablation.md")
@@ -205,7 +207,7 @@ def main() -> None:
         return
     args.results.mkdir(parents=True, exist_ok=True)
     for env_id in [e for e in args.envs.split(",") if e]:
-        ablate(env_id, list(range(args.seeds)), args.workers, args.only, args.results)
+        ablate(env_id, args)
 
 
 if __name__ == "__main__":

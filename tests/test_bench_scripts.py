@@ -61,6 +61,30 @@ def test_learning_bench_writes_its_results_and_table(tmp_path):
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_preset_search_refuses_the_reported_seeds(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "bench/preset_search.py", "--env", "CartPole-v1", "--grid", "cartpole",
+         "--seeds", "15-24", "--results", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, cwd=BENCH.parent,
+    )  # fmt: skip
+    assert out.returncode != 0 and "seeds 0-19 are the reported seeds" in out.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_ablation_bench_removes_one_component_per_row(tmp_path):
+    results = tmp_path / "results"
+    run("bench/ablation.py", "--envs", "CartPole-v1", "--seeds", "2", "--steps", "1000",
+        "--only", "double DQN off", "--results", str(results))  # fmt: skip
+    data = json.loads((results / "ablation_CartPole-v1.json").read_text())
+    assert data["steps"] == 1000 and data["seeds"] == [0, 1]
+    (row,) = data["variants"].values()
+    assert row["overrides"] == {"double_dqn": False}
+    assert len(row["finals"]) == 2 and all(8.0 <= f <= 500.0 for f in row["finals"])
+    out = tmp_path / "ablation.md"
+    run("bench/ablation.py", "--report", "--results", str(results), "--out", str(out))
+    assert "| CartPole-v1 (1,000, 2) | double DQN off |" in out.read_text()
+
+
 def test_multiseed_scaling_bench_runs(tmp_path):
     out = run("bench/multiseed.py", "--steps", "300", "--seeds", "2")
     assert "| processes |" in out and "| threads |" in out
