@@ -98,17 +98,18 @@ def train_variant(
 def reused_full_row(
     results: Path, env_id: str, config: Any, steps: int, seeds: list[int]
 ) -> dict | None:
-    """The full preset's finals from bench/learning.py's rainbow run, if it is this one."""
+    """The full preset's finals from bench/learning.py's rainbow run, if it trained this
+    config for these steps on (at least) these seeds: the same runs, so the same finals."""
     path = result_path(results, "ember_np", env_id, "rainbow")
     if not path.exists():
         return None
     data = json.loads(path.read_text())
-    ran = sorted(r["seed"] for r in data["runs"])
-    if data.get("config") != config.to_dict() or data["steps"] != steps or ran != seeds:
+    final = {r["seed"]: r["final"] for r in data["runs"]}
+    if data.get("config") != config.to_dict() or data["steps"] != steps or set(seeds) - set(final):
         return None
-    finals = [r["final"] for r in sorted(data["runs"], key=lambda r: r["seed"])]
-    return {"finals": [round(f, 2) for f in finals], "seeds": ran, "failed": [],
-            "wall_seconds": data["wall_seconds"], "from": path.name}  # fmt: skip
+    wall = data["wall_seconds"] * len(seeds) / len(final)  # its share of that run's wall time
+    return {"finals": [round(final[s], 2) for s in seeds], "seeds": seeds, "failed": [],
+            "wall_seconds": round(wall, 1), "from": path.name}  # fmt: skip
 
 
 def ablate(env_id: str, args: argparse.Namespace) -> dict:

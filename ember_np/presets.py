@@ -172,10 +172,11 @@ _RAINBOW = (
         "rainbow",
         "MountainCar-v0",
         DqnConfig(
-            hidden_sizes=(256, 256), learning_rate=4e-3, batch_size=128,
+            hidden_sizes=(128, 128), learning_rate=4e-3, batch_size=128,
             buffer_capacity=10_000, min_replay_size=1_000, target_update_freq=600,
             epsilon_start=1.0, epsilon_end=0.07, epsilon_decay_steps=24_000, gamma=0.98,
             train_freq=16, gradient_steps=8, double_dqn=True, dueling=True, max_grad_norm=10.0,
+            n_step=3, learning_rate_end=1e-4, learning_rate_decay_steps=120_000,
         ),
         120_000,
         _SEARCH,
