@@ -147,7 +147,7 @@ def ablate(env_id: str, args: argparse.Namespace) -> dict:
 
 def report(results: Path, out: Path) -> str:
     lines = [
-        "Command: python bench/ablation.py --envs ENV --seeds 20 --workers 2 (per env, as "
+        "Command: python bench/ablation.py --envs ENV --seeds N --workers 2 (per env, as "
         "recorded below); python bench/ablation.py --report",
         "",
         "Each env's `rainbow` preset, then the preset with one component removed. Cells: IQM "
@@ -166,6 +166,8 @@ def report(results: Path, out: Path) -> str:
     for env_id in REFERENCE:
         path = results / f"ablation_{env_id}.json"
         if not path.exists():
+            if env_id in DEFAULT_ENVS.split(","):
+                notes.append(f"- {env_id}: no ablation run (compute ran out)")
             continue
         data = json.loads(path.read_text())
         full = data["variants"].get("rainbow (all)")
@@ -183,6 +185,12 @@ def report(results: Path, out: Path) -> str:
         notes.append(f"- {env_id}: command: {data.get('command', '?')}; load (1/5/15-min) per "
                      f"variant: " + "; ".join(f"{k}: {v['load']}"
                                               for k, v in data["variants"].items()))  # fmt: skip
+        from ember_np.dqn.config import DqnConfig
+
+        planned = [label for label, _ in variants(DqnConfig.from_dict(data["config"]))]
+        missing = [label for label in planned if label not in data["variants"]]
+        if missing:
+            notes.append(f"- {env_id}: not run (compute ran out): {', '.join(missing)}")
         if full and full.get("from"):
             notes.append(f"- {env_id}: the full preset's row is bench/results/{full['from']}")
     table = "\n".join(lines + [""] + notes)
