@@ -115,14 +115,17 @@ def reused_full_row(
 def ablate(env_id: str, args: argparse.Namespace) -> dict:
     """Train (or reuse) every variant of ``env_id``'s rainbow preset; saves as it goes.
     ``args``: the command line's seeds, workers, only, results and steps."""
+    from ember_np import DqnConfig
     from ember_np.presets import get_preset
 
     preset = get_preset("rainbow", env_id)
     seeds, steps = list(range(args.seeds)), args.steps or preset.steps
     path = args.results / f"ablation_{env_id}.json"
     data = json.loads(path.read_text()) if path.exists() else {}
-    same = (data.get("config"), data.get("seeds"), data.get("steps"))
-    if same != (preset.config.to_dict(), seeds, steps):  # results of another preset: start anew
+    # A saved config is read with today's defaults for fields added since (e.g. action_masks).
+    saved = DqnConfig.from_dict(data["config"]) if "config" in data else None
+    if (saved, data.get("seeds"), data.get("steps")) != (preset.config, seeds, steps):
+        # results of another preset: start anew
         data = {"env_id": env_id, "steps": steps, "seeds": seeds,
                 "config": preset.config.to_dict(), "variants": {}}  # fmt: skip
     for label, overrides in variants(preset.config):
@@ -138,7 +141,7 @@ def ablate(env_id: str, args: argparse.Namespace) -> dict:
         row.update(overrides=overrides, workers=args.workers,
                    load=f"{load_before} before, {load_average()} after")  # fmt: skip
         data["variants"][label] = row
-        data["command"] = "python bench/ablation.py " + " ".join(sys.argv[1:])
+        row["command"] = "python bench/ablation.py " + " ".join(sys.argv[1:])
         path.write_text(json.dumps(data, indent=1) + "\n")
         print(f"{env_id} {label}: final IQM {ci_text(row['finals'])}, "
               f"{row['wall_seconds']:.0f} s", file=sys.stderr)  # fmt: skip
@@ -182,7 +185,9 @@ def report(results: Path, out: Path) -> str:
             )
             if row.get("failed"):
                 notes.append(f"- {env_id} {label}: seeds {row['failed']} did not finish")
-        notes.append(f"- {env_id}: command: {data.get('command', '?')}; load (1/5/15-min) per "
+        commands = sorted({v.get("command", data.get("command", "?"))
+                           for v in data["variants"].values()})  # fmt: skip
+        notes.append(f"- {env_id}: commands: {'; '.join(commands)}; load (1/5/15-min) per "
                      f"variant: " + "; ".join(f"{k}: {v['load']}"
                                               for k, v in data["variants"].items()))  # fmt: skip
         from ember_np.dqn.config import DqnConfig
