@@ -937,28 +937,24 @@ class DqnAgent:
 
     def _load_reader(self, reader: Reader, include_buffer: bool) -> None:
         reader.check_format(AGENT_FORMAT)
-        dueling = reader.dueling()
-        if dueling != self.online.dueling:
-            raise reader.error(
-                f"architecture mismatch: this agent's network is "
-                f"{architecture_name(self.online.dueling)}, the checkpoint's is "
-                f"{architecture_name(dueling)}"
-            )
-        layer_norm = reader.layer_norm()
-        if layer_norm != self.online.layer_norm:
-            raise reader.error(
-                f"architecture mismatch: this agent's network is "
-                f"{layer_norm_name(self.online.layer_norm)}, the checkpoint's is "
-                f"{layer_norm_name(layer_norm)}"
-            )
+        for mine, saved, name in (
+            (self.online.dueling, reader.dueling(), architecture_name),
+            (self.online.layer_norm, reader.layer_norm(), layer_norm_name),
+        ):
+            if saved != mine:
+                raise reader.error(
+                    f"architecture mismatch: this agent's network is {name(mine)}, "
+                    f"the checkpoint's is {name(saved)}"
+                )
         sizes = reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1)
         if tuple(sizes.tolist()) != self.online.layer_sizes:
             raise reader.error(
                 f"architecture mismatch: this agent has layer_sizes {self.online.layer_sizes}, "
                 f"the checkpoint has {tuple(sizes.tolist())}"
             )
-        online_state = {"layer_sizes": sizes, "dueling": np.array(dueling),
-                        "layer_norm": np.array(layer_norm)}  # fmt: skip
+        online = self.online  # its architecture is the checkpoint's (checked above)
+        online_state = {"layer_sizes": sizes, "dueling": np.array(online.dueling),
+                        "layer_norm": np.array(online.layer_norm)}  # fmt: skip
         for key, value in self.online.state_dict().items():
             if key not in online_state:
                 online_state[key] = reader.array(K.ONLINE + key, value.dtype, value.shape)
