@@ -95,6 +95,14 @@ def train_variant(
             "failed": result.failed, "wall_seconds": round(wall, 1)}  # fmt: skip
 
 
+def same_config(saved: dict | None, config: Any) -> bool:
+    """Whether a saved ``DqnConfig.to_dict()`` is ``config``, reading it with today's
+    defaults for fields added since it was saved (e.g. ``action_masks``)."""
+    from ember_np import DqnConfig
+
+    return saved is not None and DqnConfig.from_dict(saved) == config
+
+
 def reused_full_row(
     results: Path, env_id: str, config: Any, steps: int, seeds: list[int]
 ) -> dict | None:
@@ -105,7 +113,11 @@ def reused_full_row(
         return None
     data = json.loads(path.read_text())
     final = {r["seed"]: r["final"] for r in data["runs"]}
-    if data.get("config") != config.to_dict() or data["steps"] != steps or set(seeds) - set(final):
+    if (
+        not same_config(data.get("config"), config)
+        or data["steps"] != steps
+        or set(seeds) - set(final)
+    ):
         return None
     wall = data["wall_seconds"] * len(seeds) / len(final)  # its share of that run's wall time
     return {"finals": [round(final[s], 2) for s in seeds], "seeds": seeds, "failed": [],
@@ -115,16 +127,15 @@ def reused_full_row(
 def ablate(env_id: str, args: argparse.Namespace) -> dict:
     """Train (or reuse) every variant of ``env_id``'s rainbow preset; saves as it goes.
     ``args``: the command line's seeds, workers, only, results and steps."""
-    from ember_np import DqnConfig
     from ember_np.presets import get_preset
 
     preset = get_preset("rainbow", env_id)
     seeds, steps = list(range(args.seeds)), args.steps or preset.steps
     path = args.results / f"ablation_{env_id}.json"
     data = json.loads(path.read_text()) if path.exists() else {}
-    # A saved config is read with today's defaults for fields added since (e.g. action_masks).
-    saved = DqnConfig.from_dict(data["config"]) if "config" in data else None
-    if (saved, data.get("seeds"), data.get("steps")) != (preset.config, seeds, steps):
+    if not same_config(data.get("config"), preset.config) or (
+        (data.get("seeds"), data.get("steps")) != (seeds, steps)
+    ):
         # results of another preset: start anew
         data = {"env_id": env_id, "steps": steps, "seeds": seeds,
                 "config": preset.config.to_dict(), "variants": {}}  # fmt: skip
