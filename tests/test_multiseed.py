@@ -175,6 +175,42 @@ def test_sigkilled_worker_leaves_other_seeds_and_resume_finishes(tmp_path):
     )
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` is alive (a zombie nobody reaped yet has exited)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigkilled_parent_workers_stop_quietly_and_resume_finishes(tmp_path):
+    args = ["train", "CartPole-v1", "--preset", "ember", "--steps", "20000", "--eval-every",
+            "10000", "--eval-episodes", "2", "--quiet"]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ember_np", *args, "--seeds", "2", "--workers", "2",
+         "--root", str(tmp_path / "m")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    while len(list(tmp_path.glob("m/*/*/*/seed_*/train_episodes.jsonl"))) < 2:
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    workers = worker_pids(proc.pid)
+    assert len(workers) == 2
+    os.kill(proc.pid, signal.SIGKILL)
+    # The orphaned workers hold the pipes open until they exit: at their next
+    # progress message, without a traceback.
+    _, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert not any(running(pid) for pid in workers)
+    parent = only_dir(tmp_path / "m" / "CartPole-v1" / "ember")
+    assert load_multiseed(parent).runs == []
+    assert main(["resume", str(parent), "--workers", "1", "--quiet"]) == 0
+    assert sorted(r.seed for r in load_multiseed(parent).runs) == [0, 1]
+
+
 def test_report_and_plot_of_multiseed_runs(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     root = str(tmp_path)

@@ -289,16 +289,23 @@ def _worker_main(conn: Any, spec_dict: dict[str, Any]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent decides
     set_blas_threads(1)  # already so from OPENBLAS_NUM_THREADS; this BLAS may not read it
     spec = SeedSpec.from_dict(spec_dict)
-    while True:
-        job = conn.recv()
-        if job is None:
-            return
-        seed, run_dir = job
-        try:
-            result = train_seed(spec, seed, run_dir, lambda n: conn.send(("steps", n)))
-            conn.send(("done", result.to_dict()))
-        except BaseException:  # noqa: BLE001  reported to the parent, which goes on
-            conn.send(("error", seed, traceback.format_exc(limit=5)))
+    try:
+        while True:
+            job = conn.recv()
+            if job is None:
+                return
+            seed, run_dir = job
+            try:
+                result = train_seed(spec, seed, run_dir, lambda n: conn.send(("steps", n)))
+                conn.send(("done", result.to_dict()))
+            except (BrokenPipeError, ConnectionResetError):
+                raise
+            except BaseException:  # noqa: BLE001  reported to the parent, which goes on
+                conn.send(("error", seed, traceback.format_exc(limit=5)))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        # The parent is gone (killed): stop quietly. The seed in progress has no
+        # result.json, so ``ember-np resume`` trains it again.
+        return
 
 
 # -- many seeds -------------------------------------------------------------------
