@@ -148,11 +148,11 @@ _RAINBOW = (
         DqnConfig(
             hidden_sizes=(64, 64), learning_rate=2.5e-3, batch_size=128,
             buffer_capacity=50_000, min_replay_size=1_000, target_update_freq=1, tau=0.01,
-            epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=10_000, gamma=0.99,
+            epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=8_000, gamma=0.99,
             train_freq=2, gradient_steps=1, double_dqn=True, dueling=True, max_grad_norm=10.0,
-            layer_norm=True, learning_rate_end=1e-5, learning_rate_decay_steps=50_000, n_step=3,
+            layer_norm=True, learning_rate_end=1e-5, learning_rate_decay_steps=35_000, n_step=3,
         ),
-        50_000,
+        35_000,
         _SEARCH,
     ),
     Preset(
