@@ -131,26 +131,31 @@ def worker_pids(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_sigkilled_worker_leaves_other_seeds_and_resume_finishes(tmp_path):
-    args = ["train", "CartPole-v1", "--preset", "ember", "--steps", "30000", "--eval-every",
-            "10000", "--eval-episodes", "2", "--checkpoint-freq", "5000", "--quiet"]  # fmt: skip
+def start_two_workers(args: list[str], seeds: int, root: Path) -> subprocess.Popen:
+    """``ember-np ARGS --seeds SEEDS --workers 2 --root ROOT`` in a subprocess, returned
+    once both workers are training (two seeds under way, neither finished)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ember_np", *args, "--seeds", "3", "--workers", "2",
-         "--root", str(tmp_path / "m")],
+        [sys.executable, "-m", "ember_np", *args, "--seeds", str(seeds), "--workers", "2",
+         "--root", str(root)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    # Wait until both workers are training (two seeds under way, neither finished).
     deadline = time.time() + 120
     while True:
         assert time.time() < deadline and proc.poll() is None, proc.communicate()
-        busy = [d for d in tmp_path.glob("m/*/*/*/seed_*")
+        busy = [d for d in root.glob("*/*/*/seed_*")
                 if (d / "train_episodes.jsonl").is_file()
                 and (d / "train_episodes.jsonl").stat().st_size > 0
                 and not (d / "result.json").exists()]  # fmt: skip
         if len(busy) == 2:
-            break
+            return proc
         time.sleep(0.02)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigkilled_worker_leaves_other_seeds_and_resume_finishes(tmp_path):
+    args = ["train", "CartPole-v1", "--preset", "ember", "--steps", "30000", "--eval-every",
+            "10000", "--eval-episodes", "2", "--checkpoint-freq", "5000", "--quiet"]  # fmt: skip
+    proc = start_two_workers(args, 3, tmp_path / "m")
     os.kill(worker_pids(proc.pid)[0], signal.SIGKILL)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err
@@ -188,15 +193,7 @@ def running(pid: int) -> bool:
 def test_sigkilled_parent_workers_stop_quietly_and_resume_finishes(tmp_path):
     args = ["train", "CartPole-v1", "--preset", "ember", "--steps", "20000", "--eval-every",
             "10000", "--eval-episodes", "2", "--quiet"]  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ember_np", *args, "--seeds", "2", "--workers", "2",
-         "--root", str(tmp_path / "m")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.time() + 120
-    while len(list(tmp_path.glob("m/*/*/*/seed_*/train_episodes.jsonl"))) < 2:
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.02)
+    proc = start_two_workers(args, 2, tmp_path / "m")
     workers = worker_pids(proc.pid)
     assert len(workers) == 2
     os.kill(proc.pid, signal.SIGKILL)
