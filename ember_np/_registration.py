@@ -22,7 +22,6 @@ here imports the compiled environments until ``gymnasium.make`` builds one.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import warnings
 from collections.abc import Callable
@@ -102,6 +101,8 @@ class _AfterImport:
             sys.meta_path.remove(self)  # first, so the search below does not find us again
         except ValueError:
             pass
+        import importlib.util  # here, not at the top: a deployed policy never needs it
+
         spec = importlib.util.find_spec(fullname)  # the normal search, errors included
         if spec is None or spec.loader is None:
             return spec

@@ -8,8 +8,10 @@ torn one. Files are created as a plain ``open`` would create them (mode
 ``0o666`` less the umask), so other users can read a run when the umask lets
 them.
 
-Reads use ``np.load(..., allow_pickle=False)`` and turn every way a file can be
-wrong (missing, truncated, corrupted, foreign, object arrays, missing keys,
+Reads parse the zip layer with ``ember_np/_npz.py`` (``struct`` and ``zlib``:
+``zipfile`` and ``pathlib`` would be most of a deployed policy's import time)
+and each member with ``numpy.lib.format``, never unpickling, and turn every
+way a file can be wrong (missing, truncated, corrupted, foreign, object arrays, missing keys,
 wrong shapes or versions) into a :class:`CheckpointError`. Before anything is
 decompressed, :func:`inspect_archive` checks what the archive declares (the
 zip's central directory and each member's ``.npy`` header) against what the
@@ -22,15 +24,23 @@ from __future__ import annotations
 import json
 import math
 import os
-import struct
-import zipfile
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import IO, Any, NamedTuple
 
 import numpy as np
+from numpy.lib import format as npy
 
 from ember_np._memory import available_memory, format_bytes
+from ember_np._npz import (
+    DEFLATED,
+    STORED,
+    Entry,
+    MemberStream,
+    central_directory,
+    data_start,
+    end_of_central_directory,
+)
 
 __all__ = [
     "AgentKeys", "ArrayInfo", "CheckpointError", "atomic_write", "inspect_archive",
@@ -45,8 +55,7 @@ FORMAT_VERSION = 1
 #: Most members an archive may hold. An agent checkpoint has 17 + 4 per layer
 #: (weights, biases, online and target) + 7 for the replay buffer.
 MAX_MEMBERS = 512
-#: Most bytes of central directory: ``zipfile`` builds one object per entry it
-#: lists, so this bounds them too (an entry takes 46 bytes plus its name).
+#: Most bytes of central directory, read at once (an entry takes 46 bytes plus its name).
 MAX_DIRECTORY_BYTES = MAX_MEMBERS * 320
 #: Most a compressed member may inflate. ember_np writes archives uncompressed
 #: (``np.savez``), where a member takes exactly its size on disk; one recompressed
@@ -130,7 +139,7 @@ class CheckpointError(ValueError):
         super().__init__(f"{self.path}: {problem}")
 
 
-def _fsync_dir(directory: Path) -> None:
+def _fsync_dir(directory: str) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory fds
@@ -151,7 +160,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
     fsynced. On any error the temporary file is removed, ``path`` is untouched
     and the error propagates (an ``OSError`` such as ENOSPC names the file).
     """
-    target = Path(path)
+    target = os.fspath(path)
     fd, tmp = _create_temporary(target)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -167,18 +176,19 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
         if isinstance(exc, OSError):  # name the file the caller asked for, not the temporary
             raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from exc
         raise
-    _fsync_dir(target.parent)
+    _fsync_dir(os.path.dirname(target) or ".")
 
 
-def _create_temporary(target: Path) -> tuple[int, Path]:
+def _create_temporary(target: str) -> tuple[int, str]:
     """A new, empty ``.<name>.<random>.tmp`` beside ``target``, opened for writing.
 
     Created with mode ``0o666``, which the kernel reduces by the umask exactly
     as for ``open(path, "w")`` (``tempfile.mkstemp`` would make it ``0o600``, so
     no one else could read the run).
     """
+    directory, name = os.path.split(target)
     for _ in range(100):
-        tmp = target.with_name(f".{target.name}.{os.urandom(6).hex()}.tmp")  # 48 random bits
+        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")  # 48 random bits
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
         except FileExistsError:  # pragma: no cover - 48 random bits collided
@@ -210,47 +220,26 @@ class ArrayInfo(NamedTuple):
     nbytes: int
 
 
-def _end_of_central_directory(f: IO[bytes], size: int) -> tuple[int, int]:
-    """(number of members, central directory size) from the zip's end record.
+class _Member(NamedTuple):
+    """Where one checked member's array is and how to read it back."""
 
-    Read before ``zipfile`` parses the central directory, which builds one
-    object per member: a small file listing a million members is refused
-    without building them.
-    """
-    tail_len = min(size, 22 + 65_535)  # the fixed record plus the longest comment
-    f.seek(size - tail_len)
-    tail = f.read(tail_len)
-    at = tail.rfind(b"PK\x05\x06")
-    if at < 0 or len(tail) - at < 22:
-        raise ValueError("not a zip archive (no end of central directory record)")
-    _, _, _, _, count, cd_size, _, _ = struct.unpack("<4s4H2LH", tail[at : at + 22])
-    if count == 0xFFFF or cd_size == 0xFFFFFFFF:  # ZIP64: the real values are elsewhere
-        loc = tail[at - 20 : at] if at >= 20 else b""
-        if loc[:4] != b"PK\x06\x07":
-            raise ValueError("a ZIP64 archive without its ZIP64 locator")
-        (offset,) = struct.unpack("<Q", loc[8:16])
-        if offset + 56 > size:
-            raise ValueError("the ZIP64 end record lies outside the file")
-        f.seek(offset)
-        record = f.read(56)
-        if record[:4] != b"PK\x06\x06":
-            raise ValueError("a ZIP64 archive without its ZIP64 end record")
-        count, cd_size = struct.unpack("<QQ", record[32:48])
-    return count, cd_size
+    entry: Entry
+    start: int  # offset of its data in the file
+    header: int  # bytes of its .npy header
+    fortran_order: bool
+    info: ArrayInfo
 
 
-def _npy_header(member: IO[bytes]) -> tuple[np.dtype, tuple[int, ...], int]:
-    """dtype, shape and header length of the ``.npy`` stream ``member``."""
-    from numpy.lib import format as npy
-
+def _npy_header(member: MemberStream) -> tuple[np.dtype, tuple[int, ...], bool, int]:
+    """dtype, shape, Fortran order and header length of the ``.npy`` stream ``member``."""
     version = npy.read_magic(member)
     if version == (1, 0):
-        shape, _, dtype = npy.read_array_header_1_0(member, max_header_size=MAX_HEADER)
+        shape, fortran, dtype = npy.read_array_header_1_0(member, max_header_size=MAX_HEADER)
     elif version == (2, 0):
-        shape, _, dtype = npy.read_array_header_2_0(member, max_header_size=MAX_HEADER)
+        shape, fortran, dtype = npy.read_array_header_2_0(member, max_header_size=MAX_HEADER)
     else:
         raise ValueError(f".npy format version {version} is not supported")
-    return dtype, tuple(shape), member.tell()
+    return dtype, tuple(shape), bool(fortran), member.tell()
 
 
 def inspect_archive(
@@ -259,7 +248,7 @@ def inspect_archive(
     """Check what an ``.npz`` archive declares, before decompressing anything.
 
     Reads only the zip's end record and central directory and the first bytes
-    of each member (its ``.npy`` header), and requires: at most
+    of each member (its local header and ``.npy`` header), and requires: at most
     :data:`MAX_MEMBERS` members, each a ``.npy`` array stored or deflated and
     unencrypted, whose declared size is exactly its header plus
     ``prod(shape) * itemsize``, that lies inside the file and inflates at most
@@ -277,59 +266,65 @@ def inspect_archive(
     CheckpointError
         Naming the file and the first rule broken.
     """
-    p = Path(path)
+    p = os.fspath(path)
+    with _unreadable_as_checkpoint_error(p), open(p, "rb") as f:
+        return {key: member.info for key, member in _inspect(p, f, max_bytes).items()}
+
+
+@contextmanager
+def _unreadable_as_checkpoint_error(p: str) -> Iterator[None]:
+    """Turns any error but a CheckpointError (struct, zlib, numpy header and EOF
+    errors, MemoryError) into a CheckpointError naming the file."""
     try:
-        return _inspect(p, max_bytes)
+        yield
     except CheckpointError:
         raise
-    except Exception as exc:  # zipfile, struct, numpy header errors
+    except Exception as exc:
         raise CheckpointError(
             p, f"not a readable .npz checkpoint (truncated or corrupted?): "
             f"{type(exc).__name__}: {exc}"
         ) from exc  # fmt: skip
 
 
-def _inspect(p: Path, max_bytes: int | None) -> dict[str, ArrayInfo]:
-    size = p.stat().st_size
-    out: dict[str, ArrayInfo] = {}
-    with open(p, "rb") as f:
-        if f.read(6) == b"\x93NUMPY":
-            raise CheckpointError(p, "not an .npz archive (a single .npy array)")
-        count, cd_size = _end_of_central_directory(f, size)
-        if count > MAX_MEMBERS:
-            raise CheckpointError(p, f"the archive lists {count} members, at most {MAX_MEMBERS}")
-        if cd_size > min(size, MAX_DIRECTORY_BYTES):
+def _inspect(p: str, f: IO[bytes], max_bytes: int | None) -> dict[str, _Member]:
+    size = os.fstat(f.fileno()).st_size
+    if f.read(6) == b"\x93NUMPY":
+        raise CheckpointError(p, "not an .npz archive (a single .npy array)")
+    count, cd_size, cd_offset = end_of_central_directory(f, size)
+    if count > MAX_MEMBERS:
+        raise CheckpointError(p, f"the archive lists {count} members, at most {MAX_MEMBERS}")
+    if cd_size > min(size, MAX_DIRECTORY_BYTES):
+        raise CheckpointError(
+            p, f"the central directory declares {cd_size} bytes in a {size}-byte file "
+            f"(at most {MAX_DIRECTORY_BYTES})"
+        )  # fmt: skip
+    out: dict[str, _Member] = {}
+    total = 0
+    for entry in central_directory(f, count, cd_size, cd_offset):
+        key = _check_member(p, entry)
+        if key in out:
+            raise CheckpointError(p, f"member {entry.name!r} appears twice")
+        start = data_start(f, entry)
+        if start + entry.compress_size > size:
             raise CheckpointError(
-                p, f"the central directory declares {cd_size} bytes in a {size}-byte file "
-                f"(at most {MAX_DIRECTORY_BYTES})"
+                p, f"member {entry.name!r} declares {entry.compress_size} bytes at offset "
+                f"{start}, past the end of the {size}-byte file"
             )  # fmt: skip
-        f.seek(0)
-        with zipfile.ZipFile(f) as archive:
-            infos = archive.infolist()
-            if len(infos) > MAX_MEMBERS:
-                raise CheckpointError(p, f"the archive holds {len(infos)} members, "
-                                      f"at most {MAX_MEMBERS}")  # fmt: skip
-            total = 0
-            for info in infos:
-                key = _check_member(p, info, size)
-                if key in out:
-                    raise CheckpointError(p, f"member {info.filename!r} appears twice")
-                with archive.open(info) as member:
-                    dtype, shape, header = _npy_header(member)
-                if dtype.hasobject:
-                    raise CheckpointError(
-                        p, f"{key!r}: Object arrays cannot be loaded (they would be unpickled)"
-                    )
-                if any(d < 0 for d in shape):
-                    raise CheckpointError(p, f"{key!r}: negative dimension in shape {shape}")
-                nbytes = math.prod(shape) * dtype.itemsize
-                if header + nbytes != info.file_size:
-                    raise CheckpointError(
-                        p, f"{key!r} declares shape {shape} of {dtype} ({nbytes} bytes), but "
-                        f"the member holds {info.file_size - header} bytes of data"
-                    )  # fmt: skip
-                out[key] = ArrayInfo(dtype, shape, nbytes)
-                total += nbytes
+        dtype, shape, fortran_order, header = _npy_header(MemberStream(f, entry, start))
+        if dtype.hasobject:
+            raise CheckpointError(
+                p, f"{key!r}: Object arrays cannot be loaded (they would be unpickled)"
+            )
+        if any(d < 0 for d in shape):
+            raise CheckpointError(p, f"{key!r}: negative dimension in shape {shape}")
+        nbytes = math.prod(shape) * dtype.itemsize
+        if header + nbytes != entry.file_size:
+            raise CheckpointError(
+                p, f"{key!r} declares shape {shape} of {dtype} ({nbytes} bytes), but "
+                f"the member holds {entry.file_size - header} bytes of data"
+            )  # fmt: skip
+        out[key] = _Member(entry, start, header, fortran_order, ArrayInfo(dtype, shape, nbytes))
+        total += nbytes
     limit = available_memory() if max_bytes is None else max_bytes
     if limit is not None and total > limit:
         raise CheckpointError(
@@ -340,37 +335,46 @@ def _inspect(p: Path, max_bytes: int | None) -> dict[str, ArrayInfo]:
     return out
 
 
-def _check_member(p: Path, info: zipfile.ZipInfo, size: int) -> str:
-    """The key of one archive member, after the checks its zip entry allows."""
-    name = info.filename
+def _check_member(p: str, entry: Entry) -> str:
+    """The key of one archive member, after the checks its directory entry allows."""
+    name = entry.name
     if not name.endswith(".npy"):
         raise CheckpointError(p, f"member {name!r} is not an .npy array")
-    if info.flag_bits & 0x1:
+    if entry.flags & 0x1:
         raise CheckpointError(p, f"member {name!r} is encrypted")
-    if info.header_offset + info.compress_size > size:
-        raise CheckpointError(
-            p, f"member {name!r} declares {info.compress_size} bytes at offset "
-            f"{info.header_offset}, past the end of the {size}-byte file"
-        )  # fmt: skip
-    if info.compress_type == zipfile.ZIP_STORED:
-        if info.compress_size != info.file_size:
+    if entry.method == STORED:
+        if entry.compress_size != entry.file_size:
             raise CheckpointError(
-                p, f"member {name!r} is stored uncompressed but declares {info.file_size} "
-                f"bytes and holds {info.compress_size}"
+                p, f"member {name!r} is stored uncompressed but declares {entry.file_size} "
+                f"bytes and holds {entry.compress_size}"
             )  # fmt: skip
-    elif info.compress_type == zipfile.ZIP_DEFLATED:
-        if info.file_size > MAX_INFLATION * max(info.compress_size, 1):
+    elif entry.method == DEFLATED:
+        if entry.file_size > MAX_INFLATION * max(entry.compress_size, 1):
             raise CheckpointError(
-                p, f"member {name!r} would inflate {info.compress_size} bytes to "
-                f"{info.file_size} (more than {MAX_INFLATION}x): rewrite the checkpoint "
+                p, f"member {name!r} would inflate {entry.compress_size} bytes to "
+                f"{entry.file_size} (more than {MAX_INFLATION}x): rewrite the checkpoint "
                 "uncompressed (np.savez)"
             )  # fmt: skip
     else:
         raise CheckpointError(
-            p, f"member {name!r} uses zip compression method {info.compress_type}; "
+            p, f"member {name!r} uses zip compression method {entry.method}; "
             "only stored or deflated members are read"
         )  # fmt: skip
     return name[: -len(".npy")]
+
+
+def _read_array(f: IO[bytes], member: _Member) -> np.ndarray:
+    """The array of one member that :func:`_inspect` checked (CRC-32 included)."""
+    stream = MemberStream(f, member.entry, member.start)
+    stream.read(member.header)
+    dtype, shape, nbytes = member.info
+    flat = np.empty(math.prod(shape), dtype)
+    if nbytes:
+        stream.readinto(memoryview(flat.view(np.uint8)))
+    stream.finish()
+    if member.fortran_order:
+        return flat.reshape(shape[::-1]).transpose()
+    return flat.reshape(shape)
 
 
 def load_arrays(
@@ -378,12 +382,13 @@ def load_arrays(
 ) -> dict[str, np.ndarray]:
     """Read every array of an ``.npz`` file, never unpickling.
 
-    :func:`inspect_archive` checks the archive first, so nothing is
-    decompressed or allocated beyond what it declares, and at most
+    :func:`inspect_archive`'s checks come first, so nothing is
+    decompressed or allocated beyond what the archive declares, and at most
     ``max_bytes`` (default: the memory available) in all. Members whose key
     starts with one of the prefixes in ``skip`` pass the same checks but are
     not read (``DqnPolicy.load`` skips the target network, the optimiser
-    state and the replay buffer).
+    state and the replay buffer). Every member read is checked against its
+    CRC-32, as ``np.load`` does.
 
     Raises
     ------
@@ -392,23 +397,12 @@ def load_arrays(
         or corrupted, holds object arrays, or declares more than the format
         or ``max_bytes`` allow.
     """
-    p = Path(path)
-    if not p.is_file():
+    p = os.fspath(path)
+    if not os.path.isfile(p):
         raise CheckpointError(p, "no such checkpoint file")
-    declared = inspect_archive(p, max_bytes)
-    try:
-        with np.load(p, allow_pickle=False, max_header_size=MAX_HEADER) as archive:
-            if not hasattr(archive, "files") or set(archive.files) != set(declared):
-                raise CheckpointError(p, "the archive changed while it was read")
-            return {key: archive[key] for key in archive.files if not key.startswith(skip)}
-    except CheckpointError:
-        raise
-    except Exception as exc:  # zipfile, zlib, numpy header and EOF errors, MemoryError
-        raise CheckpointError(
-            p,
-            "not a readable .npz checkpoint (truncated or corrupted?): "
-            f"{type(exc).__name__}: {exc}",
-        ) from exc
+    with _unreadable_as_checkpoint_error(p), open(p, "rb") as f:
+        members = _inspect(p, f, max_bytes)
+        return {key: _read_array(f, m) for key, m in members.items() if not key.startswith(skip)}
 
 
 def string_array(value: str) -> np.ndarray:
@@ -430,7 +424,7 @@ class Reader:
         arrays: dict[str, np.ndarray] | None = None,
         skip: tuple[str, ...] = (),
     ):
-        self.path = Path(path)
+        self.path = os.fspath(path)
         self.arrays = load_arrays(self.path, skip=skip) if arrays is None else arrays
 
     def error(self, problem: str) -> CheckpointError:

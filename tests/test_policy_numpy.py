@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -36,10 +37,20 @@ BLOCK_HEAVY = textwrap.dedent(
 )
 
 
-def run_blocked(code: str) -> dict:
-    """Run ``code`` in a fresh interpreter where HEAVY cannot be imported; its last line is JSON."""
+def run_blocked(code: str, site: bool = True) -> dict:
+    """Run ``code`` in a fresh interpreter where HEAVY cannot be imported; its last line is JSON.
+
+    With ``site=False`` the interpreter runs ``-S``, as a minimal install would
+    start: no ``.pth`` hooks (this venv's editable install imports ``pathlib``,
+    ``zipfile``, ... at start-up); ``sys.path`` gets only NumPy's and ember_np's
+    directories.
+    """
+    flags, prefix = [], ""
+    if not site:
+        roots = [os.path.dirname(os.path.dirname(m.__file__)) for m in (np, ember_np)]
+        flags, prefix = ["-S"], f"import sys\nsys.path[:0] = {roots!r}\n"
     out = subprocess.run(
-        [sys.executable, "-c", BLOCK_HEAVY + textwrap.dedent(code)],
+        [sys.executable, *flags, "-c", prefix + BLOCK_HEAVY + textwrap.dedent(code)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -111,6 +122,39 @@ def test_numpy_only_path_with_numba_llvmlite_gymnasium_and_tqdm_blocked(trained_
     np.testing.assert_allclose(np.array(result["q_batch"], np.float32), q, rtol=1e-5, atol=1e-5)
     # a trained policy is not a constant one: the checks above compare real decisions
     assert len(set(expected)) == 2
+
+
+#: Standard-library modules the deployed path no longer imports: zipfile's imports
+#: (bz2, lzma, shutil, threading, importlib.util), pathlib's (urllib.parse,
+#: ipaddress), importlib.abc's and dataclasses' (inspect), the cp437 codec. Together
+#: tens of milliseconds of a fresh process's first action (issue 16's 0.2 s bar).
+NOT_ON_THE_DEPLOYED_PATH = (
+    "zipfile", "shutil", "bz2", "lzma", "threading", "pathlib", "urllib", "ipaddress",
+    "importlib.util", "importlib.abc", "importlib.resources", "dataclasses", "tempfile",
+    "encodings.cp437",
+)  # fmt: skip
+
+
+def test_the_deployed_path_imports_nothing_numpy_does_not_already(trained_run):
+    """The recipe (import, load, act) adds none of NOT_ON_THE_DEPLOYED_PATH to what
+    ``import numpy`` loaded (a NumPy that imports one itself cannot fail the test)."""
+    path = trained_run / "checkpoints" / "best.npz"
+    result = run_blocked(
+        f"""
+        import numpy as np
+        watched = {NOT_ON_THE_DEPLOYED_PATH!r}
+        checked = [m for m in watched if m not in sys.modules]
+        from ember_np.policy import DqnPolicy
+        action = DqnPolicy.load({str(path)!r}).act(np.zeros(4, dtype=np.float32))
+        added = [m for m in checked if m in sys.modules]
+        import json
+        print(json.dumps({{"checked": checked, "added": added, "action": int(action)}}))
+        """,
+        site=False,
+    )
+    assert result["added"] == []
+    assert result["action"] in (0, 1)
+    assert len(result["checked"]) >= len(NOT_ON_THE_DEPLOYED_PATH) - 3  # not vacuous
 
 
 def test_import_ember_np_is_light_and_native_env_ids_still_work():
