@@ -1099,16 +1099,25 @@ def _split_batch_tail(
             "*batch) and then the target network; got "
             f"{6 + len(tail)} positional arguments"
         )
-    fields = {"discounts": first, "weights": tail[0]}
-    given = {"discounts": discounts, "weights": weights}
-    for name, value in fields.items():
-        if np.size(value) == 0:
-            continue
-        if given[name] is not None:
-            raise ValueError(f"{name} given twice: in the batch and as a keyword")
-        given[name] = value
-    packed = tail[2] if np.size(tail[2]) else None
-    return tail[3], given["discounts"], given["weights"], packed
+    discounts = _from_batch("discounts", first, discounts)
+    weights = _from_batch("weights", tail[0], weights)
+    packed = tail[2] if _holds_data(tail[2]) else None
+    return tail[3], discounts, weights, packed
+
+
+def _holds_data(field: Any) -> bool:
+    """Whether a Batch field was given (a field of length 0 was not)."""
+    # .size of an ndarray (the usual case) costs a fifth of np.size's dispatch
+    return (field.size if type(field) is np.ndarray else np.size(field)) > 0
+
+
+def _from_batch(name: str, field: Any, keyword: Any) -> Any:
+    """The batch's ``field`` if it holds data (``keyword`` must then be None), else ``keyword``."""
+    if not _holds_data(field):
+        return keyword
+    if keyword is not None:
+        raise ValueError(f"{name} given twice: in the batch and as a keyword")
+    return field
 
 
 def _td_errors_out(out: Any, batch: int) -> np.ndarray:

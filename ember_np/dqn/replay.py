@@ -67,7 +67,7 @@ from ember_np._masks import ALL_LEGAL, check_action_mask, packed_mask_bytes
 from ember_np._validate import check_int
 from ember_np.dqn.sumtree import _sample_stratified, _set_one
 from ember_np.rng import Rng, next_below
-from ember_np.types import NO_ACTION_MASKS, Batch, EpisodeStatus
+from ember_np.types import Batch, EpisodeStatus
 
 __all__ = ["Batch", "CircularBuffer", "PrioritizedBuffer", "transition_dtype"]
 
@@ -76,8 +76,6 @@ _F32_MAX = float(np.finfo(np.float32).max)
 _ND = np.ndarray
 _TERMINATED = int(EpisodeStatus.TERMINATED)
 _NO_F64 = np.empty(0, dtype=np.float64)
-_NO_F32 = np.empty(0, dtype=np.float32)  # a Batch field not given (never written: length 0)
-_NO_I64 = np.empty(0, dtype=np.int64)
 _MAX_PRIORITY = 0  # tree[0]: the largest priority so far (the sum tree's unused node)
 
 
@@ -276,6 +274,9 @@ def _sample(buf: ReplayState, rng_state: np.ndarray, out: Batch, beta: float) ->
     if buf.tree.shape[0] > 0:
         slots = out.indices
         _draw_prioritized(buf, rng_state, beta, slots, out.weights)
+    elif buf.n_step == 1:  # the plain path: one pass, each row drawn as it is copied
+        _gather_one_step(buf, out.actions, out, rng_state, True)
+        return
     else:
         # The slots go into out.actions (int64 (B,)): each row's gather reads
         # its slot before writing its action over it, and no allocation is needed.
@@ -286,18 +287,26 @@ def _sample(buf: ReplayState, rng_state: np.ndarray, out: Batch, beta: float) ->
     if buf.n_step > 1:
         _gather_n_step(buf, slots, out)
     else:
-        _gather_one_step(buf, slots, out)
+        _gather_one_step(buf, slots, out, rng_state, False)
 
 
 @kernel
-def _gather_one_step(buf: ReplayState, slots: np.ndarray, out: Batch) -> None:
+def _gather_one_step(
+    buf: ReplayState, slots: np.ndarray, out: Batch, rng_state: np.ndarray, draw: bool
+) -> None:
     """Copy the transitions in ``slots`` (int64 (B,); may be ``out.actions``:
     row k reads slots[k] before it writes actions[k]) into ``out`` (all but
     discounts, weights and indices; next_action_masks from a masked buffer).
 
+    With ``draw`` each row's slot is instead drawn uniformly from
+    ``rng_state`` (uint64 (4,), advanced) as the row is copied, and ``slots``
+    is not read: the plain path's one pass, in which the draw's arithmetic
+    overlaps the copy's loads.
+
     The copy is written out here rather than in a helper: a helper call per
     transition costs more than the gather itself.
     """
+    size = buf.cursor[_SIZE]
     storage = buf.storage
     finals = buf.finals
     obs = out.obs
@@ -311,7 +320,7 @@ def _gather_one_step(buf: ReplayState, slots: np.ndarray, out: Batch) -> None:
     masked = legal.shape[0] > 0
     legal_out = out.next_action_masks
     for k in range(slots.shape[0]):
-        i = slots[k]
+        i = next_below(rng_state, size) if draw else slots[k]
         rec = storage[i]
         for j in range(n):
             obs[k, j] = rec.obs[j]
@@ -497,6 +506,8 @@ class CircularBuffer:
             (self._capacity if action_masks else 0, n_bytes), dtype=np.uint8
         )
         self._state = self._kernel_state(_NO_F64, 0.0, 0.0)
+        # Whether sampled batches have fields beyond Batch's first five (empty_batch).
+        self._fills_optional = self._n_step > 1 or self._action_masks
         # Compiled entry points of _push and _sample, resolved at the first call.
         self._push_entry: Any = None
         self._sample_entry: Any = None
@@ -778,30 +789,30 @@ class CircularBuffer:
                 )
 
     def empty_batch(self, batch_size: int) -> Batch:
-        """Uninitialised arrays of the right shapes and dtypes for ``sample(out=...)``."""
+        """Uninitialised arrays of the right shapes and dtypes for ``sample(out=...)``.
+
+        Only the fields this buffer fills get arrays; the others keep Batch's
+        shared length-0 defaults (so a plain buffer's batch costs five arrays).
+        """
         b = check_int("batch_size", batch_size)
-        if self._n_step == 1 and not self._state.tree.shape[0] and not self._action_masks:
-            # the usual case, quickly
-            return Batch(
-                np.empty((b, self._obs_size), dtype=np.float32),
-                np.empty(b, dtype=np.int64),
-                np.empty(b, dtype=np.float32),
-                np.empty((b, self._obs_size), dtype=np.float32),
-                np.empty(b, dtype=np.float32),
-            )
-        prioritized = self._state.tree.shape[0] > 0
-        return Batch(
+        batch = Batch(
             np.empty((b, self._obs_size), dtype=np.float32),
             np.empty(b, dtype=np.int64),
             np.empty(b, dtype=np.float32),
             np.empty((b, self._obs_size), dtype=np.float32),
             np.empty(b, dtype=np.float32),
-            np.empty(b, dtype=np.float32) if self._n_step > 1 else _NO_F32,
-            np.empty(b, dtype=np.float32) if prioritized else _NO_F32,
-            np.empty(b, dtype=np.int64) if prioritized else _NO_I64,
-            np.empty((b, self.next_action_masks.shape[1]), dtype=np.uint8)
-            if self._action_masks else NO_ACTION_MASKS,
-        )  # fmt: skip
+        )
+        if not self._fills_optional:
+            return batch
+        if self._n_step > 1:
+            batch = batch._replace(discounts=np.empty(b, dtype=np.float32))
+        if self._state.tree.shape[0]:  # prioritized
+            batch = batch._replace(weights=np.empty(b, dtype=np.float32),
+                                   indices=np.empty(b, dtype=np.int64))  # fmt: skip
+        if self._action_masks:
+            n_bytes = self.next_action_masks.shape[1]
+            batch = batch._replace(next_action_masks=np.empty((b, n_bytes), dtype=np.uint8))
+        return batch
 
     def clear(self) -> None:
         """Forget every stored transition (finals rows are reused from the first)."""
@@ -1026,6 +1037,7 @@ class PrioritizedBuffer(CircularBuffer):
         self._tree = np.zeros(2 * leaves, dtype=np.float64)
         self._tree[_MAX_PRIORITY] = 1.0
         self._state = self._kernel_state(self._tree, a, e)
+        self._fills_optional = True  # weights and indices
         self._priority_entry: Any = None
 
     def _options(self) -> dict[str, Any]:
