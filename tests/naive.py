@@ -224,20 +224,50 @@ def dueling_unflatten(flat: np.ndarray, sizes) -> tuple[list[np.ndarray], list[n
     return ws, bs
 
 
-def dueling_dqn_loss(
-    flat, t_flat, sizes, obs, actions, rewards, next_obs, masks, gamma, huber_delta=1.0,
-    double_dqn=False,
-) -> float:  # fmt: skip
-    """Mean Huber TD loss of a dueling network (flat params), for finite differences."""
-    ws, bs = dueling_unflatten(flat, sizes)
-    tws, tbs = dueling_unflatten(t_flat, sizes)
-    q_next_t = dueling_forward(tws, tbs, next_obs)
-    src = dueling_forward(ws, bs, next_obs) if double_dqn else q_next_t
-    best = np.argmax(src, axis=1)
+def network_unflatten(flat, sizes, dueling, layer_norm):
+    """(weights, biases, gains, betas) of a flat network: the plain or dueling
+    layout, then with ``layer_norm`` each hidden layer's gain and bias (else none)."""
+    ws, bs = dueling_unflatten(flat, sizes) if dueling else unflatten(flat, sizes)
+    off = sum(w.size + b.size for w, b in zip(ws, bs))
+    gains, betas = [], []
+    for width in sizes[1:-1] if layer_norm else ():
+        gains.append(flat[off : off + width])
+        betas.append(flat[off + width : off + 2 * width])
+        off += 2 * width
+    assert off == flat.size
+    return ws, bs, gains, betas
+
+
+def network_forward(flat, sizes, dueling, layer_norm, x):
+    """Q(x) in float64: h <- ReLU(LayerNorm(h W + b)) per hidden layer (without
+    ``layer_norm``, ReLU(h W + b)), then the plain or dueling head."""
+    ws, bs, gains, betas = network_unflatten(np.asarray(flat, np.float64), sizes, dueling,
+                                             layer_norm)  # fmt: skip
+    h = np.asarray(x, np.float64)
+    n_hidden = len(sizes) - 2
+    for i in range(n_hidden):
+        z = h @ ws[i] + bs[i]
+        if layer_norm:
+            mu = z.mean(axis=-1, keepdims=True)
+            var = ((z - mu) ** 2).mean(axis=-1, keepdims=True)
+            z = gains[i] * (z - mu) / np.sqrt(var + 1e-5) + betas[i]
+        h = relu(z)
+    if dueling:
+        a = h @ ws[-2] + bs[-2]
+        return h @ ws[-1] + bs[-1] + a - a.mean(axis=-1, keepdims=True)
+    return h @ ws[-1] + bs[-1]
+
+
+def network_dqn_loss(flat, t_flat, sizes, dueling, layer_norm, batch, gamma, delta, double):
+    """Mean Huber TD loss of :func:`network_forward`'s network (flat params), for
+    finite differences."""
+    obs, actions, rewards, next_obs, masks = batch
+    q_next_t = network_forward(t_flat, sizes, dueling, layer_norm, next_obs)
+    src = network_forward(flat, sizes, dueling, layer_norm, next_obs) if double else q_next_t
     rows = np.arange(len(actions))
-    y = rewards + gamma * masks * q_next_t[rows, best]
-    d = dueling_forward(ws, bs, obs)[rows, actions] - y
-    return float(np.mean(huber(d, huber_delta)))
+    y = rewards + gamma * masks * q_next_t[rows, np.argmax(src, axis=1)]
+    d = network_forward(flat, sizes, dueling, layer_norm, obs)[rows, actions] - y
+    return float(np.mean(huber(d, delta)))
 
 
 def make_batch(sizes, batch=16, seed=0, dtype=np.float32, terminal_every=5):
@@ -272,3 +302,12 @@ def torch_and_ours(torch, t_net, t_target, net, target, steps=5):
                           learning_rate=1e-3, max_grad_norm=0.5)  # fmt: skip
         losses.append((loss, t_loss.item()))
     return losses
+
+
+def agent_state(agent) -> list[bytes]:
+    """What must match, as bytes, for two agents to continue identically: both
+    networks, Adam's moments, the counters, both random streams, the buffer."""
+    return [agent.online.params.tobytes(), agent.target.params.tobytes(),
+            agent.online._adam_m.tobytes(), agent.online._adam_v.tobytes(),
+            agent._counters.tobytes(), agent.exploration_rng.state.tobytes(),
+            agent.replay_rng.state.tobytes(), agent.buffer.storage.tobytes()]  # fmt: skip

@@ -1,8 +1,9 @@
 """Dueling head (Wang et al. 2016): Q = V + A - mean_a(A) in QNetwork.
 
-Forward against a plain NumPy reference, backprop by finite differences in
-float64, whole updates against torch, and the state (copy, pickle,
-state_dict) carrying the architecture.
+Whole updates against torch, the state (copy, pickle, state_dict) carrying
+the architecture, the agent, checkpoints, DqnPolicy and ONNX. Forward and
+backprop against the NumPy reference are tests/test_layer_norm.py's, for every
+architecture.
 """
 
 from __future__ import annotations
@@ -16,10 +17,7 @@ import numpy as np
 import pytest
 
 from ember_np import QNetwork
-from ember_np.dqn import network as nw
-from ember_np.types import Batch
 
-SIZES = [(3, 6, 2), (3, 6, 5, 3), (4, 6, 5, 4, 2)]
 IDS = ["1 hidden", "2 hidden", "3 hidden"]
 
 
@@ -60,48 +58,8 @@ def test_constructor_rejects_no_hidden_layer_and_non_bool():
         QNetwork((4, 8, 2), dueling="yes")
 
 
-@pytest.mark.parametrize("sizes", [(4, 64, 2), (4, 64, 64, 2), (5, 32, 16, 8, 3)])
-def test_forward_matches_numpy_reference(sizes):
-    net = QNetwork(sizes, seed=1, dueling=True)
-    x = np.random.default_rng(0).standard_normal((33, sizes[0])).astype(np.float32)
-    expected = naive.dueling_forward(*layers64(net), x)
-    q = net.forward(x)
-    assert q.shape == (33, sizes[-1]) and q.dtype == np.float32
-    np.testing.assert_allclose(q, expected, rtol=1e-5, atol=1e-5)
-    for i in (0, 7, 32):
-        np.testing.assert_allclose(net.forward(x[i]), expected[i], rtol=1e-5, atol=1e-5)
-        assert net.greedy_action(x[i]) == int(np.argmax(expected[i]))
-    np.testing.assert_array_equal(net.greedy_actions(x), np.argmax(expected, axis=1))
-
-
-# -- gradients -----------------------------------------------------------------
-
-
-@pytest.mark.parametrize("sizes", SIZES, ids=IDS)
-@pytest.mark.parametrize("double", [False, True], ids=["dqn", "double"])
-def test_backprop_matches_finite_differences(sizes, double):
-    net = QNetwork(sizes, seed=11, dueling=True)
-    target = QNetwork(sizes, seed=12, dueling=True)
-    batch = make_batch(sizes, batch=12, seed=5, dtype=np.float64)
-    gamma, delta = 0.9, 0.5  # some residuals on each side of the Huber kink
-    flat, t_flat = net.params.astype(np.float64), target.params.astype(np.float64)
-    n = flat.size
-    state = nw.NetState(flat, t_flat, net.sizes_array, np.zeros(n), np.zeros(n), np.zeros(n),
-                        np.zeros(1, np.int64))  # fmt: skip
-    hp = nw.update_settings(gamma, 1e-3, delta, double, None)
-    per = nw.PerSample(np.empty(0), np.empty(0), np.empty(0))
-    loss = nw._loss_and_grads(state, Batch(*batch), per, hp)
-
-    def fn(p):
-        return naive.dueling_dqn_loss(p, t_flat, sizes, *batch, gamma, delta, double)
-
-    assert loss == pytest.approx(fn(flat), rel=1e-12)
-    fd = naive.finite_difference_grad(fn, flat.copy())
-    np.testing.assert_allclose(state.grads, fd, rtol=1e-5, atol=1e-8)
-    # not vacuous: both heads get a gradient
-    ws, bs = naive.dueling_unflatten(state.grads, sizes)
-    assert np.abs(ws[-1]).max() > 1e-3 and np.abs(ws[-2]).max() > 1e-3
-    assert abs(bs[-1][0]) > 1e-3
+# Forward and backprop of every architecture (dueling, LayerNorm, both) against
+# tests/naive.py's network_forward: tests/test_layer_norm.py.
 
 
 # -- the whole update against torch ---------------------------------------------
@@ -176,26 +134,32 @@ def test_copy_sync_pickle_and_state_dict_keep_the_heads():
     np.testing.assert_allclose(soft.params, expected, rtol=1e-6)
 
 
-def test_plain_and_dueling_do_not_mix():
+@pytest.mark.parametrize(
+    "flag, with_it, without_it",
+    [("dueling", "dueling", "plain"), ("layer_norm", "with LayerNorm", "without LayerNorm")],
+)
+def test_architectures_do_not_mix(flag, with_it, without_it):
+    """A dueling head or LayerNorm on one side only: every pairing refuses, naming both."""
     sizes = (4, 16, 3)
-    plain, dueling = QNetwork(sizes, seed=0), QNetwork(sizes, seed=0, dueling=True)
-    for a, b in ((plain, dueling), (dueling, plain)):
-        with pytest.raises(ValueError, match=r"architectures differ: this one is (plain|dueling)"):
+    plain, other = QNetwork(sizes, seed=0), QNetwork(sizes, seed=0, **{flag: True})
+    names = f"({with_it}|{without_it})"
+    for a, b in ((plain, other), (other, plain)):
+        with pytest.raises(ValueError, match=f"architectures differ: this one is {names}"):
             a.copy_from(b)
         with pytest.raises(ValueError, match="architectures differ"):
             a.soft_update_from(b, 0.5)
         with pytest.raises(ValueError, match="architectures differ"):
             a.update(*make_batch(sizes), b, gamma=0.99, learning_rate=1e-3)
         before = a.params.copy()
-        with pytest.raises(ValueError, match=r"this network is (plain|dueling).*the state is"):
+        with pytest.raises(ValueError, match=f"this network is {names}.*the state is"):
             a.load_state_dict(b.state_dict())
         np.testing.assert_array_equal(a.params, before)  # nothing changed
-    # a state written before the dueling head existed (no 'dueling' key) is plain
+    # a state written before the flag existed (no such key) has neither feature
     old = plain.state_dict()
-    del old["dueling"]
+    del old[flag]
     QNetwork(sizes, seed=1).load_state_dict(old)
-    with pytest.raises(ValueError, match="this network is dueling.*the state is plain"):
-        QNetwork(sizes, seed=1, dueling=True).load_state_dict(old)
+    with pytest.raises(ValueError, match=f"this network is {with_it}.*the state is {without_it}"):
+        other.load_state_dict(old)
 
 
 # -- agent, checkpoints, policy, ONNX ------------------------------------------------
@@ -218,13 +182,6 @@ def cartpole_trainer(dueling=True, seed=0, **kw):
     return DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed, **kw)
 
 
-def agent_state(agent):
-    return [agent.online.params.tobytes(), agent.target.params.tobytes(),
-            agent.online._adam_m.tobytes(), agent.online._adam_v.tobytes(),
-            agent._counters.tobytes(), agent.exploration_rng.state.tobytes(),
-            agent.replay_rng.state.tobytes(), agent.buffer.storage.tobytes()]  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def trained_pair():
     """A dueling agent trained by the fused loop and one by the Python loop."""
@@ -243,7 +200,7 @@ def test_agent_trains_dueling_on_both_loops_identically(trained_pair):
     agent = fused.agent
     assert agent.online.dueling and agent.target.dueling
     assert agent.n_updates > 1_000 and np.isfinite(losses).all()
-    assert agent_state(fused.agent) == agent_state(python.agent)
+    assert naive.agent_state(fused.agent) == naive.agent_state(python.agent)
     # the value head moved: it is trained, not left at its initialisation
     init = cartpole_trainer().agent
     assert not np.array_equal(agent.online.weights[-1], init.online.weights[-1])
@@ -278,14 +235,14 @@ def test_exact_resume_takes_the_same_steps(tmp_path):
     path = a.agent.save(tmp_path / "a.npz", include_buffer=True)
     original, restored = a.agent, DqnAgent.from_checkpoint(path)
     assert restored.online.dueling
-    assert agent_state(original) == agent_state(restored)
+    assert naive.agent_state(original) == naive.agent_state(restored)
     # the same agent state on envs started from one seed: the same steps follow
     runs = [DqnTrainer(gym.make("ember_np/CartPole-v1"), agent, seed=3)
             for agent in (original, restored)]  # fmt: skip
     for t in runs:
         t.train(400)
     assert original.total_steps == restored.total_steps == 1_100
-    assert agent_state(original) == agent_state(restored)
+    assert naive.agent_state(original) == naive.agent_state(restored)
 
 
 def test_checkpoint_error_both_ways_and_old_files_load_as_plain(tmp_path):

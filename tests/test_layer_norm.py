@@ -1,10 +1,11 @@
 """LayerNorm after each hidden layer (Ba et al. 2016; Gallici et al. 2024): Linear ->
 LayerNorm -> ReLU in QNetwork, alone and with the dueling head.
 
-Forward against a plain NumPy reference, backprop by finite differences in
-float64, five Adam steps against torch (nn.Linear + nn.LayerNorm + ReLU),
-the state (copy, sync, pickle, state_dict, checkpoints both ways), DqnPolicy
-on both backends, ONNX export, and an agent on the fused loop with exact resume.
+Forward against a plain NumPy reference and backprop by finite differences in
+float64 (of every architecture: dueling, LayerNorm, both), five Adam steps
+against torch (nn.Linear + nn.LayerNorm + ReLU), the state (copy, sync,
+pickle, state_dict, checkpoints both ways), DqnPolicy on both backends, ONNX
+export, and an agent on the fused loop with exact resume.
 """
 
 from __future__ import annotations
@@ -26,48 +27,9 @@ SIZES = [(3, 6, 2), (3, 6, 5, 3), (4, 6, 5, 4, 2)]
 IDS = ["1 hidden", "2 hidden", "3 hidden"]
 DUEL = [False, True]
 DUEL_IDS = ["plain head", "dueling"]
-
-
-# -- NumPy reference -------------------------------------------------------------
-
-
-def naive_unflatten(flat, sizes, dueling):
-    """(weights, biases, gains, betas) of a flat LayerNorm network: the plain or
-    dueling layout, then each hidden layer's gain and bias."""
-    ws, bs = naive.dueling_unflatten(flat, sizes) if dueling else naive.unflatten(flat, sizes)
-    off = sum(w.size + b.size for w, b in zip(ws, bs))
-    gains, betas = [], []
-    for width in sizes[1:-1]:
-        gains.append(flat[off : off + width])
-        betas.append(flat[off + width : off + 2 * width])
-        off += 2 * width
-    assert off == flat.size
-    return ws, bs, gains, betas
-
-
-def naive_forward(flat, sizes, dueling, x):
-    """Q(x) in float64: h <- ReLU(LayerNorm(h W + b)) per hidden layer, then the head."""
-    ws, bs, gains, betas = naive_unflatten(np.asarray(flat, np.float64), sizes, dueling)
-    h = np.asarray(x, np.float64)
-    for w, b, g, beta in zip(ws, bs, gains, betas):
-        z = h @ w + b
-        mu = z.mean(axis=-1, keepdims=True)
-        var = ((z - mu) ** 2).mean(axis=-1, keepdims=True)
-        h = naive.relu(g * (z - mu) / np.sqrt(var + 1e-5) + beta)
-    if dueling:
-        a = h @ ws[-2] + bs[-2]
-        return h @ ws[-1] + bs[-1] + a - a.mean(axis=-1, keepdims=True)
-    return h @ ws[-1] + bs[-1]
-
-
-def naive_loss(flat, t_flat, sizes, dueling, batch, gamma, delta, double):
-    obs, actions, rewards, next_obs, masks = batch
-    q_next_t = naive_forward(t_flat, sizes, dueling, next_obs)
-    src = naive_forward(flat, sizes, dueling, next_obs) if double else q_next_t
-    rows = np.arange(len(actions))
-    y = rewards + gamma * masks * q_next_t[rows, np.argmax(src, axis=1)]
-    d = naive_forward(flat, sizes, dueling, obs)[rows, actions] - y
-    return float(np.mean(naive.huber(d, delta)))
+#: (dueling, layer_norm) of every architecture beyond the plain one (tests/test_network.py's)
+ARCHS = [(True, False), (False, True), (True, True)]
+ARCH_IDS = ["dueling", "layer_norm", "dueling+layer_norm"]
 
 
 def randomize_norms(net, seed):
@@ -124,13 +86,13 @@ def test_layout_names_each_architecture_exactly():
                 assert (v_off >= 0, ln_off >= 0) == (dueling, layer_norm), (sizes, dueling)
 
 
-@pytest.mark.parametrize("dueling", DUEL, ids=DUEL_IDS)
+@pytest.mark.parametrize("dueling, layer_norm", ARCHS, ids=ARCH_IDS)
 @pytest.mark.parametrize("sizes", [(4, 64, 2), (4, 64, 64, 2), (5, 32, 16, 8, 3)])
-def test_forward_matches_numpy_reference(sizes, dueling):
-    net = QNetwork(sizes, seed=1, dueling=dueling, layer_norm=True)
+def test_forward_matches_numpy_reference(sizes, dueling, layer_norm):
+    net = QNetwork(sizes, seed=1, dueling=dueling, layer_norm=layer_norm)
     randomize_norms(net, 2)
     x = np.random.default_rng(0).standard_normal((33, sizes[0])).astype(np.float32)
-    expected = naive_forward(net.params, sizes, dueling, x)
+    expected = naive.network_forward(net.params, sizes, dueling, layer_norm, x)
     q = net.forward(x)
     assert q.shape == (33, sizes[-1]) and q.dtype == np.float32
     np.testing.assert_allclose(q, expected, rtol=1e-5, atol=1e-5)
@@ -143,12 +105,12 @@ def test_forward_matches_numpy_reference(sizes, dueling):
 # -- gradients -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dueling", DUEL, ids=DUEL_IDS)
+@pytest.mark.parametrize("dueling, layer_norm", ARCHS, ids=ARCH_IDS)
 @pytest.mark.parametrize("sizes", SIZES, ids=IDS)
 @pytest.mark.parametrize("double", [False, True], ids=["dqn", "double"])
-def test_backprop_matches_finite_differences(sizes, dueling, double):
-    net = QNetwork(sizes, seed=11, dueling=dueling, layer_norm=True)
-    target = QNetwork(sizes, seed=12, dueling=dueling, layer_norm=True)
+def test_backprop_matches_finite_differences(sizes, dueling, layer_norm, double):
+    net = QNetwork(sizes, seed=11, dueling=dueling, layer_norm=layer_norm)
+    target = QNetwork(sizes, seed=12, dueling=dueling, layer_norm=layer_norm)
     randomize_norms(net, 1)
     randomize_norms(target, 2)
     batch = naive.make_batch(sizes, batch=12, seed=5, dtype=np.float64)
@@ -162,13 +124,17 @@ def test_backprop_matches_finite_differences(sizes, dueling, double):
     loss = nw._loss_and_grads(state, Batch(*batch), per, hp)
 
     def fn(p):
-        return naive_loss(p, t_flat, sizes, dueling, batch, gamma, delta, double)
+        return naive.network_dqn_loss(p, t_flat, sizes, dueling, layer_norm, batch, gamma,
+                                      delta, double)  # fmt: skip
 
     assert loss == pytest.approx(fn(flat), rel=1e-12)
     fd = naive.finite_difference_grad(fn, flat.copy())
     np.testing.assert_allclose(state.grads, fd, rtol=1e-5, atol=1e-8)
-    # not vacuous: every LayerNorm gain and bias gets a gradient
-    _, _, g_gains, g_betas = naive_unflatten(state.grads, sizes, dueling)
+    # not vacuous: both dueling heads, and every LayerNorm gain and bias, get a gradient
+    ws, bs, g_gains, g_betas = naive.network_unflatten(state.grads, sizes, dueling, layer_norm)
+    if dueling:
+        assert np.abs(ws[-1]).max() > 1e-3 and np.abs(ws[-2]).max() > 1e-3
+        assert abs(bs[-1][0]) > 1e-3
     for g in (*g_gains, *g_betas):
         assert np.abs(g).max() > 1e-4
 
@@ -265,27 +231,6 @@ def test_copy_sync_pickle_and_state_dict_keep_the_norms(dueling):
     np.testing.assert_allclose(soft.params, expected, rtol=1e-6)
 
 
-def test_mixing_with_and_without_layer_norm_is_refused():
-    sizes = (4, 16, 3)
-    plain, normed = QNetwork(sizes, seed=0), QNetwork(sizes, seed=0, layer_norm=True)
-    for a, b in ((plain, normed), (normed, plain)):
-        with pytest.raises(ValueError, match=r"this one is with(out)? LayerNorm, the other"):
-            a.copy_from(b)
-        with pytest.raises(ValueError, match="architectures differ"):
-            a.soft_update_from(b, 0.5)
-        with pytest.raises(ValueError, match="architectures differ"):
-            a.update(*naive.make_batch(sizes), b, gamma=0.99, learning_rate=1e-3)
-        before = a.params.copy()
-        with pytest.raises(ValueError, match=r"this network is with(out)? LayerNorm, the state"):
-            a.load_state_dict(b.state_dict())
-        np.testing.assert_array_equal(a.params, before)
-    old = plain.state_dict()  # written before LayerNorm existed: no 'layer_norm' key
-    del old["layer_norm"]
-    QNetwork(sizes, seed=1).load_state_dict(old)
-    with pytest.raises(ValueError, match="this network is with LayerNorm, the state is without"):
-        normed.load_state_dict(old)
-
-
 # -- agent, checkpoints, policy, ONNX ------------------------------------------------
 
 AGENT_CONFIG = DqnConfig(
@@ -298,13 +243,6 @@ AGENT_CONFIG = DqnConfig(
 def cartpole_trainer(config=AGENT_CONFIG, seed=0, **kw):
     env = gym.make("ember_np/CartPole-v1")
     return DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed, **kw)
-
-
-def agent_state(agent):
-    return [agent.online.params.tobytes(), agent.target.params.tobytes(),
-            agent.online._adam_m.tobytes(), agent.online._adam_v.tobytes(),
-            agent._counters.tobytes(), agent.exploration_rng.state.tobytes(),
-            agent.replay_rng.state.tobytes(), agent.buffer.storage.tobytes()]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -326,7 +264,7 @@ def test_agent_trains_on_both_loops_identically(trained):
     agent = fused.agent
     assert agent.online.layer_norm and agent.target.layer_norm and agent.online.dueling
     assert agent.n_updates > 1_000 and np.isfinite(losses).all()
-    assert agent_state(fused.agent) == agent_state(python.agent)
+    assert naive.agent_state(fused.agent) == naive.agent_state(python.agent)
     assert np.abs(agent.online.norm_gains[0] - 1.0).max() > 1e-3  # the gains are trained
     # the target's LayerNorm parameters are views of its parameters, synced with the rest
     assert np.shares_memory(agent.target.norm_gains[1], agent.target.params)
@@ -356,13 +294,13 @@ def test_exact_resume_with_layer_norm_and_annealing(trained, tmp_path):
     path = a.agent.save(tmp_path / "a.npz", include_buffer=True)
     original, restored = a.agent, DqnAgent.from_checkpoint(path)
     assert restored.online.layer_norm and restored.target.layer_norm
-    assert agent_state(original) == agent_state(restored)
+    assert naive.agent_state(original) == naive.agent_state(restored)
     runs = [DqnTrainer(gym.make("ember_np/CartPole-v1"), agent, seed=3)
             for agent in (original, restored)]  # fmt: skip
     for t in runs:
         t.train(1_000)  # through the end of the learning-rate decay
     assert original.total_steps == restored.total_steps == 1_700
-    assert agent_state(original) == agent_state(restored)
+    assert naive.agent_state(original) == naive.agent_state(restored)
 
 
 def test_checkpoint_error_both_ways_and_old_files_load_without(tmp_path):
@@ -393,7 +331,7 @@ def test_policy_parity_on_both_backends(trained, tmp_path, backend):
     policy = DqnPolicy.load(path, backend=backend)
     assert policy.layer_norm and policy.dueling and policy.backend == backend
     x = np.random.default_rng(0).standard_normal((50, 4)).astype(np.float32)
-    expected = naive_forward(agent.online.params, agent.online.layer_sizes, True, x)
+    expected = naive.network_forward(agent.online.params, agent.online.layer_sizes, True, True, x)
     np.testing.assert_allclose(policy.q_values_batch(x), expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(policy.q_values(x[3]), expected[3], rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(policy.act_batch(x), agent.online.greedy_actions(x))
