@@ -1,9 +1,8 @@
 """Dueling head (Wang et al. 2016): Q = V + A - mean_a(A) in QNetwork.
 
-Whole updates against torch, the state (copy, pickle, state_dict) carrying
-the architecture, the agent, checkpoints, DqnPolicy and ONNX. Forward and
-backprop against the NumPy reference are tests/test_layer_norm.py's, for every
-architecture.
+The state (copy, pickle, state_dict) carrying the architecture, the agent,
+checkpoints, DqnPolicy and ONNX. Forward, backprop and whole updates against
+torch are tests/test_layer_norm.py's, for every architecture.
 """
 
 from __future__ import annotations
@@ -17,9 +16,6 @@ import numpy as np
 import pytest
 
 from ember_np import QNetwork
-
-IDS = ["1 hidden", "2 hidden", "3 hidden"]
-
 
 make_batch = naive.make_batch
 
@@ -58,48 +54,9 @@ def test_constructor_rejects_no_hidden_layer_and_non_bool():
         QNetwork((4, 8, 2), dueling="yes")
 
 
-# Forward and backprop of every architecture (dueling, LayerNorm, both) against
-# tests/naive.py's network_forward: tests/test_layer_norm.py.
-
-
-# -- the whole update against torch ---------------------------------------------
-
-
-@pytest.mark.parametrize("sizes", [(4, 32, 2), (4, 32, 32, 2), (5, 24, 16, 8, 3)], ids=IDS)
-def test_update_matches_torch_over_five_adam_steps(sizes):
-    torch = pytest.importorskip("torch")
-
-    class Dueling(torch.nn.Module):
-        def __init__(self, q: QNetwork) -> None:
-            super().__init__()
-            lins = []
-            for w, b in zip(q.weights, q.biases):
-                lin = torch.nn.Linear(w.shape[0], w.shape[1])
-                with torch.no_grad():
-                    lin.weight.copy_(torch.from_numpy(w.T.copy()))
-                    lin.bias.copy_(torch.from_numpy(b.copy()))
-                lins.append(lin)
-            self.trunk = torch.nn.ModuleList(lins[:-2])
-            self.advantage, self.value = lins[-2], lins[-1]
-
-        def forward(self, x):
-            for lin in self.trunk:
-                x = torch.relu(lin(x))
-            a = self.advantage(x)
-            return self.value(x) + a - a.mean(dim=1, keepdim=True)
-
-    net = QNetwork(sizes, seed=0, dueling=True)
-    target = QNetwork(sizes, seed=1, dueling=True)
-    t_net, t_target = Dueling(net), Dueling(target)
-    for loss, t_loss in naive.torch_and_ours(torch, t_net, t_target, net, target):
-        assert loss == pytest.approx(t_loss, rel=1e-5)
-    lins = [*t_net.trunk, t_net.advantage, t_net.value]
-    assert len(lins) == len(net.weights)
-    for i, lin in enumerate(lins):
-        np.testing.assert_allclose(net.weights[i], lin.weight.detach().numpy().T,
-                                   rtol=1e-5, atol=1e-6)  # fmt: skip
-        np.testing.assert_allclose(net.biases[i], lin.bias.detach().numpy(), rtol=1e-5, atol=1e-6)
-    assert net.adam_step == 5
+# Forward, backprop (against tests/naive.py's network_forward) and five Adam
+# steps against torch, of every architecture (dueling, LayerNorm, both):
+# tests/test_layer_norm.py.
 
 
 # -- state: copy, sync, pickle, state_dict ---------------------------------------

@@ -142,12 +142,14 @@ def test_backprop_matches_finite_differences(sizes, dueling, layer_norm, double)
 # -- the whole update against torch ---------------------------------------------
 
 
-@pytest.mark.parametrize("dueling", DUEL, ids=DUEL_IDS)
+@pytest.mark.parametrize("dueling, layer_norm", ARCHS, ids=ARCH_IDS)
 @pytest.mark.parametrize("sizes", [(4, 32, 2), (4, 32, 32, 2), (5, 24, 16, 8, 3)], ids=IDS)
-def test_update_matches_torch_over_five_adam_steps(sizes, dueling):
+def test_update_matches_torch_over_five_adam_steps(sizes, dueling, layer_norm):
     torch = pytest.importorskip("torch")
 
     class Net(torch.nn.Module):
+        """Linear (-> LayerNorm) -> ReLU per hidden layer, then the plain or dueling head."""
+
         def __init__(self, q: QNetwork) -> None:
             super().__init__()
             lins = []
@@ -157,17 +159,16 @@ def test_update_matches_torch_over_five_adam_steps(sizes, dueling):
                     lin.weight.copy_(torch.from_numpy(w.T.copy()))
                     lin.bias.copy_(torch.from_numpy(b.copy()))
                 lins.append(lin)
-            norms = []
-            for g, b in zip(q.norm_gains, q.norm_biases):
-                norm = torch.nn.LayerNorm(g.size)  # eps 1e-5
+            n_hidden = len(q.layer_sizes) - 2
+            norms = [torch.nn.Identity() for _ in range(n_hidden)]
+            for i, (g, b) in enumerate(zip(q.norm_gains, q.norm_biases)):
+                norms[i] = torch.nn.LayerNorm(g.size)  # eps 1e-5
                 with torch.no_grad():
-                    norm.weight.copy_(torch.from_numpy(g.copy()))
-                    norm.bias.copy_(torch.from_numpy(b.copy()))
-                norms.append(norm)
-            n_trunk = len(norms)
-            self.trunk = torch.nn.ModuleList(lins[:n_trunk])
+                    norms[i].weight.copy_(torch.from_numpy(g.copy()))
+                    norms[i].bias.copy_(torch.from_numpy(b.copy()))
+            self.trunk = torch.nn.ModuleList(lins[:n_hidden])
             self.norms = torch.nn.ModuleList(norms)
-            self.heads = torch.nn.ModuleList(lins[n_trunk:])
+            self.heads = torch.nn.ModuleList(lins[n_hidden:])
 
         def forward(self, x):
             for lin, norm in zip(self.trunk, self.norms):
@@ -177,8 +178,8 @@ def test_update_matches_torch_over_five_adam_steps(sizes, dueling):
             a = self.heads[0](x)
             return self.heads[1](x) + a - a.mean(dim=1, keepdim=True)
 
-    net = QNetwork(sizes, seed=0, dueling=dueling, layer_norm=True)
-    target = QNetwork(sizes, seed=1, dueling=dueling, layer_norm=True)
+    net = QNetwork(sizes, seed=0, dueling=dueling, layer_norm=layer_norm)
+    target = QNetwork(sizes, seed=1, dueling=dueling, layer_norm=layer_norm)
     randomize_norms(target, 3)
     t_net, t_target = Net(net), Net(target)
     for loss, t_loss in naive.torch_and_ours(torch, t_net, t_target, net, target):
@@ -189,12 +190,12 @@ def test_update_matches_torch_over_five_adam_steps(sizes, dueling):
         np.testing.assert_allclose(net.weights[i], lin.weight.detach().numpy().T,
                                    rtol=1e-5, atol=1e-6)  # fmt: skip
         np.testing.assert_allclose(net.biases[i], lin.bias.detach().numpy(), rtol=1e-5, atol=1e-6)
-    for i, norm in enumerate(t_net.norms):
-        np.testing.assert_allclose(net.norm_gains[i], norm.weight.detach().numpy(),
-                                   rtol=1e-5, atol=1e-6)  # fmt: skip
-        np.testing.assert_allclose(net.norm_biases[i], norm.bias.detach().numpy(),
-                                   rtol=1e-5, atol=1e-6)  # fmt: skip
-        assert np.abs(net.norm_gains[i] - 1.0).max() > 1e-4  # trained, not left at 1
+    assert len(net.norm_gains) == (len(sizes) - 2 if layer_norm else 0)
+    for i, (gain, bias) in enumerate(zip(net.norm_gains, net.norm_biases)):
+        norm = t_net.norms[i]
+        np.testing.assert_allclose(gain, norm.weight.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(bias, norm.bias.detach().numpy(), rtol=1e-5, atol=1e-6)
+        assert np.abs(gain - 1.0).max() > 1e-4  # trained, not left at 1
     assert net.adam_step == 5
 
 
