@@ -754,7 +754,7 @@ class CircularBuffer:
         if not isinstance(rng, Rng):
             raise ValueError(f"rng must be an ember_np.Rng, got {type(rng).__name__}")
         if out is None:
-            out = self.empty_batch(b)
+            out = self._new_batch(b)
         else:
             self._check_out(out, b)
         sample = self._sample_entry
@@ -765,7 +765,7 @@ class CircularBuffer:
 
     def _check_out(self, out: Any, b: int) -> None:
         """Raise ValueError unless ``out`` is a Batch of exactly :meth:`empty_batch`'s arrays."""
-        like = self.empty_batch(b)
+        like = self._new_batch(b)
         if not isinstance(out, Batch):
             raise ValueError(f"out must be a Batch (see empty_batch()), got {type(out).__name__}")
         actions = out.actions
@@ -794,7 +794,10 @@ class CircularBuffer:
         Only the fields this buffer fills get arrays; the others keep Batch's
         shared length-0 defaults (so a plain buffer's batch costs five arrays).
         """
-        b = check_int("batch_size", batch_size)
+        return self._new_batch(check_int("batch_size", batch_size))
+
+    def _new_batch(self, b: int) -> Batch:
+        """:meth:`empty_batch` of a checked ``b`` (``sample`` checked it already)."""
         batch = Batch(
             np.empty((b, self._obs_size), dtype=np.float32),
             np.empty(b, dtype=np.int64),
