@@ -6,7 +6,7 @@ import naive
 import numpy as np
 import pytest
 
-from ember_np import CircularBuffer, EpisodeStatus, Rng
+from ember_np import CircularBuffer, EpisodeStatus, PrioritizedBuffer, Rng
 from ember_np.dqn import replay
 
 
@@ -149,6 +149,30 @@ def test_sample_into_preallocated_batch_and_determinism():
         np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="out holds batches of 32, but batch_size is 16"):
         buf.sample(16, Rng(5), out=out)
+
+
+@pytest.mark.parametrize(
+    "kind, options, filled",
+    [
+        ("plain", {}, set()),
+        ("plain", {"n_step": 3}, {"discounts"}),
+        ("plain", {"action_masks": True}, {"next_action_masks"}),
+        ("prioritized", {}, {"weights", "indices"}),
+        ("prioritized", {"n_step": 2, "action_masks": True},
+         {"discounts", "weights", "indices", "next_action_masks"}),
+    ],
+)  # fmt: skip
+def test_batches_fill_exactly_the_fields_the_buffer_has(kind, options, filled):
+    cls = CircularBuffer if kind == "plain" else PrioritizedBuffer
+    buf = cls(20, 3, 4, **options)
+    masks = {"next_action_mask": np.ones(4, bool)} if options.get("action_masks") else {}
+    for i in range(20):
+        buf.push(*transition(i), **masks)
+    for batch in (buf.empty_batch(8), buf.sample(8, Rng(2))):
+        optional = set(batch._fields[5:])
+        got = {name for name in optional if getattr(batch, name).shape[0] == 8}
+        assert got == filled
+        assert all(getattr(batch, name).size == 0 for name in optional - filled)
 
 
 def test_sample_advances_only_the_given_stream():

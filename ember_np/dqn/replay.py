@@ -505,19 +505,24 @@ class CircularBuffer:
         self.next_action_masks = np.zeros(
             (self._capacity if action_masks else 0, n_bytes), dtype=np.uint8
         )
-        self._state = self._kernel_state(_NO_F64, 0.0, 0.0)
-        # Whether sampled batches have fields beyond Batch's first five (empty_batch).
-        self._fills_optional = self._n_step > 1 or self._action_masks
+        self._set_kernel_state(_NO_F64, 0.0, 0.0)
         # Compiled entry points of _push and _sample, resolved at the first call.
         self._push_entry: Any = None
         self._sample_entry: Any = None
 
-    def _kernel_state(self, tree: np.ndarray, alpha: float, eps: float) -> ReplayState:
-        """The one place a ReplayState is built (fixed Python types: one compiled version)."""
-        return ReplayState(
+    def _set_kernel_state(self, tree: np.ndarray, alpha: float, eps: float) -> None:
+        """The one place a ReplayState is built (fixed Python types: one compiled version).
+
+        A non-empty ``tree`` makes the buffer prioritized. Also sets
+        ``_fills_optional``: whether sampled batches have fields beyond Batch's
+        first five (discounts, weights and indices, next_action_masks), the
+        early exit of ``sample``'s plain path.
+        """
+        self._state = ReplayState(
             self.storage, self.finals, self._cursor, int(self._num_actions), int(self._n_step),
             float(self._gamma), tree, float(alpha), float(eps), self.next_action_masks,
         )  # fmt: skip
+        self._fills_optional = self._n_step > 1 or self._action_masks or tree.shape[0] > 0
 
     def _options(self) -> dict[str, Any]:
         """The keyword arguments of ``__init__`` (for copies)."""
@@ -1039,8 +1044,7 @@ class PrioritizedBuffer(CircularBuffer):
         self._alpha, self._eps = a, e
         self._tree = np.zeros(2 * leaves, dtype=np.float64)
         self._tree[_MAX_PRIORITY] = 1.0
-        self._state = self._kernel_state(self._tree, a, e)
-        self._fills_optional = True  # weights and indices
+        self._set_kernel_state(self._tree, a, e)
         self._priority_entry: Any = None
 
     def _options(self) -> dict[str, Any]:
