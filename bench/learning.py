@@ -157,6 +157,7 @@ def sb3_seed(env_id: str, seed: int, steps: int) -> dict:
     import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger
 
     from ember_np.presets import get_preset
 
@@ -190,6 +191,8 @@ def sb3_seed(env_id: str, seed: int, steps: int) -> dict:
 
     model = DQN("MlpPolicy", gym.make(env_id), seed=seed, device="cpu", verbose=0,
                 **preset.sb3_kwargs)  # fmt: skip
+    # A logger with no outputs: SB3's default makes an empty /tmp/SB3-<date> per run.
+    model.set_logger(Logger(folder=None, output_formats=[]))
     model.learn(steps, callback=PeriodicEval())
     train_seconds = time.perf_counter() - t0
     final = evaluate(Greedy(model.policy), env_id, FINAL_EPISODES, final_eval_seed(seed))
