@@ -111,7 +111,11 @@ def run_ember(
         t0 = time.perf_counter()
         if existing:  # an interrupted run: finish it (or only read it)
             parent = existing[-1].parent
-            result = load_multiseed(parent) if collect else resume_seeds(parent, workers)
+            result = (
+                load_multiseed(parent)
+                if collect
+                else resume_seeds(parent, workers, progress=sys.stderr.isatty())
+            )
         elif collect:
             raise SystemExit(f"no multi-seed run of {env_id} under {root} to collect")
         else:
