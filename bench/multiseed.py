@@ -3,7 +3,7 @@
 Usage::
 
     python bench/multiseed.py                 # S1 on ember_np/CartPole-v1, 4 seeds x 100,000 steps
-    python bench/multiseed.py --steps 2000    # a quick check
+    python bench/multiseed.py --steps 2000 --rounds 1   # a quick check
 
 Every seed is the run ``ember-np train ember_np/CartPole-v1 --preset ember
 --seed s`` makes (:func:`ember_np.training.multiseed.train_seed`: S1, the
@@ -15,14 +15,18 @@ compiled env and the fused loop, checkpoints and logs), ``--seeds`` of them:
   compiled kernels release the GIL, so two seeds' chunks run at once: what
   numba's parallel loops over seeds would give, without changing a kernel).
 
-Total env steps/s = seeds x steps / wall time. Bar (issue 13): 2 worker
-processes >= 1.8x the total env steps/s of 1. Prints a markdown table.
+Total env steps/s = seeds x steps / wall time. 1 and 2 workers are measured
+``--rounds`` times, interleaved (the order alternates each round), and the
+ratio is of their medians: one worker's throughput alone varies by ~10% from
+run to run on a shared VM, more than the effect measured. Bar (issue 13): 2
+worker processes >= 1.8x the total env steps/s of 1. Prints a markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -88,23 +92,34 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=100_000, help="env steps per seed")
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--modes", default="processes,threads")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="1 and 2 workers, interleaved, this many times (default 3)")  # fmt: skip
     args = p.parse_args()
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds must be at least 1, got {args.rounds}")
     seeds = list(range(args.seeds))
     modes = args.modes.split(",")
     lines = [
-        f"S1 on ember_np/CartPole-v1, {args.seeds} seeds x {args.steps:,} steps; "
-        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        f"S1 on ember_np/CartPole-v1, {args.seeds} seeds x {args.steps:,} steps, "
+        f"{args.rounds} interleaved rounds; load average before: "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         "",
-        "| mode | 1 | 2 | ratio (bar: processes >= 1.8x) |",
-        "|---|---|---|---|",
+        "| mode | 1 (median) | 2 (median) | ratio of medians (bar: processes >= 1.8x) "
+        "| ratio per round |",
+        "|---|---|---|---|---|",
     ]
     for mode in modes:
         run = with_processes if mode == "processes" else with_threads
-        one = run(seeds, args.steps, 1)
-        two = run(seeds, args.steps, 2)
-        lines.append(f"| {mode} | {one:,.0f} env steps/s | {two:,.0f} env steps/s | "
-                     f"{two / one:.2f}x |")  # fmt: skip
-        print(lines[-1], file=sys.stderr)
+        one: list[float] = []
+        two: list[float] = []
+        for r in range(args.rounds):  # alternate which goes first, so drift hits both
+            for workers in (1, 2) if r % 2 == 0 else (2, 1):
+                (one if workers == 1 else two).append(run(seeds, args.steps, workers))
+            print(f"{mode} round {r + 1}: {two[-1] / one[-1]:.2f}x", file=sys.stderr)
+        m1, m2 = statistics.median(one), statistics.median(two)
+        per_round = ", ".join(f"{b / a:.2f}" for a, b in zip(one, two))
+        lines.append(f"| {mode} | {m1:,.0f} env steps/s | {m2:,.0f} env steps/s | "
+                     f"{m2 / m1:.2f}x | {per_round} |")  # fmt: skip
     print("\n".join(lines))
 
 

@@ -86,8 +86,12 @@ def test_ablation_bench_removes_one_component_per_row(tmp_path):
 
 
 def test_multiseed_scaling_bench_runs(tmp_path):
-    out = run("bench/multiseed.py", "--steps", "300", "--seeds", "2")
-    assert "| processes |" in out and "| threads |" in out
+    out = run("bench/multiseed.py", "--steps", "300", "--seeds", "2", "--rounds", "2")
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if "env steps/s" in line}
+    assert set(rows) == {"processes", "threads"}
+    for row in rows.values():  # the ratio of medians, then one ratio per round
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert cells[3].endswith("x") and len(cells[4].split(", ")) == 2
 
 
 @pytest.mark.parametrize("lib", ["ember_np", "ember_np-fused"])
