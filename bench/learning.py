@@ -22,8 +22,7 @@ gymnasium's), with the preset ``--preset`` names (``zoo``, the default, or
 
 Each (library, preset, env) writes
 ``bench/results/learning_<library>-<preset>_<env>.json`` (SB3:
-``learning_sb3_<env>.json``; an older ``learning_ember_np_<env>.json`` is read
-as ember_np's zoo preset)
+``learning_sb3_<env>.json``)
 (per-seed final and best means, the evaluation curve with the wall time at
 each point, and the wall time for all seeds: a few KB). ``--report`` turns
 the saved files into ``bench/results_learning.md`` (a row per library and
@@ -273,11 +272,8 @@ def result_path(results: Path, library: str, env_id: str, preset: str = "zoo") -
 
 
 def read_result(results: Path, library: str, env_id: str, preset: str) -> dict | None:
-    """A saved result, or None; ember_np's zoo results from before presets were named
-    (``learning_ember_np_<env>.json``) still count as zoo."""
+    """A saved result, or None."""
     path = result_path(results, library, env_id, preset)
-    if not path.exists() and library == "ember_np" and preset == "zoo":
-        path = results / f"learning_ember_np_{env_id}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
