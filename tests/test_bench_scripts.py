@@ -49,7 +49,8 @@ def test_learning_bench_writes_its_results_and_table(tmp_path):
     for r in data["runs"]:
         assert [p[0] for p in r["curve"]] == [200 * k for k in range(1, 11)] + [2000]
         assert 8.0 <= r["final"] <= 500.0 and 8.0 <= r["best"] <= 500.0
-    zoo = json.loads(path.read_text()) | {"preset": "zoo"}  # the report reads every row
+    # the same runs saved as the zoo preset too: the report gives each preset its row
+    zoo = json.loads(path.read_text()) | {"preset": "zoo"}
     (results / "learning_ember_np-zoo_CartPole-v1.json").write_text(json.dumps(zoo))
     out = tmp_path / "learning.md"
     run("bench/learning.py", "--report", "--results", str(results), "--out", str(out),
