@@ -10,7 +10,7 @@ Subcommands::
     ember-np resume RUN_PATH --steps N    (a multi-seed parent: ember-np resume PARENT)
     ember-np report RUN_DIR [RUN_DIR ...]
     ember-np plot RUN_PATH [RUN_PATH ...] -o FILE.png
-    ember-np dashboard [RUNS_ROOT] [--host 127.0.0.1] [--port 6006]
+    ember-np dashboard [RUNS_ROOT] [--host 127.0.0.1] [--port 6006] [--allow-host NAME ...]
     ember-np export RUN_PATH_OR_CHECKPOINT [--checkpoint best|latest|step_N] -o FILE.onnx
     ember-np tune ENV_ID [--trials N] [--seeds K] [--steps N] [--workers W] [--storage URL]
                   [--study NAME] [--sampler tpe|random] [--pruner median|none] [--timeout S]
@@ -453,7 +453,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if args.port > 65535:
         raise UsageError(f"--port must be 0..65535 (0 picks a free port), got {args.port}")
     try:
-        serve(args.runs_root, host=args.host, port=args.port)
+        serve(args.runs_root, host=args.host, port=args.port, allow_hosts=args.allow_host)
+    except ValueError as exc:  # a bad --allow-host
+        raise UsageError(str(exc)) from None
     except (FileNotFoundError, OSError) as exc:
         raise UsageError(f"dashboard: {exc}") from None
     return 0
@@ -635,6 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs_root", nargs="?", default="runs", help="runs directory (default: runs)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument("--port", type=_non_negative, default=6006, help="0 picks a free port")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="also answer requests for this host name (repeatable); others get 403")
     p.set_defaults(func=cmd_dashboard)
 
     p = sub.add_parser("export", help="write a checkpoint's Q-network as an ONNX model")

@@ -63,8 +63,8 @@ def run_id_of(run_dir: Path) -> str:
 class Served:
     """A dashboard server on a free loopback port, in a thread."""
 
-    def __init__(self, root: Path) -> None:
-        self.server = make_server(root, port=0)
+    def __init__(self, root: Path, **kwargs) -> None:
+        self.server = make_server(root, port=0, **kwargs)
         self.host, self.port = self.server.server_address[:2]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -73,13 +73,27 @@ class Served:
     def url(self) -> str:
         return self.server.url
 
-    def get(self, path: str) -> tuple[int, bytes]:
-        """GET ``path`` exactly as given (no client-side normalisation of ``..``)."""
+    def get(self, path: str, host: str | None = None, method: str = "GET"):
+        """``method path`` exactly as given (no client-side normalisation of ``..``).
+
+        ``host`` replaces the Host header (default: the server's own address).
+        Returns the status and the body.
+        """
+        status, _, body = self.request(path, host, method)
+        return status, body
+
+    def request(self, path: str, host: str | None = None, method: str = "GET"):
+        """Like :meth:`get`, also returning the response headers."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
         try:
-            conn.request("GET", path)
+            if host is None:
+                conn.request(method, path)
+            else:
+                conn.putrequest(method, path, skip_host=True)
+                conn.putheader("Host", host)
+                conn.endheaders()
             resp = conn.getresponse()
-            return resp.status, resp.read()
+            return resp.status, resp.headers, resp.read()
         finally:
             conn.close()
 
@@ -399,6 +413,130 @@ def test_requests_outside_the_root_are_refused(served, root, tmp_path):
         assert status == 404, path
         assert b"passwd" not in body or b"not found" in body
         assert b"total_reward" not in body
+
+
+# -- the Host header (DNS rebinding) and methods ---------------------------------------
+
+EVERY_PATH = ["/", "/index.html", "/app.js", "/style.css", "/api/runs", "/api/series",
+              "/api/series?run=x", "/nope", "/../../etc/passwd"]  # fmt: skip
+
+
+def test_a_foreign_host_header_is_refused_on_every_path(served, root):
+    """A DNS-rebinding page (evil.example resolving to 127.0.0.1) reads nothing."""
+    run_id = run_id_of(only_run_dir(root))
+    paths = EVERY_PATH + ["/api/series?run=" + run_id]
+    port = served.port
+    foreign = ["evil.example", f"evil.example:{port}", "127.0.0.1.evil.example",
+               f"localhost.evil.example:{port}", "", "[::1", "127.0.0.1:80:80"]  # fmt: skip
+    for host in foreign:
+        for path in paths:
+            for method in ("GET", "HEAD"):
+                status, body = served.get(path, host=host, method=method)
+                assert status == 403, (host, path, method)
+                assert str(root.resolve()).encode() not in body and b"total_reward" not in body
+        status, body = served.get("/api/runs", host=host, method="POST")
+        assert status == 403, host
+    status, body = served.get("/api/runs", host="evil.example")
+    assert b"--allow-host" in body  # the refusal says how to allow a name
+
+
+def test_loopback_host_headers_are_served(served, root):
+    port = served.port
+    for host in [f"127.0.0.1:{port}", f"localhost:{port}", "localhost", "LocalHost:8080",
+                 "localhost.:8080", "127.0.0.1"]:  # fmt: skip  (8080: an ssh -L tunnel's port)
+        listing = json.loads(served.get("/api/runs", host=host)[1])
+        assert listing["root"] == str(root.resolve()), host
+        assert served.get("/", host=host)[0] == 200, host
+
+
+def test_allow_host_adds_names(root):
+    served = Served(root, allow_hosts=["dash.example", "192.168.1.5", "fe80::1"])
+    try:
+        for host in ["dash.example", "Dash.Example:443", "192.168.1.5:6006", "[fe80::1]:80",
+                     f"localhost:{served.port}"]:  # fmt: skip
+            assert served.get("/api/runs", host=host)[0] == 200, host
+        for host in ["evil.example", "dash.example.evil", "192.168.1.6", "x.dash.example"]:
+            assert served.get("/api/runs", host=host)[0] == 403, host
+    finally:
+        served.close()
+    for bad in ["http://dash.example", "dash.example/x", "dash.example:80", "", "a b", "[::1]:1"]:
+        with pytest.raises(ValueError, match="allow_hosts"):
+            make_server(root, port=0, allow_hosts=[bad])
+
+
+def test_cli_allow_host(root, capsys):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ember_np", "dashboard", str(root), "--port", "0",
+         "--allow-host", "dash.example", "--allow-host", "other.example"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        url = proc.stdout.readline().split()[2]
+        host, port = url.removeprefix("http://").rstrip("/").split(":")
+        for name, want in [("dash.example", 200), ("other.example:9", 200), ("evil.example", 403)]:
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn.putrequest("GET", "/api/runs", skip_host=True)
+            conn.putheader("Host", name)
+            conn.endheaders()
+            assert conn.getresponse().status == want, name
+            conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert main(["dashboard", str(root), "--port", "0", "--allow-host", "http://x/"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--allow-host" in err and "'http://x/'" in err
+
+
+def ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def test_serves_on_ipv6_loopback(root):
+    if not ipv6_loopback():
+        pytest.skip("this machine has no IPv6 loopback (binding a socket on ::1 failed)")
+    served = Served(root, host="::1")
+    try:
+        assert served.url == f"http://[::1]:{served.port}/"
+        listing = json.loads(served.get("/api/runs", host=f"[::1]:{served.port}")[1])
+        assert [r["id"] for r in listing["runs"]] == [run_id_of(only_run_dir(root))]
+        assert served.get("/api/runs", host=f"localhost:{served.port}")[0] == 200
+        assert served.get("/api/runs", host="evil.example")[0] == 403
+    finally:
+        served.close()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ember_np", "dashboard", str(root), "--port", "0", "--host", "::1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("ember-np dashboard: http://[::1]:"), (line, proc.stderr.read())
+        port = int(line.split()[2].rstrip("/").rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection("::1", port, timeout=10)
+        conn.request("GET", "/api/runs")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_other_methods_get_405_with_allow(served):
+    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "FOO"):
+        for path in ("/", "/api/runs", "/nope"):
+            status, headers, body = served.request(path, method=method)
+            assert status == 405, (method, path)
+            assert headers["Allow"] == "GET, HEAD"
+            assert json.loads(body) == {"error": f"method {method} not allowed: GET or HEAD only"}
+    status, headers, body = served.request("/api/runs", method="HEAD")
+    assert status == 200 and body == b"" and int(headers["Content-Length"]) > 0
 
 
 def test_root_must_exist(tmp_path):

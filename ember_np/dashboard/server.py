@@ -1,6 +1,7 @@
 """The dashboard's HTTP server: one page and a small JSON API over a runs root.
 
-Routes (GET only; anything else is 404)::
+Routes (GET and HEAD; any other method gets 405 with ``Allow: GET, HEAD``;
+any other path 404)::
 
     /                  the page (index.html), with /app.js and /style.css
     /api/runs          {"root", "now", "runs": [summary, ...]}, newest run first
@@ -15,20 +16,32 @@ member per seed with its ``train`` columns (``steps``, ``reward``,
 multi-seed run ``iqm``: ``train`` and ``eval`` curves with ``iqm``, ``lo``,
 ``hi`` (95% bootstrap band over seeds). Missing values are ``null``.
 
+Every request whose ``Host`` header does not name this server gets 403, so a
+page on another site cannot read the API through DNS rebinding (its requests
+carry that site's name). Allowed: ``localhost``, the bound address
+(``127.0.0.1``, ``[::1]``; for ``0.0.0.0`` or ``::`` also both loopback
+addresses) and the names given as ``allow_hosts`` (``--allow-host``), with any
+port or none: a rebinding page chooses the port, never the name, and a
+tunnel (``ssh -L 8080:localhost:6006``) sends its own port.
+
 The standard library's ``ThreadingHTTPServer`` is enough here: a page, two
 JSON routes, one user; no dependency to install or keep up to date.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
+import socket
 import sys
 import time
 import traceback
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -46,6 +59,40 @@ _STATIC = {
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/style.css": ("style.css", "text/css; charset=utf-8"),
 }
+
+
+_LABEL = r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
+_PORT = re.compile(r"^:[0-9]{1,5}$")
+
+
+def _host_name(value: str) -> str | None:
+    """The name in a Host header, lower case, without port or trailing dot (None: malformed).
+
+    ``"LocalHost.:8080"`` -> ``"localhost"``; ``"[::1]:6006"`` -> ``"[::1]"``.
+    """
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        name, rest = value[: end + 1], value[end + 1 :]
+        if end < 0:
+            return None
+    else:
+        name, colon, port = value.partition(":")
+        rest = colon + port
+    if rest and not _PORT.match(rest):
+        return None
+    return name.removesuffix(".") or None
+
+
+def _normal_host(name: str) -> str | None:
+    """``name`` as it appears in a Host header (IPv6 in brackets), or None when not a host name."""
+    name = name.strip().lower().removesuffix(".")
+    try:
+        ip = ipaddress.ip_address(name.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return name if _HOSTNAME.match(name) else None
+    return f"[{ip.compressed}]" if ip.version == 6 else ip.compressed
 
 
 def _static(name: str) -> bytes:
@@ -77,8 +124,47 @@ class _Handler(BaseHTTPRequestHandler):
     def _not_found(self, what: str) -> None:
         self._json({"error": f"not found: {what}"}, HTTPStatus.NOT_FOUND)
 
+    def _host_allowed(self) -> bool:
+        host = self.headers.get("Host")
+        name = None if host is None else _host_name(host)
+        if name is not None and name.startswith("["):
+            name = _normal_host(name)  # "[0:0::1]" is "[::1]"
+        return name is not None and name in self.server.allowed_hosts
+
+    def _refuse_host(self) -> None:
+        host = self.headers.get("Host")
+        self.close_connection = True
+        self._json({"error": f"Host {host!r} is not this dashboard's address; to reach it "
+                    "under another name, start it with --allow-host NAME"},
+                   HTTPStatus.FORBIDDEN)  # fmt: skip
+
+    def _not_allowed(self) -> None:
+        """Any method but GET and HEAD: 405 (the connection closes: a body may follow)."""
+        self.close_connection = True
+        if not self._host_allowed():
+            self._refuse_host()
+            return
+        self.send_response(HTTPStatus.METHOD_NOT_ALLOWED)
+        body = json.dumps({"error": f"method {self.command} not allowed: GET or HEAD only"})
+        self.send_header("Allow", "GET, HEAD")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def __getattr__(self, name: str) -> Any:
+        # http.server answers 501 for a method without a do_<METHOD>; every one
+        # but GET and HEAD is answered here instead.
+        if name.startswith("do_"):
+            return self._not_allowed
+        raise AttributeError(name)
+
     def do_GET(self) -> None:  # noqa: N802
         try:
+            if not self._host_allowed():
+                self._refuse_host()
+                return
             self._route()
         except (BrokenPipeError, ConnectionResetError):
             pass  # the page went away mid-answer
@@ -107,18 +193,37 @@ class _Handler(BaseHTTPRequestHandler):
     do_HEAD = do_GET  # noqa: N815
 
 
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return None  # a name, e.g. localhost: resolved as IPv4, as before
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], store: RunStore, verbose: bool) -> None:
+    def __init__(
+        self, address: tuple[str, int], store: RunStore, verbose: bool, allow_hosts: Iterable[str]
+    ) -> None:
         self.store = store
         self.verbose = verbose
-        super().__init__(address, _Handler)
+        host, port = address
+        ip = _ip(host)
+        if ip is not None and ip.version == 6:  # socketserver's default is AF_INET
+            self.address_family = socket.AF_INET6
+            host = ip.compressed
+        super().__init__((host, port), _Handler)
+        bound = ipaddress.ip_address(self.server_address[0])
+        self.allowed_hosts = {"localhost", _normal_host(str(bound))}
+        if bound.is_unspecified:  # 0.0.0.0 or ::: reachable through either loopback
+            self.allowed_hosts |= {"127.0.0.1", "[::1]"}
+        self.allowed_hosts |= set(allow_hosts)
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}/"
+        return f"http://{_normal_host(host)}:{port}/"
 
 
 def make_server(
@@ -126,28 +231,50 @@ def make_server(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     verbose: bool = False,
+    allow_hosts: Iterable[str] = (),
 ) -> _Server:
     """A dashboard server over ``root``, bound but not yet serving.
 
-    ``port=0`` picks a free port; the server's ``url`` says which. Call
+    ``host`` is an IPv4 or IPv6 address or a name (names resolve as IPv4).
+    ``port=0`` picks a free port; the server's ``url`` says which. Requests
+    whose Host header names neither localhost, the bound address nor one of
+    ``allow_hosts`` (host names or addresses, without port) get 403. Call
     ``serve_forever()`` (in a thread, for tests) and ``shutdown()``.
 
     Raises
     ------
+    ValueError
+        An ``allow_hosts`` entry is not a host name or address.
     FileNotFoundError
         ``root`` is not a directory.
     OSError
         The address cannot be bound (e.g. the port is in use).
     """
-    return _Server((host, port), RunStore(root), verbose)
+    names = set()
+    for name in allow_hosts:
+        normal = _normal_host(name)
+        if normal is None:
+            raise ValueError(
+                f"allow_hosts (--allow-host) takes a host name or address without scheme, "
+                f"port or path, such as dash.example or 192.168.1.5; got {name!r}"
+            )
+        names.add(normal)
+    return _Server((host, port), RunStore(root), verbose, names)
 
 
-def serve(root: str | os.PathLike[str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+def serve(
+    root: str | os.PathLike[str],
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    allow_hosts: Iterable[str] = (),
+) -> None:
     """Serve the dashboard until interrupted, after printing one line with its address."""
-    server = make_server(root, host, port)
+    server = make_server(root, host, port, allow_hosts=allow_hosts)
     print(f"ember-np dashboard: {server.url} (runs root {server.store.root}; Ctrl-C stops it)")
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"note: listening on {host}, reachable from other machines", file=sys.stderr)
+    ip = _ip(host)
+    if host != "localhost" and (ip is None or not ip.is_loopback):
+        print(f"note: listening on {host}, reachable from other machines; requests must name "
+              "localhost, that address or an --allow-host name", file=sys.stderr)  # fmt: skip
     sys.stdout.flush()
     try:
         server.serve_forever()
