@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ import pytest
 from ember_np import DqnConfig, EpisodeRecord, EpisodeStatus, TrainingRun
 from ember_np.cli import main
 from ember_np.dashboard import make_server
-from ember_np.dashboard.logs import SMOOTH_EPISODES, JsonlTail, RunStore
+from ember_np.dashboard.logs import SMOOTH_EPISODES, JsonlTail, RunStore, TrainLog
 from ember_np.stats import iqm, iqm_curve
 
 STEPS = 3_000
@@ -82,9 +83,9 @@ class Served:
         status, _, body = self.request(path, host, method)
         return status, body
 
-    def request(self, path: str, host: str | None = None, method: str = "GET"):
+    def request(self, path: str, host: str | None = None, method: str = "GET", timeout=10):
         """Like :meth:`get`, also returning the response headers."""
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
             if host is None:
                 conn.request(method, path)
@@ -102,10 +103,13 @@ class Served:
         assert status == 200, (path, status, body[:200])
         return json.loads(body)
 
-    def series(self, run_id: str):
+    def series(self, run_id: str, cursor: str | None = None):
         from urllib.parse import quote
 
-        return self.json("/api/series?run=" + quote(run_id, safe=""))
+        path = "/api/series?run=" + quote(run_id, safe="")
+        if cursor is not None:
+            path += "&cursor=" + quote(cursor, safe="")
+        return self.json(path)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -257,14 +261,17 @@ def naive_train_columns(rows):
     def finite(v):
         return float(v) if number(v) and np.isfinite(v) else None
 
+    def count(v):  # a whole number a browser reads exactly
+        return int(v) if finite(v) is not None and abs(v) <= 2**53 else None
+
     out = {k: [] for k in ("steps", "reward", "length", "epsilon", "loss")}
     total = 0
     for row in rows:
-        if not (number(row.get("total_reward")) and finite(row.get("length")) is not None):
+        if not (number(row.get("total_reward")) and count(row.get("length")) is not None):
             continue
         total += int(row["length"])
-        steps = finite(row.get("total_steps"))
-        out["steps"].append(int(steps) if steps is not None else total)
+        steps = count(row.get("total_steps"))
+        out["steps"].append(steps if steps is not None else total)
         out["reward"].append(finite(row["total_reward"]))
         out["length"].append(int(row["length"]))
         extras = row.get("extras") if isinstance(row.get("extras"), dict) else {}
@@ -289,13 +296,10 @@ def test_train_columns_match_a_plain_reference(tmp_path):
         rows.append(row)
     log = tmp_path / "train_episodes.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tail = JsonlTail(log)
-    tail.refresh()
-    from ember_np.dashboard.logs import TrainColumns
-
-    cols = TrainColumns()
-    cols.update(tail)
+    cols = TrainLog(log)
+    cols.refresh()
     got = cols.to_dict()
+    assert got.pop("from") == 0
     want = naive_train_columns(rows)
     assert got == want
     assert len(want["steps"]) > 250 and None in want["reward"] and None in want["epsilon"]
@@ -602,6 +606,189 @@ def test_multi_seed_run_has_an_iqm_curve_with_a_band(tmp_path):
     assert all(lo < hi for lo, hi in zip(ev["lo"], ev["hi"]))
 
 
+# -- hostile numbers, big logs: finite JSON, pages after a cursor, no global lock ---------
+
+
+def strict_json(body: bytes):
+    """``body`` parsed as a browser would, failing on NaN, Infinity or a number beyond float64."""
+
+    def number(text):
+        value = float(text)
+        assert np.isfinite(value), f"a number a browser reads as infinite: {text[:20]}..."
+        return value
+
+    def constant(name):
+        raise AssertionError(f"non-finite number sent: {name}")
+
+    return json.loads(body, parse_int=number, parse_float=number, parse_constant=constant)
+
+
+def test_extreme_numbers_are_sent_as_finite_json(tmp_path):
+    """1e308 twice at one step (a sum overflows), 1e400 and 10**400 anywhere: strict, finite JSON."""
+    big = 10**400  # a JSON integer Python reads exactly, beyond float64
+    run = TrainingRun.create("foreign", "v", root=tmp_path)
+    meta = json.loads((run.dir / "metadata.json").read_text())
+    meta.update(total_steps=big, total_episodes=1e308, best_eval_reward=big)
+    (run.dir / "metadata.json").write_text(json.dumps(meta))
+    train = [
+        {"total_reward": 1e308, "length": 10, "total_steps": 10,
+         "extras": {"epsilon": 1e308, "loss": -1e308}},
+        {"total_reward": 1e308, "length": 10, "total_steps": 20, "extras": {"loss": big}},
+        {"total_reward": big, "length": 10, "total_steps": big},  # reward missing; steps: 10+10+10
+        {"total_reward": -1e308, "length": 2**60, "total_steps": 40},  # no count length: skipped
+        {"total_reward": 5.0, "length": 1e308, "total_steps": 50},  # skipped
+        {"total_reward": -1e308, "length": 10, "total_steps": 1e300, "episode": big},  # > 2**53
+    ]  # fmt: skip
+    evals = [(100, 1e308), (100, 1e308), (200, -1e308), (200, 1e308), (200, 1e308),
+             (big, 1.0), (300, big), (300, 1.5)]  # fmt: skip
+    (run.dir / "train_episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+    (run.dir / "eval_episodes.jsonl").write_text("".join(
+        json.dumps({"total_reward": r, "length": 1, "total_steps_at_eval": s}) + "\n"
+        for s, r in evals))  # fmt: skip
+    rng = np.random.default_rng(3)
+    multi = make_multi_seed(
+        tmp_path, {s: list(rng.choice([1e308, -1e308, 1.7e308], size=30)) for s in range(3)},
+        {s: [(100, 1e308), (200, -1.7e308)] for s in range(3)},
+    )  # fmt: skip
+    served = Served(tmp_path)
+    try:
+        status, body = served.get("/api/runs")
+        assert status == 200, body
+        runs = {r["id"]: r for r in strict_json(body)["runs"]}
+        foreign = runs["foreign/v/" + run.dir.name]
+        assert foreign["best_eval"] == 1e308  # metadata's 10**400 is no number; the evals' best
+        assert (foreign["total_steps"], foreign["episodes"]) == (0, 0)  # none readable
+        pages = {}
+        for rid in runs:
+            status, body = served.get("/api/series?run=" + rid)
+            assert status == 200, body
+            pages[rid] = strict_json(body)
+    finally:
+        served.close()
+    (member,) = pages["foreign/v/" + run.dir.name]["members"]
+    t = member["train"]
+    assert t["steps"] == [10, 20, 30, 40]  # steps beyond 2**53: the running sum of lengths
+    assert t["reward"] == [1e308, 1e308, None, -1e308]
+    assert (t["epsilon"], t["loss"]) == ([1e308, None, None, None], [-1e308, None, None, None])
+    e = member["eval"]
+    assert (e["steps"], e["episodes"]) == ([100, 200, 300], [2, 3, 1])
+    assert e["reward"][:2] == [1e308, pytest.approx(1e308 / 3)] and e["reward"][2] == 1.5
+    iqm_train = pages[multi]["iqm"]["train"]
+    assert iqm_train is not None and len(iqm_train["iqm"]) > 100  # no overflow, no gap
+    assert all(lo <= m <= hi for lo, m, hi in zip(iqm_train["lo"], iqm_train["iqm"],
+                                                  iqm_train["hi"]))  # fmt: skip
+    assert pages[multi]["iqm"]["eval"]["iqm"] == [pytest.approx(1e308), pytest.approx(-1.7e308)]
+
+
+def test_a_series_page_holds_only_what_was_appended_after_its_cursor(served, root):
+    run_dir = only_run_dir(root)
+    run_id = run_id_of(run_dir)
+    train = read_jsonl(run_dir / "train_episodes.jsonl")
+    n = len(train)
+    first = served.series(run_id)
+    assert first["more"] is False and first["multi_seed"] is False
+    (m,) = first["members"]
+    assert m["train"]["from"] == 0 and len(m["train"]["steps"]) == n
+    assert m["eval"]["from"] == 0 and m["eval"]["steps"] == [1000, 2000, 3000]
+    same = served.series(run_id, first["cursor"])["members"][0]
+    assert same["train"] == {"from": n, "steps": [], "reward": [], "length": [], "epsilon": [],
+                             "loss": []}  # fmt: skip
+    assert (same["eval"]["from"], same["eval"]["steps"]) == (3, [])
+    append_episodes(run_dir, [400.0, 401.0, 402.0], train[-1]["total_steps"], n)
+    TrainingRun.resume(run_dir).log_eval_episode(EpisodeRecord(7.0, 10), 3000)
+    page = served.series(run_id, first["cursor"])
+    (m,) = page["members"]
+    assert m["train"]["from"] == n and m["train"]["reward"] == [400.0, 401.0, 402.0]
+    assert m["train"]["steps"] == [train[-1]["total_steps"] + 10 * k for k in (1, 2, 3)]
+    # the step-3000 point changed: it is sent again, with its new mean, in its place
+    assert (m["eval"]["from"], m["eval"]["steps"], m["eval"]["episodes"]) == (2, [3000], [5])
+    assert served.series(run_id, page["cursor"])["members"][0]["train"]["from"] == n + 3
+    # a rewound log (a new file): the old cursor points into another file, so from 0
+    kept = TrainingRun.resume(run_dir).rewind_logs(1500)
+    again = served.series(run_id, page["cursor"])["members"][0]
+    assert again["train"]["from"] == 0 and len(again["train"]["steps"]) == kept
+    assert (again["eval"]["from"], again["eval"]["steps"]) == (0, [1000])
+    for junk in ["", "x", "[]", '{"-": [1, 2]}', '{"-": [1, 2, 3, -4]}', '{"-": "1,2,3,4"}',
+                 '{"-": [1e3, 2, 3, 4]}', "{" * 5000]:  # fmt: skip
+        status, body = served.get(
+            "/api/series?run=" + run_id + "&cursor=" + urllib.parse.quote(junk, safe=""))
+        assert status == 200 and json.loads(body)["members"][0]["train"]["from"] == 0, junk
+
+
+def test_series_pages_are_bounded_and_a_log_is_parsed_once(root, monkeypatch):
+    from ember_np.dashboard import logs
+
+    page_bytes = 2048
+    monkeypatch.setattr(logs, "PAGE_BYTES", page_bytes)
+    run_dir = only_run_dir(root)
+    run_id = run_id_of(run_dir)
+    log = run_dir / "train_episodes.jsonl"
+    with open(log, "a") as f:  # a line longer than a page: skipped, never held whole
+        f.write('{"total_reward": 1.0, "length": 1, "pad": "' + "x" * 3 * page_bytes + '"}\n')
+    append_episodes(run_dir, [500.0], 10**6, 10**6)
+    want = naive_train_columns(read_jsonl(log)[:-2] + read_jsonl(log)[-1:])
+    parsed = []
+    parse = logs.JsonlTail._parse
+
+    def counting_parse(self, lines, ends):
+        if self.path == log:
+            parsed.extend(lines)
+        return parse(self, lines, ends)
+
+    monkeypatch.setattr(logs.JsonlTail, "_parse", counting_parse)
+    served = Served(root)
+    try:
+        got = {k: [] for k in want}
+        cursor, pages, more = None, 0, True
+        while more:
+            page = served.series(run_id, cursor)
+            t = page["members"][0]["train"]
+            assert t["from"] == len(got["steps"])
+            rows = len(t["steps"])
+            assert rows <= page_bytes // 100 + 1  # a log row is > 100 bytes
+            assert (page["iqm"], page["more"]) == (None, page["more"])
+            for k in want:
+                got[k] += t[k]
+            cursor, more = page["cursor"], page["more"]
+            pages += 1
+        assert got == want
+        assert pages >= (log.stat().st_size - 3 * page_bytes) // page_bytes
+        lines = len(parsed)
+        again = served.series(run_id)  # another client, from the start: nothing parsed again
+        assert again["members"][0]["train"]["steps"] == want["steps"][: len(again["members"][0]
+                                                                                ["train"]["steps"])]
+        assert len(parsed) == lines == len(log.read_bytes().splitlines()) - 1
+    finally:
+        served.close()
+
+
+def test_listing_runs_is_not_blocked_while_a_log_is_parsed(served, root, monkeypatch):
+    from ember_np.dashboard import logs
+
+    run_id = run_id_of(only_run_dir(root))
+    entered, release = threading.Event(), threading.Event()
+    parse = logs.JsonlTail._parse
+
+    def slow_parse(self, *args):
+        if self.path.name == "train_episodes.jsonl":
+            entered.set()
+            release.wait(30)
+        return parse(self, *args)
+
+    monkeypatch.setattr(logs.JsonlTail, "_parse", slow_parse)
+    answers = []
+    reader = threading.Thread(target=lambda: answers.append(served.series(run_id)))
+    reader.start()
+    try:
+        assert entered.wait(10)  # the series request is parsing the training log now
+        status, _, body = served.request("/api/runs", timeout=5)
+        assert status == 200 and [r["id"] for r in json.loads(body)["runs"]] == [run_id]
+    finally:
+        release.set()
+        reader.join(30)
+    assert len(answers) == 1 and len(answers[0]["members"][0]["train"]["steps"]) > 10
+
+
 # -- the command line and the installed package ---------------------------------------
 
 
@@ -810,5 +997,38 @@ def test_page_plots_the_logs_and_follows_a_growing_run(served, root, tmp_path):
             shot = tmp_path / "dashboard.png"
             page.screenshot(path=str(shot), full_page=True)
             assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        finally:
+            context.close()
+
+
+def test_page_keeps_refreshing_after_a_malformed_url_hash(served, root, tmp_path):
+    """A hash that is not valid percent-encoding skips that id; the page still polls and plots."""
+    sync_playwright = sync_playwright_or_skip()
+    run_dir = only_run_dir(root)
+    run_id = run_id_of(run_dir)
+    n = len(read_jsonl(run_dir / "train_episodes.jsonl"))
+    from urllib.parse import quote
+
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--no-first-run"],
+        )  # fmt: skip
+        try:
+            for tail in ["#%E0%A4%A", "#runs=%E0%A4%A", f"#runs=%,{quote(run_id, safe='')},%E0%A4"]:
+                page = context.new_page()
+                errors = []
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                page.goto(served.url + tail)
+                page.wait_for_function("window.__dashboard.refreshes >= 2", timeout=15_000)
+                # the valid id in the hash (or, with none, the newest run) is plotted
+                page.wait_for_function(
+                    "n => (window.__dashboard.plotted.reward || []).some("
+                    "t => t.kind === 'raw' && t.x.length === n)",
+                    arg=n, timeout=15_000,
+                )  # fmt: skip
+                assert not errors, (tail, errors)
+                page.close()
         finally:
             context.close()

@@ -11,9 +11,22 @@ resolving outside the root is ignored, so no request can reach outside it.
 
 Each log file is read incrementally (:class:`JsonlTail`): the byte offset of
 the last complete line is kept, and a refresh reads only what was appended
-after it. A last line without its newline (a writer mid-``write``) stays
-unread until it is completed; a line that is not a JSON object with the
-expected numbers is skipped.
+after it, in reads of at most :data:`PAGE_BYTES` (a longer line is skipped as
+malformed). A file whose (inode, size) is unchanged is not opened again; one
+that shrank or was replaced is read again from the start. A last line without
+its newline (a writer mid-``write``) stays unread until it is completed; a
+line that is not a JSON object with the expected numbers is skipped.
+
+What is kept of a log is its columns (:class:`TrainLog`: five float64 arrays
+and each row's end offset; :class:`EvalLog`: one mean per evaluation step),
+never its rows, so a log is parsed once, and a series request can send only
+the rows after a byte offset (the client's cursor), at most
+:data:`PAGE_BYTES` of log per request.
+
+Every number sent is finite: non-finite values, and numbers beyond float64
+(``total_reward`` 1e400) or, for counts (steps, lengths, episodes), beyond
+2**53 read as missing; means and the multi-seed statistics are computed on
+values scaled by a power of two so that sums cannot overflow.
 
 A run is *still training* when
 
@@ -27,16 +40,22 @@ A run is *still training* when
 A multi-seed run is still training while any of its seeds is.
 
 Listing runs reads each training log's last line only (its ``total_steps``
-and ``episode``); a run's series reads the whole log once, then what is appended.
+and ``episode``); a run's series reads the log in pages, then what is appended.
+Each log has its own lock; the store's lock is held only while walking the
+root, never while a log is parsed.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import sys
 import threading
 import time
+from array import array
+from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,25 +64,56 @@ import numpy as np
 
 from ember_np.stats import iqm_curve
 
-__all__ = ["LIVE_WINDOW", "JsonlTail", "RunStore"]
+__all__ = ["LIVE_WINDOW", "PAGE_BYTES", "JsonlTail", "TrainLog", "EvalLog", "RunStore"]
 
 LIVE_WINDOW = 60.0  # seconds since the last write for a run without a lock to count as live
 SMOOTH_EPISODES = 20  # episodes in each seed's moving mean before the IQM across seeds
 IQM_POINTS = 200  # env-step grid of the multi-seed reward curve
 BOOTSTRAP_RESAMPLES = 1_000
 CONFIDENCE = 0.95
+PAGE_BYTES = 4 << 20  # log bytes read, and sent as columns, per file per series request
 
 _SEED_DIR = re.compile(r"^seed_(\d+)$")
 _JSON_NUMBERS = frozenset((int, float))  # exact types: a JSON true/false (bool) is not a number
+_MAX_FLOAT = sys.float_info.max
+_MAX_COUNT = 2**53  # whole numbers a browser's JSON.parse reads exactly
 
 
-def _is_number(v: Any) -> bool:
-    """A finite JSON number (not a bool; ``v - v`` is NaN for infinities and NaN)."""
-    return type(v) in _JSON_NUMBERS and v - v == 0
+def _real(v: Any) -> float | None:
+    """``v`` as a finite float64; None for anything else (bool, NaN, inf, an int beyond float64)."""
+    t = type(v)
+    if t is float:
+        return v if v - v == 0 else None  # v - v is NaN for inf and NaN
+    if t is int:
+        return float(v) if -_MAX_FLOAT <= v <= _MAX_FLOAT else None
+    return None
 
 
-def _finite_or_none(v: Any) -> float | None:
-    return float(v) if _is_number(v) else None
+def _count(v: Any) -> int | None:
+    """``v`` as a whole number within +-2**53 (a float is truncated); None for anything else."""
+    t = type(v)
+    if (t is int or t is float) and -_MAX_COUNT <= v <= _MAX_COUNT:  # False for NaN
+        return int(v)
+    return None
+
+
+def _json_floats(values: array) -> list[float | None]:
+    """Float64 column values as JSON: NaN (a missing value) as None."""
+    return [None if v != v else v for v in values.tolist()]
+
+
+def _power_of_two_above(a: np.ndarray) -> int:
+    """``e`` with ``|a| * 2**-e < 1`` everywhere (0 for an empty or all-zero ``a``).
+
+    Scaling by a power of two is exact, so statistics of ``a * 2**-e`` scaled
+    back equal those of ``a`` wherever the latter do not overflow.
+    """
+    top = float(np.max(np.abs(a))) if a.size else 0.0
+    return math.frexp(top)[1] if top > 0 else 0
+
+
+def _unscale(a: np.ndarray, e: int) -> np.ndarray:
+    return np.clip(np.ldexp(a, e), -_MAX_FLOAT, _MAX_FLOAT)  # rounding at the very top of float64
 
 
 # -- incremental JSONL ------------------------------------------------------------
@@ -77,162 +127,251 @@ class JsonlTail:
     rewrites the logs atomically) is read again from the start, and
     ``generation`` goes up so that whatever was built from the old rows is
     rebuilt. With ``root``, a file that resolves outside it (a symlink out)
-    reads as absent.
+    reads as absent. Each parsed object goes to :meth:`_take` (here: appended
+    to ``rows``; the column readers keep columns instead). Callers that share
+    one reader between threads hold its ``lock``.
     """
 
     def __init__(self, path: Path, root: Path | None = None) -> None:
         self.path = path
         self.root = root
         self.rows: list[dict[str, Any]] = []
-        self.offset = 0  # bytes up to the end of the last complete line
+        self.offset = 0  # bytes up to the end of the last complete line read
         self.skipped = 0  # malformed lines seen
         self.generation = 0
         self.mtime = 0.0
-        self._inode: int | None = None
+        self.more = False  # complete lines are left unread (the last refresh had a budget)
+        self.inode: int | None = None
+        self.lock = threading.Lock()
 
     def _reset(self, inode: int | None) -> None:
         if self.rows or self.offset:
             self.generation += 1
-        self.rows, self.offset, self.skipped, self._inode = [], 0, 0, inode
+        self.rows, self.offset, self.skipped, self.inode = [], 0, 0, inode
 
-    def refresh(self) -> None:
-        """Read the complete lines appended since the last call."""
+    def sync(self) -> int:
+        """Notice a replaced, shrunk or vanished file (and reset); returns the file's size."""
         try:
             if self.root is not None and not self.path.resolve().is_relative_to(self.root):
                 raise FileNotFoundError(self.path)
             st = os.stat(self.path)
         except OSError:
-            self._reset(None)  # the file is gone: so are its rows
-            self.mtime = 0.0
-            return
+            if self.inode is not None or self.offset:
+                self._reset(None)  # the file is gone: so are its rows
+            self.mtime, self.more = 0.0, False
+            return 0
         self.mtime = st.st_mtime
-        if st.st_ino != self._inode or st.st_size < self.offset:
+        if st.st_ino != self.inode or st.st_size < self.offset:
             self._reset(st.st_ino)
-        if st.st_size == self.offset:
+        return st.st_size
+
+    def refresh(self, max_bytes: int | None = None) -> None:
+        """Read the complete lines appended since the last call (at most ``max_bytes`` of them)."""
+        self.read(self.sync(), max_bytes)
+
+    def read(self, size: int, max_bytes: int | None = None) -> None:
+        """Read complete lines from ``offset`` towards ``size`` (from :meth:`sync`), within budget."""
+        budget = math.inf if max_bytes is None else max_bytes
+        self.more = False
+        if size <= self.offset:
             return
         try:
             with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                chunk = f.read(st.st_size - self.offset)
+                while self.offset < size:
+                    if budget <= 0:
+                        self.more = True
+                        return
+                    f.seek(self.offset)
+                    chunk = f.read(min(PAGE_BYTES, size - self.offset))
+                    end = chunk.rfind(b"\n")
+                    if end >= 0:
+                        self._parse_chunk(chunk[: end + 1])
+                        budget -= end + 1
+                    elif len(chunk) < PAGE_BYTES:
+                        return  # only a torn line so far: wait for its newline
+                    elif not self._skip_long_line(f, size):
+                        return  # a huge line still without its newline
         except OSError:
             return
-        end = chunk.rfind(b"\n")
-        if end < 0:  # only a torn line so far: wait for its newline
-            return
-        self.offset += end + 1
-        self._parse([line for line in chunk[:end].split(b"\n") if line.strip()])
 
-    def _parse(self, lines: list[bytes]) -> None:
+    def _skip_long_line(self, f: Any, size: int) -> bool:
+        """Skip a line longer than PAGE_BYTES (malformed: rows are ~200 bytes) without holding it."""
+        pos = self.offset + PAGE_BYTES
+        while pos < size:
+            f.seek(pos)
+            block = f.read(min(PAGE_BYTES, size - pos))
+            nl = block.find(b"\n")
+            if nl >= 0:
+                self.offset = pos + nl + 1
+                self.skipped += 1
+                return True
+            pos += len(block)
+        return False
+
+    def _parse_chunk(self, data: bytes) -> None:
+        """Parse whole lines (``data`` ends with a newline) and advance ``offset`` past them."""
+        lines, ends = [], []
+        pos = self.offset
+        for line in data.split(b"\n")[:-1]:
+            pos += len(line) + 1
+            if line.strip():
+                lines.append(line)
+                ends.append(pos)
+        rows, row_ends = self._parse(lines, ends)
+        self.offset += len(data)
+        self._take(rows, row_ends)
+
+    def _parse(self, lines: list[bytes], ends: list[int]) -> tuple[list[dict[str, Any]], list[int]]:
+        """The lines that are JSON objects, with the end offsets of their lines."""
         # Whole lines that each look like one object are parsed in one call (a
         # few times faster than a call per line); any doubt, and each line is
         # parsed on its own, the malformed ones skipped.
         if all(line.lstrip()[:1] == b"{" and line.rstrip()[-1:] == b"}" for line in lines):
             try:
                 rows = json.loads(b"[" + b",".join(lines) + b"]")
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 rows = None
             if rows is not None and len(rows) == len(lines):
                 if all(isinstance(r, dict) for r in rows):
-                    self.rows.extend(rows)
-                    return
-        for line in lines:
+                    return rows, ends
+        out, out_ends = [], []
+        for line, end in zip(lines, ends):
             try:
                 row = json.loads(line)
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 self.skipped += 1
                 continue
             if isinstance(row, dict):
-                self.rows.append(row)
+                out.append(row)
+                out_ends.append(end)
             else:
                 self.skipped += 1
+        return out, out_ends
+
+    def _take(self, rows: list[dict[str, Any]], ends: list[int]) -> None:
+        self.rows.extend(rows)
 
 
-class _Columns:
-    """Columns built from a :class:`JsonlTail`'s rows, extended as rows arrive."""
+class TrainLog(JsonlTail):
+    """The training log as columns; rows without a numeric reward and a count length are skipped.
 
-    def __init__(self) -> None:
-        self._generation = -1
-        self._consumed = 0
-
-    def update(self, tail: JsonlTail) -> None:
-        if tail.generation != self._generation:
-            self.__init__()
-            self._generation = tail.generation
-        for row in tail.rows[self._consumed :]:
-            self._add(row)
-        self._consumed = len(tail.rows)
-
-    def _add(self, row: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-
-class TrainColumns(_Columns):
-    """The training log as columns; rows without a numeric reward and a finite length are skipped.
-
-    ``steps`` is the row's ``total_steps``, or the running sum of lengths for
-    logs written without it. Missing or non-finite values are None.
+    Columns (float64 arrays, NaN for a missing value): ``steps`` (the row's
+    ``total_steps``, or the running sum of lengths for logs written without
+    it), ``reward`` (missing when not finite, e.g. 1e400), ``length``,
+    ``epsilon``, ``loss``; ``ends``: each kept row's end offset in the file.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.steps: list[int] = []
-        self.reward: list[float | None] = []
-        self.length: list[int] = []
-        self.epsilon: list[float | None] = []
-        self.loss: list[float | None] = []
+    COLUMNS = ("steps", "reward", "length", "epsilon", "loss")
+
+    def __init__(self, path: Path, root: Path | None = None) -> None:
+        super().__init__(path, root)
+        self._clear()
+
+    def _clear(self) -> None:
+        self.ends = array("q")
+        self.cols = {name: array("d") for name in self.COLUMNS}
         self._total = 0
 
-    def _add(self, row: dict[str, Any]) -> None:
-        # Called once per episode of every run shown: type() tests, not helpers
-        # (json gives exactly int, float, bool, str, None, list or dict).
-        r, n = row.get("total_reward"), row.get("length")
-        if type(r) not in _JSON_NUMBERS or type(n) not in _JSON_NUMBERS or n - n != 0:
-            return
-        n = int(n)
-        self._total += n
-        s = row.get("total_steps")
-        self.steps.append(int(s) if type(s) in _JSON_NUMBERS and s - s == 0 else self._total)
-        self.reward.append(float(r) if r - r == 0 else None)  # r - r is NaN for inf and NaN
-        self.length.append(n)
-        extras = row.get("extras")
-        if type(extras) is dict:
-            e, q = extras.get("epsilon"), extras.get("loss")
-            self.epsilon.append(float(e) if type(e) in _JSON_NUMBERS and e - e == 0 else None)
-            self.loss.append(float(q) if type(q) in _JSON_NUMBERS and q - q == 0 else None)
-        else:
-            self.epsilon.append(None)
-            self.loss.append(None)
+    def _reset(self, inode: int | None) -> None:
+        super()._reset(inode)
+        self._clear()
 
-    def to_dict(self) -> dict[str, list[Any]]:
-        return {"steps": self.steps, "reward": self.reward, "length": self.length,
-                "epsilon": self.epsilon, "loss": self.loss}  # fmt: skip
+    def _take(self, rows: list[dict[str, Any]], ends: list[int]) -> None:
+        nan = math.nan
+        steps, reward, length, epsilon, loss, kept = [], [], [], [], [], []
+        for row, end in zip(rows, ends):
+            r, n = row.get("total_reward"), _count(row.get("length"))
+            if type(r) not in _JSON_NUMBERS or n is None:
+                continue
+            self._total += n
+            s = _count(row.get("total_steps"))
+            steps.append(self._total if s is None else s)
+            r = _real(r)
+            reward.append(nan if r is None else r)
+            length.append(n)
+            extras = row.get("extras")
+            if type(extras) is dict:
+                e, q = _real(extras.get("epsilon")), _real(extras.get("loss"))
+                epsilon.append(nan if e is None else e)
+                loss.append(nan if q is None else q)
+            else:
+                epsilon.append(nan)
+                loss.append(nan)
+            kept.append(end)
+        for name, values in zip(self.COLUMNS, (steps, reward, length, epsilon, loss)):
+            self.cols[name].extend(values)
+        self.ends.extend(kept)
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def to_dict(self, start: int = 0, stop: int | None = None) -> dict[str, Any]:
+        """Rows ``start:stop`` as JSON columns (steps and lengths as ints, missing as None)."""
+        c = {name: col[start:stop] for name, col in self.cols.items()}
+        return {"from": start,
+                "steps": [int(v) for v in c["steps"].tolist()],
+                "reward": _json_floats(c["reward"]),
+                "length": [int(v) for v in c["length"].tolist()],
+                "epsilon": _json_floats(c["epsilon"]),
+                "loss": _json_floats(c["loss"])}  # fmt: skip
+
+    def rows_up_to(self, offset: int) -> int:
+        """How many kept rows end at or before byte ``offset``."""
+        return bisect_right(self.ends, offset)
 
 
-class EvalColumns(_Columns):
-    """Mean greedy reward at each evaluation step (episodes grouped by ``total_steps_at_eval``)."""
+class EvalLog(JsonlTail):
+    """Mean greedy reward at each evaluation step (episodes grouped by ``total_steps_at_eval``).
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._sums: dict[int, list[float]] = {}
+    Points are kept in the order their step first appears in the log (the
+    order training writes them). Each mean is updated as
+    ``m += r/n - m/n``: no sum is kept, so 1e308 twice averages to 1e308.
+    """
 
-    def _add(self, row: dict[str, Any]) -> None:
-        s, r = row.get("total_steps_at_eval"), _finite_or_none(row.get("total_reward"))
-        if not _is_number(s) or r is None:
-            return
-        acc = self._sums.setdefault(int(s), [0.0, 0])
-        acc[0] += r
-        acc[1] += 1
+    def __init__(self, path: Path, root: Path | None = None) -> None:
+        super().__init__(path, root)
+        self._clear()
 
-    def means(self) -> list[float]:
-        return [total / count for total, count in self._sums.values()]
+    def _clear(self) -> None:
+        self._index: dict[int, int] = {}
+        self.steps: list[int] = []
+        self.mean: list[float] = []
+        self.count: list[int] = []
+        self.last: list[int] = []  # end offset of the last row counted in each point
 
-    def to_dict(self) -> dict[str, list[Any]]:
-        steps = sorted(self._sums)
-        return {
-            "steps": steps,
-            "reward": [self._sums[s][0] / self._sums[s][1] for s in steps],
-            "episodes": [int(self._sums[s][1]) for s in steps],
-        }
+    def _reset(self, inode: int | None) -> None:
+        super()._reset(inode)
+        self._clear()
+
+    def _take(self, rows: list[dict[str, Any]], ends: list[int]) -> None:
+        for row, end in zip(rows, ends):
+            s, r = _count(row.get("total_steps_at_eval")), _real(row.get("total_reward"))
+            if s is None or r is None:
+                continue
+            i = self._index.get(s)
+            if i is None:
+                self._index[s] = len(self.steps)
+                self.steps.append(s)
+                self.mean.append(r)
+                self.count.append(1)
+                self.last.append(end)
+                continue
+            n = self.count[i] + 1
+            m = self.mean[i]
+            self.mean[i] = min(max(m - m / n + r / n, -_MAX_FLOAT), _MAX_FLOAT)
+            self.count[i] = n
+            self.last[i] = end
+
+    def changed_after(self, offset: int) -> int:
+        """The first point that a row after byte ``offset`` created or changed (len: none)."""
+        return next((i for i, end in enumerate(self.last) if end > offset), len(self.last))
+
+    def means(self) -> dict[int, float]:
+        return dict(zip(self.steps, self.mean))
+
+    def to_dict(self, start: int = 0) -> dict[str, Any]:
+        return {"from": start, "steps": self.steps[start:], "reward": self.mean[start:],
+                "episodes": self.count[start:]}  # fmt: skip
 
 
 def _lock_held(lock_files: list[Path]) -> bool | None:
@@ -284,10 +423,9 @@ def _last_row(data: bytes) -> dict[str, Any] | None:
 class SeedRun:
     """One run directory (a single run, or one seed of a multi-seed run).
 
-    Listing a run (:meth:`refresh_summary`) reads its metadata, its small
+    Listing a run (:meth:`refresh_summary`) reads its metadata, its
     evaluation log and only the last line of its training log; the training
-    log is read whole (then incrementally) when a series is asked for
-    (:meth:`train_columns`).
+    log is read in pages when a series is asked for (:meth:`train_page`).
     """
 
     TAIL_BYTES = 16_384  # enough for the last line of a training log
@@ -296,32 +434,35 @@ class SeedRun:
         self.dir = directory
         self.seed = seed
         self.root = root
-        self.train = JsonlTail(directory / "train_episodes.jsonl", root)
-        self.eval = JsonlTail(directory / "eval_episodes.jsonl", root)
+        self.train = TrainLog(directory / "train_episodes.jsonl", root)
+        self.eval = EvalLog(directory / "eval_episodes.jsonl", root)
         self.metadata: dict[str, Any] = {}
         self._meta_mtime = -1.0
-        self._train_cols = TrainColumns()
-        self._eval_cols = EvalColumns()
         self._train_stat: tuple[int, int] | None = None  # (inode, size) of the last tail read
         self._train_mtime = 0.0
         self._last_train_row: dict[str, Any] | None = None
+        self._lock = threading.Lock()  # the summary's state; each log has its own
 
     def refresh_summary(self) -> None:
         """Read a changed metadata.json, the new evaluation rows and the training log's end."""
-        self._read_train_tail()
-        self.eval.refresh()
-        self._eval_cols.update(self.eval)
-        try:
-            mtime = os.stat(self.dir / "metadata.json").st_mtime
-        except OSError:
-            return
-        if mtime != self._meta_mtime:
+        with self._lock:
+            self._read_train_tail()
+            self.refresh_eval()
             try:
-                meta = json.loads((self.dir / "metadata.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                return  # keep the last good metadata
-            if isinstance(meta, dict):
-                self.metadata, self._meta_mtime = meta, mtime
+                mtime = os.stat(self.dir / "metadata.json").st_mtime
+            except OSError:
+                return
+            if mtime != self._meta_mtime:
+                try:
+                    meta = json.loads((self.dir / "metadata.json").read_text(encoding="utf-8"))
+                except (OSError, ValueError, RecursionError):
+                    return  # keep the last good metadata
+                if isinstance(meta, dict):
+                    self.metadata, self._meta_mtime = meta, mtime
+
+    def refresh_eval(self) -> None:
+        with self.eval.lock:
+            self.eval.refresh(PAGE_BYTES)
 
     def _read_train_tail(self) -> None:
         path = self.train.path
@@ -344,21 +485,53 @@ class SeedRun:
         self._train_stat = (st.st_ino, st.st_size)
         self._last_train_row = _last_row(b"\n" + data)
 
-    def train_columns(self) -> TrainColumns:
-        """The training log as columns, after reading what was appended to it."""
-        self.train.refresh()
-        self._train_cols.update(self.train)
-        return self._train_cols
+    def train_page(self, cursor: tuple[int, int] | None) -> tuple[dict[str, Any], list[int], bool]:
+        """The training rows after ``cursor`` ((inode, byte offset) from an earlier page).
 
-    def eval_columns(self) -> EvalColumns:
-        return self._eval_cols
+        Reads at most :data:`PAGE_BYTES` more of the log and sends the rows of
+        at most that many log bytes. A cursor into another file (a rewound
+        log) or beyond what was read (a restarted server) counts as none: the
+        page then starts at row 0 (``from``), and the client starts over.
+        Returns the columns, the next cursor and whether rows are left.
+        """
+        log = self.train
+        with log.lock:
+            size = log.sync()
+            start = 0
+            if cursor is not None and cursor[0] == log.inode and cursor[1] <= log.offset:
+                start = cursor[1]
+            log.read(size, start + PAGE_BYTES - log.offset)
+            k = log.rows_up_to(start)
+            m = max(log.rows_up_to(start + PAGE_BYTES), min(k + 1, len(log)))
+            cols = log.to_dict(k, m)
+            end = log.ends[m - 1] if m < len(log) else log.offset
+            more = m < len(log) or log.more
+            return cols, [log.inode or 0, max(end, start)], more
+
+    def eval_page(self, cursor: tuple[int, int] | None) -> tuple[dict[str, Any], list[int], bool]:
+        """The evaluation points created or changed after ``cursor``; as :meth:`train_page`."""
+        log = self.eval
+        with log.lock:
+            log.refresh(PAGE_BYTES)
+            start = 0
+            if cursor is not None and cursor[0] == log.inode and cursor[1] <= log.offset:
+                start = log.changed_after(cursor[1])
+            return log.to_dict(start), [log.inode or 0, log.offset], log.more
+
+    def reward_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of the training ``steps`` and ``reward`` columns read so far."""
+        with self.train.lock:
+            return np.array(self.train.cols["steps"]), np.array(self.train.cols["reward"])
+
+    def eval_means(self) -> dict[int, float]:
+        with self.eval.lock:
+            return self.eval.means()
 
     def _from_last_row_or_metadata(self, row_key: str, meta_key: str, offset: int) -> int:
         row = self._last_train_row or {}
-        logged = row.get(row_key)
-        meta = self.metadata.get(meta_key)
-        return max(int(logged) + offset if _is_number(logged) else 0,
-                   int(meta) if _is_number(meta) else 0)  # fmt: skip
+        logged = _count(row.get(row_key))
+        meta = _count(self.metadata.get(meta_key))
+        return max(logged + offset if logged is not None else 0, meta or 0)
 
     def episodes(self) -> int:
         """Episodes trained: the last logged episode index + 1 (or metadata's count)."""
@@ -380,8 +553,8 @@ class SeedRun:
         return now - self.last_update() < LIVE_WINDOW
 
     def best_eval(self) -> float | None:
-        best = _finite_or_none(self.metadata.get("best_eval_reward"))
-        evals = self._eval_cols.means()
+        best = _real(self.metadata.get("best_eval_reward"))
+        evals = list(self.eval_means().values())
         if evals:
             top = max(evals)
             best = top if best is None else max(best, top)
@@ -396,20 +569,28 @@ def _iqm_band(table: np.ndarray) -> dict[str, list[float]] | None:
 
     table : ndarray of float64, shape (points, seeds). The band is
     :func:`ember_np.stats.iqm_curve` (seeds resampled, seeded, so it does not
-    jitter between refreshes of unchanged data); None when a value is not finite.
+    jitter between refreshes of unchanged data), computed on the table scaled
+    by a power of two so that no sum overflows; None when a value is not finite.
     """
     if not np.all(np.isfinite(table)):
         return None
-    band = iqm_curve(table.T, confidence=CONFIDENCE, reps=BOOTSTRAP_RESAMPLES)
-    return {"iqm": band.value.tolist(), "lo": band.low.tolist(), "hi": band.high.tolist()}
+    e = _power_of_two_above(table)
+    band = iqm_curve(np.ldexp(table.T, -e), confidence=CONFIDENCE, reps=BOOTSTRAP_RESAMPLES)
+    return {"iqm": _unscale(band.value, e).tolist(), "lo": _unscale(band.low, e).tolist(),
+            "hi": _unscale(band.high, e).tolist()}  # fmt: skip
 
 
 def _moving_mean(values: np.ndarray, window: int) -> np.ndarray:
-    """Mean of the last ``window`` values at each index (fewer at the start)."""
-    c = np.cumsum(np.concatenate(([0.0], values)))
+    """Mean of the last ``window`` values at each index (fewer at the start).
+
+    values : ndarray of float64, finite. The running sums are taken of the
+    values scaled by a power of two (at most 1 in size), so they cannot overflow.
+    """
+    e = _power_of_two_above(values)
+    c = np.cumsum(np.concatenate(([0.0], np.ldexp(values, -e))))
     idx = np.arange(1, values.size + 1)
     start = np.maximum(idx - window, 0)
-    return (c[idx] - c[start]) / (idx - start)
+    return _unscale((c[idx] - c[start]) / (idx - start), e)
 
 
 def _iqm_curves(seeds: list[SeedRun]) -> dict[str, Any]:
@@ -423,14 +604,12 @@ def _iqm_curves(seeds: list[SeedRun]) -> dict[str, Any]:
     out: dict[str, Any] = {"train": None, "eval": None}
     curves = []
     for s in seeds:
-        cols = s.train_columns()
-        ys = np.array([np.nan if y is None else y for y in cols.reward], dtype=np.float64)
+        xs, ys = s.reward_curve()
         keep = ~np.isnan(ys)
         if not keep.any():
             curves = []
             break
-        xs = np.asarray(cols.steps, dtype=np.float64)[keep]
-        curves.append((xs, _moving_mean(ys[keep], SMOOTH_EPISODES)))
+        curves.append((xs[keep], _moving_mean(ys[keep], SMOOTH_EPISODES)))
     if curves:
         start = max(xs[0] for xs, _ in curves)
         stop = min(xs[-1] for xs, _ in curves)
@@ -438,14 +617,11 @@ def _iqm_curves(seeds: list[SeedRun]) -> dict[str, Any]:
             grid = np.unique(np.linspace(start, stop, IQM_POINTS).round())
             table = np.empty((grid.size, len(curves)))
             for j, (xs, ys) in enumerate(curves):
-                table[:, j] = ys[np.searchsorted(xs, grid, side="right") - 1]
+                table[:, j] = ys[np.maximum(np.searchsorted(xs, grid, side="right") - 1, 0)]
             band = _iqm_band(table)
             if band is not None:
                 out["train"] = {"steps": grid.astype(int).tolist(), **band}
-    evals = []
-    for s in seeds:
-        cols = s.eval_columns().to_dict()
-        evals.append(dict(zip(cols["steps"], cols["reward"])))
+    evals = [s.eval_means() for s in seeds]
     common = sorted(set.intersection(*(set(e) for e in evals))) if evals else []
     if common:
         table = np.array([[e[x] for e in evals] for x in common], dtype=np.float64)
@@ -456,6 +632,28 @@ def _iqm_curves(seeds: list[SeedRun]) -> dict[str, Any]:
 
 
 # -- the root -----------------------------------------------------------------------
+
+
+def _parse_cursor(raw: str | None) -> dict[str, tuple[int, int, int, int]]:
+    """A series cursor from the query string: {seed key: (train inode, offset, eval inode,
+    offset)}; anything malformed reads as no cursor (the whole series is sent again)."""
+    if not raw or len(raw) > 100_000:
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {}
+    if type(data) is not dict:
+        return {}
+    out = {}
+    for key, value in data.items():
+        if type(value) is list and len(value) == 4 and all(type(v) is int and v >= 0 for v in value):
+            out[key] = tuple(value)
+    return out
+
+
+def _seed_key(seed: int | None) -> str:
+    return "-" if seed is None else str(seed)
 
 
 @dataclass
@@ -486,22 +684,30 @@ class Run:
 
     def state(self) -> tuple[tuple[int, int, int, int], ...]:
         """Changes whenever a log of a seed gains or loses rows."""
-        return tuple((s.train.generation, len(s.train.rows), s.eval.generation, len(s.eval.rows))
+        return tuple((s.train.generation, s.train.offset, s.eval.generation, s.eval.offset)
                      for s in self.seeds)  # fmt: skip
 
-    def series(self, iqm: dict[str, Any] | None) -> dict[str, Any]:
-        members = [
-            {"seed": s.seed, "train": s.train_columns().to_dict(),
-             "eval": s.eval_columns().to_dict()}
-            for s in self.seeds
-        ]  # fmt: skip
-        return {"id": self.id, "members": members, "iqm": iqm}
+    def page(self, cursor: dict[str, tuple[int, int, int, int]]) -> dict[str, Any]:
+        """Each seed's rows after ``cursor`` (see :meth:`SeedRun.train_page`); no ``iqm`` yet."""
+        members, next_cursor, more = [], {}, False
+        for s in self.seeds:
+            key = _seed_key(s.seed)
+            c = cursor.get(key)
+            train, t_next, t_more = s.train_page(None if c is None else c[:2])
+            evals, e_next, e_more = s.eval_page(None if c is None else c[2:])
+            members.append({"seed": s.seed, "train": train, "eval": evals})
+            next_cursor[key] = t_next + e_next
+            more = more or t_more or e_more
+        cursor_text = json.dumps(next_cursor, separators=(",", ":"))
+        return {"id": self.id, "members": members, "iqm": None, "cursor": cursor_text,
+                "more": more}  # fmt: skip
 
 
 class RunStore:
     """The runs under one root, with every log file's reading state kept between requests.
 
-    Thread-safe: the HTTP server's threads share one store.
+    Thread-safe: the HTTP server's threads share one store. Its lock guards
+    the walk of the root only; each log is read under its own lock.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -582,30 +788,40 @@ class RunStore:
         """Every run under the root, newest first, after reading what was appended."""
         with self._lock:
             self._scan()
-            now = time.time()
-            for run in self._runs.values():
-                for s in run.seeds:
-                    s.refresh_summary()
-            out = [r.summary(now) for r in self._runs.values()]
+            runs = list(self._runs.values())
+        now = time.time()
+        for run in runs:
+            for s in run.seeds:
+                s.refresh_summary()
+        out = [r.summary(now) for r in runs]
         out.sort(key=lambda r: (r["run_id"], r["id"]), reverse=True)
         return out
 
-    def series(self, run_id: str) -> dict[str, Any] | None:
-        """The training and evaluation series of ``run_id`` (None: no such run under the root)."""
+    def series(self, run_id: str, cursor: str | None = None) -> dict[str, Any] | None:
+        """One page of ``run_id``'s series after ``cursor`` (None: no such run under the root).
+
+        The page has ``members`` (per seed ``train`` and ``eval`` columns, each
+        with ``from``: the index of its first row, which replaces the client's
+        rows from there on), ``iqm`` (multi-seed runs: over the rows read so
+        far; None on a page with ``more``), ``multi_seed``, ``cursor`` (pass it back
+        for the next page) and ``more`` (rows are left: ask again at once).
+        """
         with self._lock:
             run = self._runs.get(run_id)
             if run is None:  # not seen yet: a run created since the last listing
                 self._scan()
                 run = self._runs.get(run_id)
-            if run is None:
-                return None
-            for s in run.seeds:
-                s.refresh_summary()
-            iqm = None
-            if run.multi_seed:
-                state = run.state()
+        if run is None:
+            return None
+        page = run.page(_parse_cursor(cursor))
+        page["multi_seed"] = run.multi_seed
+        if run.multi_seed and not page["more"]:  # the client draws once it has every page
+            state = run.state()
+            with self._lock:
                 cached = self._iqm.get(run_id)
-                if cached is None or cached[0] != state:
-                    cached = self._iqm[run_id] = (state, _iqm_curves(run.seeds))
-                iqm = cached[1]
-            return run.series(iqm)
+            if cached is None or cached[0] != state:
+                cached = (state, _iqm_curves(run.seeds))
+                with self._lock:
+                    self._iqm[run_id] = cached
+            page["iqm"] = cached[1]
+        return page

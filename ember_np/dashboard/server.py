@@ -5,16 +5,24 @@ any other path 404)::
 
     /                  the page (index.html), with /app.js and /style.css
     /api/runs          {"root", "now", "runs": [summary, ...]}, newest run first
-    /api/series?run=ID one run's training and evaluation series (404: no such run)
+    /api/series?run=ID[&cursor=C]
+                       one page of a run's training and evaluation series
+                       (404: no such run)
 
 A run summary has ``id`` (``name/version/run_id``), ``name``, ``version``,
 ``run_id``, ``seeds`` (None for a single run), ``total_steps``, ``episodes``,
-``last_update`` (Unix time), ``training`` and ``best_eval``. A series has one
-member per seed with its ``train`` columns (``steps``, ``reward``,
+``last_update`` (Unix time), ``training`` and ``best_eval``. A series page has
+one member per seed with its ``train`` columns (``steps``, ``reward``,
 ``length``, ``epsilon``, ``loss``) and ``eval`` columns (``steps``,
-``reward``: mean greedy reward per evaluation, ``episodes``), and for a
-multi-seed run ``iqm``: ``train`` and ``eval`` curves with ``iqm``, ``lo``,
-``hi`` (95% bootstrap band over seeds). Missing values are ``null``.
+``reward``: mean greedy reward per evaluation, ``episodes``), each with
+``from``, the row index where these rows go (the client drops its rows from
+there on and appends these); ``cursor``, an opaque string to pass back for
+the next page, which then holds only rows read after it; ``more``: whether
+rows are left (ask again at once); ``multi_seed``; and for a multi-seed run's
+last page ``iqm``: ``train`` and ``eval`` curves with ``iqm``, ``lo``, ``hi``
+(95% bootstrap band over seeds). A page holds at most
+:data:`ember_np.dashboard.logs.PAGE_BYTES` of each log. Missing values are
+``null``; every number is finite.
 
 Every request whose ``Host`` header does not name this server gets 403, so a
 page on another site cannot read the API through DNS rebinding (its requests
@@ -181,8 +189,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif url.path == "/api/runs":
             self._json({"root": str(store.root), "now": time.time(), "runs": store.list_runs()})
         elif url.path == "/api/series":
-            run = parse_qs(url.query).get("run", [""])[0]
-            series = store.series(run)
+            query = parse_qs(url.query)
+            run = query.get("run", [""])[0]
+            series = store.series(run, query.get("cursor", [None])[0])
             if series is None:
                 self._not_found(f"run {run!r} under the runs root")
             else:

@@ -1,10 +1,12 @@
 // ember-np dashboard: polls /api/runs every 2 s, fetches the series of the
-// ticked runs (again only while they train or change) and draws SVG charts.
+// ticked runs (again only while they train or change: only the rows appended
+// since its cursor, page by page) and draws SVG charts.
 // Selection and zoom live in `state` (and the selection in the URL hash), so
 // a refresh redraws without touching them.
 "use strict";
 
 const REFRESH_MS = 2000;
+const PAGES_PER_FETCH = 64;  // pages of one series fetched before drawing (the rest: next refresh)
 const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
                  "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"];
 const SVG = "http://www.w3.org/2000/svg";
@@ -19,7 +21,7 @@ const CHARTS = [
 const state = {
   runs: [],            // summaries from /api/runs
   selected: new Set(), // run ids ticked by the user
-  series: {},          // run id -> series from /api/series
+  series: {},          // run id -> series merged from /api/series pages
   seenUpdate: {},      // run id -> last_update of the series we hold
   zoom: null,          // [x0, x1] in env steps, or null for everything
   smooth: 20,
@@ -62,6 +64,12 @@ function pairs(xs, ys) {
   return [px, py];
 }
 
+// Evaluation points come in the order their step first appears in the log: draw them by step.
+function pairsByX(xs, ys) {
+  const order = [...xs.keys()].filter(i => ys[i] !== null).sort((a, b) => xs[a] - xs[b]);
+  return [order.map(i => xs[i]), order.map(i => ys[i])];
+}
+
 // -- traces: what each chart shows for the selected runs ----------------------------
 
 function traces() {
@@ -71,7 +79,7 @@ function traces() {
     const s = state.series[run.id];
     if (!s) continue;
     const color = colorOf(run.id);
-    const multi = s.iqm !== null;
+    const multi = s.multi_seed;
     for (const m of s.members) {
       const t = m.train, tag = {run: run.id, seed: m.seed, color};
       if (!multi) {
@@ -79,7 +87,7 @@ function traces() {
         out.reward.push({...tag, kind: "raw", x: rx, y: ry, width: 0.8, opacity: 0.3});
         const [sx, sy] = movingMean(t.steps, t.reward, state.smooth);
         out.reward.push({...tag, kind: "smoothed", x: sx, y: sy, width: 2});
-        const [ex, ey] = pairs(m.eval.steps, m.eval.reward);
+        const [ex, ey] = pairsByX(m.eval.steps, m.eval.reward);
         out.eval.push({...tag, kind: "eval", x: ex, y: ey, width: 1.5, dots: true});
       }
       const thin = multi ? 1 : 1.5, op = multi ? 0.55 : 1;
@@ -94,7 +102,7 @@ function traces() {
       const [mx, my] = movingMean(t.steps, t.loss, state.smooth);
       out.loss.push({...tag, kind: "smoothed", x: mx, y: my, width: thin, opacity: op});
     }
-    if (multi) {
+    if (multi && s.iqm) {
       for (const [chart, curve] of [["reward", s.iqm.train], ["eval", s.iqm.eval]]) {
         if (!curve) continue;
         const tag = {run: run.id, seed: null, color};
@@ -314,18 +322,29 @@ function saveSelection() {
   history.replaceState(null, "", ids ? "#runs=" + ids : location.pathname);
 }
 
+// The selection in the URL; an id that is not valid percent-encoding (a hand-edited
+// or truncated link, "#runs=%E0%A4%A") is skipped, not fatal.
 function loadSelection() {
   const m = location.hash.match(/^#runs=(.*)$/);
   if (!m) return;
-  for (const id of m[1].split(",")) if (id) state.selected.add(decodeURIComponent(id));
-  state.touched = true;
+  for (const part of m[1].split(",")) {
+    let id = "";
+    try { id = decodeURIComponent(part); } catch (err) { continue; }
+    if (id) state.selected.add(id);
+  }
+  state.touched = state.selected.size > 0;  // none readable: show the newest run, as with no hash
 }
 
 async function toggle(id, on) {
   state.touched = true;
   if (on) state.selected.add(id); else state.selected.delete(id);
   saveSelection();
-  if (on && !state.series[id]) await fetchSeries(id);
+  try {
+    if (on && !state.series[id]) await fetchSeries(id);
+  } catch (err) {
+    window.__dashboard.errors++;
+    document.getElementById("status").textContent = "cannot fetch " + id + ": " + err.message;
+  }
   render();
 }
 
@@ -337,10 +356,53 @@ async function getJSON(url) {
   return r.json();
 }
 
+// One page's columns into those held: rows from page.from on are replaced by the
+// page's (from 0: the whole column). null when we hold fewer rows than `from`.
+function mergeColumns(held, page) {
+  const names = Object.keys(page).filter(k => k !== "from");
+  if (!held || page.from === 0) return Object.fromEntries(names.map(k => [k, page[k]]));
+  if (names.some(k => !held[k] || held[k].length < page.from)) return null;
+  for (const k of names) {
+    held[k].length = page.from;
+    for (const v of page[k]) held[k].push(v);
+  }
+  return held;
+}
+
+// A page of /api/series merged into the series held (members matched by seed); null: start over.
+function mergePage(held, page) {
+  const old = new Map((held ? held.members : []).map(m => [String(m.seed), m]));
+  const members = [];
+  for (const pm of page.members) {
+    const m = old.get(String(pm.seed));
+    const train = mergeColumns(m && m.train, pm.train), ev = mergeColumns(m && m.eval, pm.eval);
+    if (train === null || ev === null) return null;
+    members.push({seed: pm.seed, train, eval: ev});
+  }
+  return {id: page.id, members, multi_seed: page.multi_seed, cursor: page.cursor,
+          more: page.more, iqm: page.iqm !== null ? page.iqm : (held ? held.iqm : null)};
+}
+
+// Fetch what was appended to a run's logs since the cursor held (everything, the first time).
 async function fetchSeries(id) {
   const run = state.runs.find(r => r.id === id);
-  state.series[id] = await getJSON("api/series?run=" + encodeURIComponent(id));
-  state.seenUpdate[id] = run ? run.last_update : null;
+  const seen = run ? run.last_update : null;
+  let restarted = false;
+  for (let n = 0; n < PAGES_PER_FETCH; n++) {
+    const held = state.series[id];
+    let url = "api/series?run=" + encodeURIComponent(id);
+    if (held) url += "&cursor=" + encodeURIComponent(held.cursor);
+    const merged = mergePage(held, await getJSON(url));
+    if (merged === null) {  // rows missing here: fetch the whole series again, once
+      delete state.series[id];
+      if (restarted) throw new Error(`series of ${id} does not line up`);
+      restarted = true;
+      continue;
+    }
+    state.series[id] = merged;
+    if (!merged.more) break;
+  }
+  state.seenUpdate[id] = seen;
 }
 
 async function refresh() {
@@ -354,8 +416,8 @@ async function refresh() {
       state.selected.add(state.runs[0].id); // the newest run, until the user picks
     }
     for (const id of [...state.selected]) if (!ids.has(id)) delete state.series[id];
-    const stale = state.runs.filter(r => state.selected.has(r.id) &&
-      (!state.series[r.id] || r.training || state.seenUpdate[r.id] !== r.last_update));
+    const stale = state.runs.filter(r => state.selected.has(r.id) && (!state.series[r.id] ||
+      state.series[r.id].more || r.training || state.seenUpdate[r.id] !== r.last_update));
     await Promise.all(stale.map(r => fetchSeries(r.id)));
     renderList();
     if (stale.length || !window.__dashboard.renders) render();
@@ -366,9 +428,10 @@ async function refresh() {
   } catch (err) {
     window.__dashboard.errors++;
     status.textContent = "cannot reach the server: " + err.message;
+  } finally {  // whatever failed, the next refresh comes
+    window.__dashboard.refreshes++;
+    setTimeout(refresh, REFRESH_MS);
   }
-  window.__dashboard.refreshes++;
-  setTimeout(refresh, REFRESH_MS);
 }
 
 document.getElementById("smooth").addEventListener("change", ev => {
@@ -378,5 +441,8 @@ document.getElementById("smooth").addEventListener("change", ev => {
   render();
 });
 window.addEventListener("resize", () => render());
-loadSelection();
-refresh();
+try {
+  loadSelection();
+} finally {
+  refresh();
+}
