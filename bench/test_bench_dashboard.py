@@ -8,6 +8,13 @@ loopback, JSON encoding included:
 - ``warm``: a refresh with a few episodes appended to each log since the
   last one (what the page's 2-second poll costs while runs train).
 
+The big-log benchmarks (issue 23) write one run with a training log of
+:data:`BIG_MB` MB and time: the first page of its series, every page of it
+(what a fresh page fetches), a refresh after 100 appended episodes (only those
+are sent), and ``/api/runs`` while another client pages through the big log on
+a fresh server. ``extra_info`` holds the page count, response bytes and
+tracemalloc's peak per page request.
+
 Logs are synthesized in the trainer's row format. ``learning``: episode
 length rises from ~20 to 500 over 30,000 steps (about 500 episodes per run);
 ``random``: a policy that never learns, ~22 steps an episode (about 2,300
@@ -19,6 +26,8 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
+import tracemalloc
 from pathlib import Path
 from urllib.parse import quote
 
@@ -105,6 +114,17 @@ class _Client:
         assert resp.status == 200
         return body
 
+    def series(self, path: str, cursor: str | None = None) -> tuple[int, int, str]:
+        """Every page of a series after ``cursor``: (pages, bytes received, the last cursor)."""
+        pages = size = 0
+        while True:
+            url = path if cursor is None else f"{path}&cursor={quote(cursor, safe='')}"
+            body = self.get(url)
+            page = json.loads(body)
+            pages, size, cursor = pages + 1, size + len(body), page["cursor"]
+            if not page["more"]:
+                return pages, size, cursor
+
     def close(self) -> None:
         self.conn.close()
         self.server.shutdown()
@@ -139,15 +159,18 @@ def _bench(benchmark, root_and_runs, path: str, warm: bool) -> None:
             _append(root)
         return (client,), {}
 
+    def fetch(c):
+        return c.get(path) if path == "/api/runs" else c.series(path)[1]
+
     try:
-        body = benchmark.pedantic(lambda c: c.get(path), setup=setup, rounds=5, iterations=1)
+        body = benchmark.pedantic(fetch, setup=setup, rounds=5, iterations=1)
     finally:
         for c in clients:
             c.close()
     single = [n for r, n in episodes.items() if not r.endswith("20260101_000000")]
     benchmark.extra_info["runs"] = len(episodes)
     benchmark.extra_info["episodes_per_run_mean"] = float(np.mean(single))
-    benchmark.extra_info["response_bytes"] = len(body)
+    benchmark.extra_info["response_bytes"] = body if isinstance(body, int) else len(body)
     benchmark.extra_info["under_200_ms"] = benchmark.stats.stats.max < 0.2
 
 
@@ -162,3 +185,102 @@ def test_dashboard_list(benchmark, root, warm):
 def test_dashboard_series(benchmark, root, warm, multi):
     """GET /api/series for one run (single, or 5 seeds with the IQM and its bootstrap band)."""
     _bench(benchmark, root, _series_path(root, multi), warm)
+
+
+# -- one big log (issue 23) ----------------------------------------------------------
+
+BIG_MB = 40
+
+
+def _big_row(k: int, rng_value: float) -> str:
+    return json.dumps({"total_reward": 20.0 + k % 480, "length": 20 + k % 480,
+                       "status": "TERMINATED",
+                       "extras": {"epsilon": max(0.04, 1 - k / 8_000), "loss": rng_value},
+                       "episode": k, "total_steps": 250 * (k + 1)}) + "\n"  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def big_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs_big")
+    run = TrainingRun.create("Big-v0", "big", root=root)
+    rng = np.random.default_rng(0)
+    k = 0
+    with open(run.dir / "train_episodes.jsonl", "w") as f:
+        while f.tell() < BIG_MB * 1_000_000:
+            f.write("".join(_big_row(k + j, v) for j, v in enumerate(rng.random(10_000))))
+            k += 10_000
+    run.update_metadata(250 * k, k)
+    return root, "/api/series?run=" + quote(f"Big-v0/big/{run.dir.name}", safe=""), k
+
+
+def _peak_per_page(client: _Client, path: str) -> int:
+    """tracemalloc's peak while one page request is served (this process serves it)."""
+    tracemalloc.start()
+    try:
+        client.get(path)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("what", ["first_page", "all_pages", "incremental"])
+def test_dashboard_big_log_series(benchmark, big_root, what):
+    """The series of one run with a 40 MB training log, on a fresh server each round."""
+    root, path, episodes = big_root
+    clients, info = [], {}
+
+    def setup():
+        client = _Client(root)
+        clients.append(client)
+        cursor = None
+        if what == "incremental":
+            _, _, cursor = client.series(path)
+            with open(next(root.rglob("train_episodes.jsonl")), "a") as f:
+                f.write("".join(_big_row(episodes + j, 0.5) for j in range(100)))
+        return (client, cursor), {}
+
+    def fetch(client, cursor):
+        if what == "first_page":
+            info["bytes"] = len(client.get(path))
+            info["pages"] = 1
+        else:
+            info["pages"], info["bytes"], _ = client.series(path, cursor)
+
+    try:
+        benchmark.pedantic(fetch, setup=setup, rounds=3, iterations=1)
+        peak_client = _Client(root)
+        clients.append(peak_client)
+        benchmark.extra_info["peak_bytes_first_page_request"] = _peak_per_page(peak_client, path)
+    finally:
+        for c in clients:
+            c.close()
+    log = next(root.rglob("train_episodes.jsonl"))
+    benchmark.extra_info.update(log_mb=log.stat().st_size / 1e6, episodes=episodes,
+                                pages=info["pages"], response_bytes=info["bytes"])  # fmt: skip
+
+
+def test_dashboard_big_log_list_while_reading(benchmark, big_root):
+    """GET /api/runs while another client pages through the 40 MB log on a fresh server."""
+    root, path, _ = big_root
+    stop = threading.Event()
+    reads = []
+
+    def reader():
+        while not stop.is_set():
+            c = _Client(root)  # a fresh store: the log is parsed again
+            t0 = time.perf_counter()
+            c.series(path)
+            reads.append(time.perf_counter() - t0)
+            c.close()
+
+    lister = _Client(root)
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.5)  # the reader is mid-log
+        benchmark.pedantic(lambda: lister.get("/api/runs"), rounds=30, iterations=1)
+    finally:
+        stop.set()
+        thread.join(120)
+        lister.close()
+    benchmark.extra_info["reader_full_reads_s"] = reads
