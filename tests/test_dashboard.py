@@ -1032,3 +1032,37 @@ def test_page_keeps_refreshing_after_a_malformed_url_hash(served, root, tmp_path
                 page.close()
         finally:
             context.close()
+
+
+def test_a_burst_of_connections_is_queued_not_dropped(root):
+    """Bound but not yet accepting: 300 connections wait in the listen queue (backlog 5 drops them)."""
+    import socket
+
+    server = make_server(root, port=0)  # bound and listening; serve_forever not called
+    try:
+        conns = []
+        for _ in range(300):
+            conns.append(socket.create_connection(server.server_address[:2], timeout=3))
+        assert len(conns) == 300
+    finally:
+        for c in conns:
+            c.close()
+        server.server_close()
+
+
+def test_500_concurrent_requests_with_slowloris_connections_open(served):
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    slow = []
+    try:
+        for _ in range(100):  # headers that never end
+            s = socket.create_connection((served.host, served.port), timeout=10)
+            s.sendall(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            slow.append(s)
+        with ThreadPoolExecutor(100) as pool:
+            statuses = list(pool.map(lambda _: served.get("/api/runs")[0], range(500)))
+        assert statuses == [200] * 500
+    finally:
+        for s in slow:
+            s.close()

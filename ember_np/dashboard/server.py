@@ -211,6 +211,9 @@ def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # listen() backlog: socketserver's 5 drops the connections of a burst (500 at
+    # once), whose clients then wait out TCP's retransmission backoff (1, 3, 7... s).
+    request_queue_size = 1024
 
     def __init__(
         self, address: tuple[str, int], store: RunStore, verbose: bool, allow_hosts: Iterable[str]
