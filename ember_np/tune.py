@@ -57,7 +57,14 @@ from typing import Any
 
 import numpy as np
 
-from ember_np.cli import UsageError, _int_at_least, _make_env, _parse_sets
+from ember_np.cli import (
+    NATIVE_IDS,
+    UsageError,
+    _int_at_least,
+    _make_env,
+    _parse_sets,
+    _with_env_masks,
+)
 from ember_np.dqn.config import DqnConfig
 
 __all__ = [
@@ -691,18 +698,16 @@ def add_tune_parser(sub: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> TuneSettings:
-    import gymnasium as gym
-
     from ember_np.presets import default_preset
 
     env_id = args.env_id
     env = _make_env(env_id)
     env.close()
-    native = f"ember_np/{env_id}"
-    train_env_id = native if native in gym.registry else env_id
+    train_env_id = NATIVE_IDS.get(env_id, env_id)  # the compiled twin, as ember-np train
     preset = default_preset(env_id.removeprefix("ember_np/"))
     base = preset.config if preset is not None else DqnConfig()
     fixed = _parse_sets(args.set or [])
+    base = _with_env_masks(base, train_env_id, fixed)  # as ember-np train: masks where given
     try:
         base.replace(**fixed)
     except (ValueError, TypeError) as exc:
