@@ -39,19 +39,23 @@ here imports it at module level.
 
 from __future__ import annotations
 
+import _thread
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -329,13 +333,15 @@ def _objective(settings: TuneSettings, n_trials: int, quiet: bool) -> Callable[[
         trial.set_user_attr("config", config.to_dict())
 
         def report(step: int, value: float) -> bool:
-            trial.report(value, step)
-            if trial.should_prune():
-                _say(quiet, f"trial {trial.number}: pruned at step {step:,} (IQM {value:.2f})")
-                return True
-            return False
+            with _STOP.shielded():  # not in the middle of a storage write
+                trial.report(value, step)
+                if trial.should_prune():
+                    _say(quiet, f"trial {trial.number}: pruned at step {step:,} (IQM {value:.2f})")
+                    return True
+                return False
 
-        scores = evaluate_config(settings, config, seeds, report)
+        with _STOP.interruptible():  # a stop request fails the trial (Optuna marks it)
+            scores = evaluate_config(settings, config, seeds, report)
         value = iqm(scores)
         trial.set_user_attr("scores", scores)
         each = ", ".join(f"{s:.1f}" for s in scores)
@@ -612,7 +618,7 @@ def work(
     start = time.monotonic()
     finished = 0
     failures = 0
-    while timeout is None or time.monotonic() - start < timeout:
+    while (timeout is None or time.monotonic() - start < timeout) and not _STOP.requested:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             fail_stale_trials(study)
@@ -629,6 +635,8 @@ def work(
             study.optimize(objective, n_trials=1)
         except _Surplus:
             continue
+        except KeyboardInterrupt:  # Ctrl-C, or the command ended: Optuna failed the trial
+            return finished
         except Exception:  # a trial that raised: Optuna marked it failed
             failures += 1
             traceback.print_exc()
@@ -651,11 +659,84 @@ def has_heartbeat(storage: Any) -> bool:
     return callable(interval) and interval() is not None
 
 
-def _worker_main(spec_json: str) -> int:
-    """Entry point of one worker process (``python -m ember_np.tune SPEC``)."""
+class _Stop:
+    """A worker's stop request (SIGINT, SIGTERM, or its command gone), turned into a
+    KeyboardInterrupt only while a trial trains.
+
+    There Optuna catches it and marks the trial failed before the worker
+    ends, so no trial is left running; anywhere else (creating, reporting or
+    telling a trial, waiting) the request is only noted, and the worker stops
+    at its next check. A second signal during that cleanup is ignored.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._inside = False
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            return
+        self.requested = True
+        if self._inside:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Where a stop request raises KeyboardInterrupt at once (training)."""
+        if self.requested:
+            raise KeyboardInterrupt
+        self._inside = True
+        try:
+            yield
+        finally:
+            self._inside = False
+
+    @contextlib.contextmanager
+    def shielded(self) -> Iterator[None]:
+        """Inside :meth:`interruptible`: a stretch a request must not cut (a storage write)."""
+        inside, self._inside = self._inside, False
+        try:
+            yield
+        finally:
+            self._inside = inside
+        if inside and self.requested:
+            raise KeyboardInterrupt
+
+
+_STOP = _Stop()
+STOP_GRACE = 60.0  # seconds a stopped worker has to fail its trial before it is killed
+
+
+def _watch_parent(fd: int) -> None:
+    """End this worker when its command ends, however it ends (SIGKILL included).
+
+    The command holds the write end of the worker's stdin; when it dies the
+    read returns EOF, and the worker stops as on SIGTERM (its trial is marked
+    failed). If it is still alive ``STOP_GRACE`` seconds later, it exits.
+    """
+
+    def watch() -> None:
+        while os.read(fd, 65536):  # unbuffered: no lock held at interpreter shutdown
+            pass
+        _thread.interrupt_main(signal.SIGTERM)
+        time.sleep(STOP_GRACE)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ember_np-tune-parent", daemon=True).start()
+
+
+def _worker_main() -> int:
+    """Entry point of one worker process (``python -m ember_np.tune``).
+
+    Its spec (storage URL included) is the first line of its stdin, never its
+    command line, which any local user can read with ``ps``.
+    """
     import optuna
 
-    spec = json.loads(spec_json)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _STOP.handle)
+    spec = json.loads(sys.stdin.buffer.readline())  # the command writes this one line only
+    _watch_parent(sys.stdin.fileno())
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = open_storage(spec["storage"], spec["heartbeat"])
     study = _open_study(storage, spec["study"], None)
@@ -664,7 +745,7 @@ def _worker_main(spec_json: str) -> int:
     study.pruner = _pruner(spec["pruner"], settings.steps)
     work(study, settings, spec["trials"], spec["timeout"], spec["quiet"],
          heartbeat=has_heartbeat(storage))  # fmt: skip
-    return 0
+    return 130 if _STOP.requested else 0
 
 
 def _cores() -> int:
@@ -674,14 +755,38 @@ def _cores() -> int:
 
 
 def _spawn_workers(spec: dict[str, Any], n: int) -> list[subprocess.Popen]:
-    """W worker processes, each with one BLAS thread (set before NumPy loads in it)."""
+    """W worker processes, each with one BLAS thread (set before NumPy loads in it).
+
+    Each gets its spec on its stdin, which stays open: its end tells the
+    worker that this command is gone (:func:`_watch_parent`).
+    """
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    return [
-        subprocess.Popen(
-            [sys.executable, "-m", "ember_np.tune", json.dumps({**spec, "worker": i})], env=env
-        )
-        for i in range(n)
-    ]
+    procs = []
+    for i in range(n):
+        proc = subprocess.Popen([sys.executable, "-m", "ember_np.tune"], stdin=subprocess.PIPE,
+                                env=env)  # fmt: skip
+        procs.append(proc)
+        assert proc.stdin is not None
+        proc.stdin.write((json.dumps({**spec, "worker": i}) + "\n").encode())
+        proc.stdin.flush()
+    return procs
+
+
+def _stop_workers(procs: list[subprocess.Popen]) -> None:
+    """Ask every worker to stop (each fails its running trial), then wait; kill after
+    ``STOP_GRACE`` seconds or a second Ctrl-C."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + STOP_GRACE
+    try:
+        for p in procs:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.0))
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
 
 
 # -- results -----------------------------------------------------------------------
@@ -871,17 +976,33 @@ def cmd_tune(args: argparse.Namespace) -> int:
     procs = _spawn_workers(spec, workers)
     try:
         codes = [p.wait() for p in procs]
-    except KeyboardInterrupt:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait()
+    except KeyboardInterrupt:  # each worker fails its running trial before it ends
+        _stop_workers(procs)
+        print(f"ember-np tune: interrupted; the running trials were marked failed: run the "
+              "same command again to finish the study", file=sys.stderr)  # fmt: skip
         raise
     bad = [f"worker {i}: status {c}" for i, c in enumerate(codes) if c != 0]
     if bad:
         print(f"ember-np tune: {'; '.join(bad)}", file=sys.stderr)
+    _say_if_stuck(study, args.trials)
     _results(study, tune_dir)
     return 1 if bad else 0
+
+
+def _say_if_stuck(study: Any, n_trials: int) -> None:
+    """Say why a study ended short of its trials: running trials no heartbeat can fail."""
+    from optuna.trial import TrialState
+
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    done = sum(s in (TrialState.COMPLETE, TrialState.PRUNED) for s in states)
+    running = states.count(TrialState.RUNNING)
+    if done < n_trials and running:
+        print(
+            f"ember-np tune: {done} of {n_trials} trials finished; {running} are marked running "
+            "by workers this command cannot check (a journal file has no heartbeat, so a "
+            "killed worker's trial stays running): they count towards --trials until they end",
+            file=sys.stderr,
+        )
 
 
 def _results(study: Any, tune_dir: Path) -> None:
@@ -977,7 +1098,9 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 if __name__ == "__main__":
     try:
-        raise SystemExit(_worker_main(sys.argv[1]))
+        raise SystemExit(_worker_main())
+    except KeyboardInterrupt:  # stopped before it started a trial
+        raise SystemExit(130) from None
     except UsageError as exc:
         print(f"ember-np tune: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
