@@ -461,8 +461,9 @@ def _driver_hint(storage: str) -> str:
     url = make_url(storage)
     driver = url.get_driver_name()
     package = _DRIVER_PACKAGES.get(driver.lower(), driver)
+    backend = url.get_backend_name()
     return (f"its driver {driver!r} is not installed: pip install {package} "
-            f"(or name another driver in the URL, {url.get_backend_name()}+DRIVER://...)")  # fmt: skip
+            f"(or name another driver in the URL, {backend}+DRIVER://...)")  # fmt: skip
 
 
 def _error_line(exc: BaseException) -> str:

@@ -37,7 +37,8 @@ def storage_for(tmp_path: Path, kind: str) -> str:
 
 
 def command(tmp_path: Path, storage: str, n_trials: int = FIRST) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path)
     return subprocess.Popen(
         [sys.executable, "-m", "ember_np", "tune", "CartPole-v1", "--dir", str(tmp_path / "t"),
          "--storage", storage, "--trials", str(n_trials), *SLOW],
