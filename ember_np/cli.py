@@ -269,10 +269,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             config = config.replace(**overrides)
         except (ValueError, TypeError) as exc:
             raise UsageError(f"--set: {exc}") from None
-    if "action_masks" not in overrides and not config.action_masks and _gives_masks(env_id):
-        config = config.replace(action_masks=True)
-        print(f"{env_id}: the env gives info['action_mask']: training with action masks "
-              "(--set action_masks=false turns this off)")  # fmt: skip
+    config = _with_env_masks(config, env_id, overrides)
     steps = args.steps if args.steps is not None else (preset.steps if preset else 100_000)
     try:
         _check_replay_memory(env, config)
@@ -381,9 +378,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     env = _make_env(saved["env_id"])
     _check_checkpoint_env(env, saved["env_id"], policy.encoder, policy.action_mapper, path)
+    dqn = saved.get("dqn")
+    masks = not isinstance(dqn, dict) or dqn.get("action_masks") is not False  # as trained
     tracker = StatsTracker()
     for episode in range(args.episodes):
-        tracker.update(greedy_episode(env, policy.act, seed=args.seed + episode))
+        tracker.update(greedy_episode(env, policy.act, seed=args.seed + episode, masks=masks))
     report = EvalReport(total_steps, args.episodes, tracker.summary())
     print(f"{path}")
     report.print()
@@ -506,6 +505,18 @@ def _gives_masks(env_id: str) -> bool:
         return action_mask_of(info) is not None
     finally:
         probe.close()
+
+
+def _with_env_masks(config: Any, env_id: str, overrides: dict[str, Any]) -> Any:
+    """``config`` with action masks on when ``env_id`` gives them, unless ``--set`` chose.
+
+    The one place ``train`` and ``tune`` decide it, so both build the same config.
+    """
+    if "action_masks" in overrides or config.action_masks or not _gives_masks(env_id):
+        return config
+    print(f"{env_id}: the env gives info['action_mask']: training with action masks "
+          "(--set action_masks=false turns this off)")  # fmt: skip
+    return config.replace(action_masks=True)
 
 
 def _check_replay_memory(env: Any, config: Any) -> None:

@@ -39,25 +39,36 @@ here imports it at module level.
 
 from __future__ import annotations
 
+import _thread
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ember_np.cli import UsageError, _int_at_least, _make_env, _parse_sets
+from ember_np.cli import (
+    NATIVE_IDS,
+    UsageError,
+    _int_at_least,
+    _make_env,
+    _parse_sets,
+    _with_env_masks,
+)
 from ember_np.dqn.config import DqnConfig
 
 __all__ = [
@@ -215,12 +226,20 @@ def suggest_config(trial: Any, settings: TuneSettings) -> DqnConfig:
 
 def _config(settings: TuneSettings, values: Mapping[str, Any]) -> DqnConfig:
     """base <- sampled values <- fixed values, with min_replay_size made consistent."""
-    merged = {**settings.base, **values, **settings.fixed}
-    if "min_replay_size" not in settings.fixed:
-        merged["min_replay_size"] = max(int(merged["min_replay_size"]), int(merged["batch_size"]))
-        if "buffer_capacity" not in settings.fixed:
-            merged["buffer_capacity"] = max(merged["buffer_capacity"], merged["min_replay_size"])
-        merged["min_replay_size"] = min(merged["min_replay_size"], merged["buffer_capacity"])
+    fixed = settings.fixed
+    merged = {**settings.base, **values, **fixed}
+    # batch_size <= min_replay_size <= buffer_capacity, moving only fields not fixed
+    batch, start, capacity = (int(merged[k]) for k in ("batch_size", "min_replay_size",
+                                                       "buffer_capacity"))  # fmt: skip
+    if "min_replay_size" not in fixed:
+        start = max(start, batch)
+    if "buffer_capacity" not in fixed:
+        capacity = max(capacity, start)
+    if "min_replay_size" not in fixed:
+        start = min(start, capacity)
+    if "batch_size" not in fixed:
+        batch = min(batch, start)  # a small fixed buffer caps the searched batch size
+    merged.update(batch_size=batch, min_replay_size=start, buffer_capacity=capacity)
     return DqnConfig.from_dict(merged)
 
 
@@ -314,13 +333,15 @@ def _objective(settings: TuneSettings, n_trials: int, quiet: bool) -> Callable[[
         trial.set_user_attr("config", config.to_dict())
 
         def report(step: int, value: float) -> bool:
-            trial.report(value, step)
-            if trial.should_prune():
-                _say(quiet, f"trial {trial.number}: pruned at step {step:,} (IQM {value:.2f})")
-                return True
-            return False
+            with _STOP.shielded():  # not in the middle of a storage write
+                trial.report(value, step)
+                if trial.should_prune():
+                    _say(quiet, f"trial {trial.number}: pruned at step {step:,} (IQM {value:.2f})")
+                    return True
+                return False
 
-        scores = evaluate_config(settings, config, seeds, report)
+        with _STOP.interruptible():  # a stop request fails the trial (Optuna marks it)
+            scores = evaluate_config(settings, config, seeds, report)
         value = iqm(scores)
         trial.set_user_attr("scores", scores)
         each = ", ".join(f"{s:.1f}" for s in scores)
@@ -361,6 +382,8 @@ def open_storage(storage: str, heartbeat: int | None = None) -> Any:
     if storage.startswith("sqlite"):
         # Workers wait for each other's writes instead of failing after SQLite's 5 s.
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 120}}
+    else:  # a server: a silent one fails after the timeouts instead of hanging
+        kwargs["engine_kwargs"] = {"connect_args": _server_timeouts(storage)}
     if heartbeat is not None:
         kwargs.update(
             heartbeat_interval=heartbeat,
@@ -372,39 +395,138 @@ def open_storage(storage: str, heartbeat: int | None = None) -> Any:
             kwargs["heartbeat_stale_trial_callback"] = RetryHeartbeatStaleTrialCallback(
                 max_retry=MAX_RETRY
             )
+    from sqlalchemy.exc import OperationalError
+
     try:
         # Commands started at once on several machines all create the tables;
         # the losers of that race get an error from the database: try again.
+        # (Not after an OperationalError: the server is unreachable, silent or refuses us.)
         for attempt in range(3):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     return RDBStorage(storage, **kwargs)
-            except (ImportError, ValueError):
+            except (ImportError, ValueError, OperationalError):
                 raise
             except Exception:
                 if attempt == 2:
                     raise
                 time.sleep(1.0 + attempt)
         raise AssertionError("unreachable")
-    except ImportError as exc:
-        raise UsageError(
-            f"cannot open {_masked(storage)}: {exc} (PostgreSQL needs a driver: pip install "
-            "psycopg2-binary and a postgresql+psycopg2:// URL, or pip install 'psycopg[binary]')"
-        ) from None
-    except optuna.exceptions.StorageInternalError as exc:
-        raise UsageError(f"cannot open {_masked(storage)}: {exc}") from None
+    except ImportError:
+        raise UsageError(f"cannot open {_masked(storage)}: {_driver_hint(storage)}") from None
     except Exception as exc:  # SQLAlchemy's errors for bad URLs and unreachable servers
-        raise UsageError(f"cannot open {_masked(storage)}: {exc}") from None
+        raise UsageError(f"cannot open {_masked(storage)}: {_error_line(exc)}") from None
+
+
+#: Seconds to open a connection to a database server (PostgreSQL, MySQL).
+CONNECT_TIMEOUT = 10
+#: Seconds one statement may run on a database server (as long as SQLite waits for a lock).
+STATEMENT_TIMEOUT = 120
+
+#: The pip package of each SQLAlchemy driver (the module SQLAlchemy imports for it).
+_DRIVER_PACKAGES = {
+    "psycopg2": "psycopg2-binary", "psycopg": "'psycopg[binary]'", "pg8000": "pg8000",
+    "asyncpg": "asyncpg", "pymysql": "PyMySQL", "mysqldb": "mysqlclient",
+    "mysqlconnector": "mysql-connector-python", "mariadbconnector": "mariadb",
+    "cx_oracle": "cx_Oracle", "oracledb": "oracledb", "pyodbc": "pyodbc",
+}  # fmt: skip
+
+
+def _server_timeouts(storage: str) -> dict[str, Any]:
+    """The DBAPI connect arguments that bound a connection's and a statement's wait.
+
+    Options already in the URL's query (``?connect_timeout=30``) are kept.
+    """
+    from sqlalchemy.engine import make_url
+
+    url = make_url(storage)
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    args: dict[str, Any] = {}
+    if backend == "postgresql" and driver in ("psycopg2", "psycopg"):
+        args = {"connect_timeout": CONNECT_TIMEOUT,
+                "options": f"-c statement_timeout={STATEMENT_TIMEOUT * 1000}"}  # fmt: skip
+    elif backend == "postgresql" and driver == "pg8000":
+        args = {"timeout": STATEMENT_TIMEOUT}
+    elif backend in ("mysql", "mariadb") and driver in ("pymysql", "mysqldb"):
+        args = {"connect_timeout": CONNECT_TIMEOUT, "read_timeout": STATEMENT_TIMEOUT,
+                "write_timeout": STATEMENT_TIMEOUT}  # fmt: skip
+    return {k: v for k, v in args.items() if k not in url.query}
+
+
+def _driver_hint(storage: str) -> str:
+    """What to install for a storage URL whose database driver is missing."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(storage)
+    driver = url.get_driver_name()
+    package = _DRIVER_PACKAGES.get(driver.lower(), driver)
+    backend = url.get_backend_name()
+    return (f"its driver {driver!r} is not installed: pip install {package} "
+            f"(or name another driver in the URL, {backend}+DRIVER://...)")  # fmt: skip
+
+
+def _error_line(exc: BaseException) -> str:
+    """A database error on one line: the driver's own message, without SQLAlchemy's links."""
+    inner = getattr(exc, "orig", None) or exc
+    return " ".join(str(inner).split()) or type(inner).__name__
 
 
 def _check_storage(storage: str) -> None:
+    """Refuse a storage the workers cannot share, with what to give instead."""
     if "://" not in storage and not storage.endswith(".log"):
         raise UsageError(
             f"--storage must be an SQLAlchemy URL (sqlite:///FILE.db, "
             f"postgresql+psycopg2://USER@HOST/DB, mysql+pymysql://...) or an Optuna journal "
             f"file ending in .log, got {storage!r}"
         )
+    if "://" not in storage:
+        return
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(storage)
+    except ArgumentError:
+        raise UsageError(
+            f"--storage {_masked(storage)} is not an SQLAlchemy URL: use sqlite:///FILE.db, "
+            "postgresql+psycopg2://USER@HOST/DB or mysql+pymysql://USER@HOST/DB"
+        ) from None
+    memory = url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
+    if url.get_backend_name() == "sqlite" and memory:
+        raise UsageError(
+            f"--storage {storage} is an in-memory SQLite database, which each worker process "
+            "would have its own of: give a file, e.g. sqlite:///tunes/study.db"
+        )
+
+
+def _absolute(storage: str) -> str:
+    """``storage`` with a relative SQLite or journal file made absolute (against the cwd).
+
+    A tune directory records this form, so it names the same study from any directory.
+    """
+    if "://" not in storage:
+        return str(Path(storage).resolve())
+    if not storage.startswith("sqlite"):
+        return storage
+    from sqlalchemy.engine import make_url
+
+    url = make_url(storage)
+    path = Path(url.database)
+    if path.is_absolute():
+        return storage
+    return url.set(database=str(path.resolve())).render_as_string(hide_password=False)
+
+
+def _local_file(storage: str) -> Path | None:
+    """The file an SQLite URL or a journal path names; None for a database server."""
+    if "://" not in storage:
+        return Path(storage)
+    if not storage.startswith("sqlite"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    return Path(make_url(storage).database)
 
 
 def _masked(storage: str) -> str:
@@ -497,7 +619,7 @@ def work(
     start = time.monotonic()
     finished = 0
     failures = 0
-    while timeout is None or time.monotonic() - start < timeout:
+    while (timeout is None or time.monotonic() - start < timeout) and not _STOP.requested:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             fail_stale_trials(study)
@@ -514,6 +636,8 @@ def work(
             study.optimize(objective, n_trials=1)
         except _Surplus:
             continue
+        except KeyboardInterrupt:  # Ctrl-C, or the command ended: Optuna failed the trial
+            return finished
         except Exception:  # a trial that raised: Optuna marked it failed
             failures += 1
             traceback.print_exc()
@@ -536,11 +660,84 @@ def has_heartbeat(storage: Any) -> bool:
     return callable(interval) and interval() is not None
 
 
-def _worker_main(spec_json: str) -> int:
-    """Entry point of one worker process (``python -m ember_np.tune SPEC``)."""
+class _Stop:
+    """A worker's stop request (SIGINT, SIGTERM, or its command gone), turned into a
+    KeyboardInterrupt only while a trial trains.
+
+    There Optuna catches it and marks the trial failed before the worker
+    ends, so no trial is left running; anywhere else (creating, reporting or
+    telling a trial, waiting) the request is only noted, and the worker stops
+    at its next check. A second signal during that cleanup is ignored.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._inside = False
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            return
+        self.requested = True
+        if self._inside:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Where a stop request raises KeyboardInterrupt at once (training)."""
+        if self.requested:
+            raise KeyboardInterrupt
+        self._inside = True
+        try:
+            yield
+        finally:
+            self._inside = False
+
+    @contextlib.contextmanager
+    def shielded(self) -> Iterator[None]:
+        """Inside :meth:`interruptible`: a stretch a request must not cut (a storage write)."""
+        inside, self._inside = self._inside, False
+        try:
+            yield
+        finally:
+            self._inside = inside
+        if inside and self.requested:
+            raise KeyboardInterrupt
+
+
+_STOP = _Stop()
+STOP_GRACE = 60.0  # seconds a stopped worker has to fail its trial before it is killed
+
+
+def _watch_parent(fd: int) -> None:
+    """End this worker when its command ends, however it ends (SIGKILL included).
+
+    The command holds the write end of the worker's stdin; when it dies the
+    read returns EOF, and the worker stops as on SIGTERM (its trial is marked
+    failed). If it is still alive ``STOP_GRACE`` seconds later, it exits.
+    """
+
+    def watch() -> None:
+        while os.read(fd, 65536):  # unbuffered: no lock held at interpreter shutdown
+            pass
+        _thread.interrupt_main(signal.SIGTERM)
+        time.sleep(STOP_GRACE)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ember_np-tune-parent", daemon=True).start()
+
+
+def _worker_main() -> int:
+    """Entry point of one worker process (``python -m ember_np.tune``).
+
+    Its spec (storage URL included) is the first line of its stdin, never its
+    command line, which any local user can read with ``ps``.
+    """
     import optuna
 
-    spec = json.loads(spec_json)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _STOP.handle)
+    spec = json.loads(sys.stdin.buffer.readline())  # the command writes this one line only
+    _watch_parent(sys.stdin.fileno())
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = open_storage(spec["storage"], spec["heartbeat"])
     study = _open_study(storage, spec["study"], None)
@@ -549,7 +746,7 @@ def _worker_main(spec_json: str) -> int:
     study.pruner = _pruner(spec["pruner"], settings.steps)
     work(study, settings, spec["trials"], spec["timeout"], spec["quiet"],
          heartbeat=has_heartbeat(storage))  # fmt: skip
-    return 0
+    return 130 if _STOP.requested else 0
 
 
 def _cores() -> int:
@@ -559,14 +756,38 @@ def _cores() -> int:
 
 
 def _spawn_workers(spec: dict[str, Any], n: int) -> list[subprocess.Popen]:
-    """W worker processes, each with one BLAS thread (set before NumPy loads in it)."""
+    """W worker processes, each with one BLAS thread (set before NumPy loads in it).
+
+    Each gets its spec on its stdin, which stays open: its end tells the
+    worker that this command is gone (:func:`_watch_parent`).
+    """
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    return [
-        subprocess.Popen(
-            [sys.executable, "-m", "ember_np.tune", json.dumps({**spec, "worker": i})], env=env
-        )
-        for i in range(n)
-    ]
+    procs = []
+    for i in range(n):
+        proc = subprocess.Popen([sys.executable, "-m", "ember_np.tune"], stdin=subprocess.PIPE,
+                                env=env)  # fmt: skip
+        procs.append(proc)
+        assert proc.stdin is not None
+        proc.stdin.write((json.dumps({**spec, "worker": i}) + "\n").encode())
+        proc.stdin.flush()
+    return procs
+
+
+def _stop_workers(procs: list[subprocess.Popen]) -> None:
+    """Ask every worker to stop (each fails its running trial), then wait; kill after
+    ``STOP_GRACE`` seconds or a second Ctrl-C."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + STOP_GRACE
+    try:
+        for p in procs:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.0))
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
 
 
 # -- results -----------------------------------------------------------------------
@@ -691,31 +912,30 @@ def add_tune_parser(sub: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> TuneSettings:
-    import gymnasium as gym
-
     from ember_np.presets import default_preset
 
     env_id = args.env_id
     env = _make_env(env_id)
     env.close()
-    native = f"ember_np/{env_id}"
-    train_env_id = native if native in gym.registry else env_id
+    train_env_id = NATIVE_IDS.get(env_id, env_id)  # the compiled twin, as ember-np train
     preset = default_preset(env_id.removeprefix("ember_np/"))
     base = preset.config if preset is not None else DqnConfig()
     fixed = _parse_sets(args.set or [])
-    try:
-        base.replace(**fixed)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"--set: {exc}") from None
-    if "hidden_sizes" in fixed:
+    base = _with_env_masks(base, train_env_id, fixed)  # as ember-np train: masks where given
+    if "hidden_sizes" in fixed and isinstance(fixed["hidden_sizes"], tuple):
         fixed["hidden_sizes"] = list(fixed["hidden_sizes"])
     steps = args.steps or (preset.steps if preset is not None else DEFAULT_STEPS)
     if args.evals > steps:
         raise UsageError(f"--evals must be <= --steps (got {args.evals} > {steps})")
-    return TuneSettings(
+    settings = TuneSettings(
         env_id, train_env_id, steps, args.seeds, args.evals, args.eval_episodes, args.seed,
         fixed, base.to_dict(),
     )  # fmt: skip
+    try:  # what is fixed, with the searched fields adjusted to it as every trial adjusts them
+        _config(settings, {})
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--set: {exc}") from None
+    return settings
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -737,7 +957,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         tune_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create the tune directory {tune_dir}: {exc}") from None
-    storage_url = args.storage or f"sqlite:///{tune_dir / 'study.db'}"
+    # Absolute: tune.json then names this study from any directory.
+    storage_url = _absolute(args.storage or f"sqlite:///{tune_dir / 'study.db'}")
     study = _open_study(open_storage(storage_url, args.heartbeat), name, settings)
     _write_json(
         tune_dir / "tune.json",
@@ -756,17 +977,33 @@ def cmd_tune(args: argparse.Namespace) -> int:
     procs = _spawn_workers(spec, workers)
     try:
         codes = [p.wait() for p in procs]
-    except KeyboardInterrupt:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait()
+    except KeyboardInterrupt:  # each worker fails its running trial before it ends
+        _stop_workers(procs)
+        print(f"ember-np tune: interrupted; the running trials were marked failed: run the "
+              "same command again to finish the study", file=sys.stderr)  # fmt: skip
         raise
     bad = [f"worker {i}: status {c}" for i, c in enumerate(codes) if c != 0]
     if bad:
         print(f"ember-np tune: {'; '.join(bad)}", file=sys.stderr)
+    _say_if_stuck(study, args.trials)
     _results(study, tune_dir)
     return 1 if bad else 0
+
+
+def _say_if_stuck(study: Any, n_trials: int) -> None:
+    """Say why a study ended short of its trials: running trials no heartbeat can fail."""
+    from optuna.trial import TrialState
+
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    done = sum(s in (TrialState.COMPLETE, TrialState.PRUNED) for s in states)
+    running = states.count(TrialState.RUNNING)
+    if done < n_trials and running:
+        print(
+            f"ember-np tune: {done} of {n_trials} trials finished; {running} are marked running "
+            "by workers this command cannot check (a journal file has no heartbeat, so a "
+            "killed worker's trial stays running): they count towards --trials until they end",
+            file=sys.stderr,
+        )
 
 
 def _results(study: Any, tune_dir: Path) -> None:
@@ -810,12 +1047,48 @@ def show(tune_dir: str | Path, storage: str | None = None, study_name: str | Non
             info["storage"], info["study"]  # noqa: B018  both must be there
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"cannot read {info_path}: {exc!r}") from None
-    storage = storage or info["storage"]
+    if storage is None:
+        storage = _recorded_storage(str(info["storage"]), tune_dir, info_path)
     if "***" in storage:
-        raise UsageError(f"{info_path} names {storage}: pass the full URL with --storage")
+        env_id = (info.get("settings") or {}).get("env_id", "ENV_ID")
+        raise UsageError(
+            f"{info_path} names {storage} (the password is not recorded): run "
+            f"ember-np tune {env_id} --dir {tune_dir} --show --storage FULL_URL"
+        )
+    _check_storage(storage)
+    local = _local_file(storage)
+    if local is not None and not local.is_file():  # opening it would create an empty one
+        raise UsageError(
+            f"no study database at {local}"
+            + (f" (named in {info_path})" if info else "")
+            + ": check the path, or run ember-np tune first"
+        )
     study = _open_study(open_storage(storage), study_name or info["study"], None)
     _results(study, tune_dir)
     return 0
+
+
+def _recorded_storage(stored: str, tune_dir: Path, info_path: Path) -> str:
+    """The storage a tune.json names, independent of the current directory.
+
+    Since this version tune.json holds absolute paths. Older versions wrote
+    their default ``sqlite:///<--dir as given>/study.db`` relative to the
+    directory tune ran in: that one is found in the tune directory itself when
+    the tune directory's path ends with the recorded one; any other relative
+    path is refused (it would name whatever file the current directory has).
+    """
+    local = _local_file(stored)
+    if local is None or local.is_absolute():
+        return stored
+    here = tune_dir.resolve()
+    recorded = local.parent.parts
+    if (stored.startswith("sqlite") and local.name == "study.db" and recorded
+            and here.parts[-len(recorded):] == recorded):  # fmt: skip
+        return f"sqlite:///{here / local.name}"
+    raise UsageError(
+        f"{info_path} names {stored}, relative to the directory tune ran in, which is not "
+        f"known: write the file's absolute path into {info_path}"
+    )
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
@@ -826,7 +1099,9 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 if __name__ == "__main__":
     try:
-        raise SystemExit(_worker_main(sys.argv[1]))
+        raise SystemExit(_worker_main())
+    except KeyboardInterrupt:  # stopped before it started a trial
+        raise SystemExit(130) from None
     except UsageError as exc:
         print(f"ember-np tune: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

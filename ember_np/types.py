@@ -172,6 +172,9 @@ class LearningAgent(Protocol):
     also passes it, by keyword and only then: ``act(obs, action_mask=...)``,
     ``act_encoded(x, action_mask=...)`` and ``observe_encoded(...,
     next_action_mask=...)`` (so agents without masks need not take them).
+    An agent whose optional ``action_masks`` attribute is False (a DqnAgent
+    with ``config.action_masks=False``) is never passed masks: the env's are
+    ignored, in training and in evaluation.
     """
 
     # -- acting

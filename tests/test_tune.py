@@ -414,3 +414,31 @@ def test_postgres_three_workers_one_killed_mid_trial_ends_with_exactly_the_trial
     # every complete trial has its own parameters' seeds
     for t in by_state[TrialState.COMPLETE]:
         assert t.user_attrs["seeds"] == trial_seeds(0, t.params, 2)
+
+
+def test_the_storage_password_never_reaches_a_workers_command_line(tmp_path, postgres):
+    secret = "hunter2-not-in-argv"
+    url = postgres.replace("tune@", f"tune:{secret}@")  # trust auth: any password is accepted
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ember_np", "tune", "CartPole-v1", "--storage", url, "--study",
+         "pw", "--trials", "2", "--workers", "2", "--dir", str(tmp_path / "t"), *TINY],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    seen: dict[int, bytes] = {}
+    deadline = time.monotonic() + 60
+    while len(seen) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                cmdline = (stat.parent / "cmdline").read_bytes()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == proc.pid and b"ember_np.tune" in cmdline:  # a worker, past its exec
+                seen[int(stat.parent.name)] = cmdline
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert len(seen) == 2, "did not see both workers"
+    for cmdline in seen.values():
+        assert secret.encode() not in cmdline
+    assert secret not in out.decode() + err.decode()

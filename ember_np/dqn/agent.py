@@ -570,6 +570,15 @@ class DqnAgent:
 
     # -- properties ------------------------------------------------------------
     @property
+    def action_masks(self) -> bool:
+        """Whether this agent takes gymnasium's ``info["action_mask"]`` (``config.action_masks``).
+
+        The trainer passes an env's masks to the agent only when this is True;
+        with it False the masks are ignored, in training and in evaluation.
+        """
+        return self._config.action_masks
+
+    @property
     def total_steps(self) -> int:
         """Env steps observed so far (drives epsilon, target sync and training)."""
         return int(self._counters[0])

@@ -38,6 +38,7 @@ __all__ = [
     "StepMetrics",
     "greedy_episode",
     "make_eval_env",
+    "takes_masks",
 ]
 
 #: Env steps between numbered checkpoints, unless told otherwise (trainer and CLI).
@@ -54,19 +55,33 @@ def action_mask_of(info: Any) -> Any:
     return info.get("action_mask") if isinstance(info, dict) else None
 
 
-def greedy_episode(env: Any, act: Callable[..., Any], seed: int | None = None) -> EpisodeRecord:
+def takes_masks(agent: Any) -> bool:
+    """Whether the trainer passes an env's action masks to ``agent``.
+
+    An agent says so with a boolean ``action_masks`` attribute
+    (:attr:`DqnAgent.action_masks <ember_np.DqnAgent.action_masks>`, which is
+    ``config.action_masks``); an agent without one takes them.
+    """
+    return bool(getattr(agent, "action_masks", True))
+
+
+def greedy_episode(
+    env: Any, act: Callable[..., Any], seed: int | None = None, masks: bool = True
+) -> EpisodeRecord:
     """Play one episode of ``env`` with ``act`` (an agent's or a policy's greedy ``act``).
 
     ``env.reset(seed=seed)`` starts it (None: continue the env's stream).
-    When the env puts an ``action_mask`` in ``info``, ``act(obs,
-    action_mask=mask)`` picks among the legal actions.
-    The one evaluation episode of the trainer and of ``ember-np eval``.
+    When the env puts an ``action_mask`` in ``info`` and ``masks`` is True
+    (default), ``act(obs, action_mask=mask)`` picks among the legal actions;
+    with ``masks`` False the env's masks are ignored (an agent trained
+    without them). The one evaluation episode of the trainer and of
+    ``ember-np eval``.
     """
     obs, info = env.reset(seed=seed)
     total_reward = 0.0
     length = 0
     while True:
-        mask = action_mask_of(info)
+        mask = action_mask_of(info) if masks else None
         action = act(obs) if mask is None else act(obs, action_mask=mask)
         obs, reward, terminated, truncated, info = env.step(action)
         total_reward += float(reward)
@@ -246,6 +261,7 @@ class DqnTrainer:
                 )
         self._env = env
         self._agent = agent
+        self._masks = takes_masks(agent)  # False: the env's info["action_mask"] is ignored
         self.seed = check_int("seed", seed, minimum=0)
         self.run = run
         self.checkpoint_freq = check_int("checkpoint_freq", checkpoint_freq)
@@ -369,7 +385,7 @@ class DqnTrainer:
         self._episode_step = 0
         self._episode_reward = 0.0
         self._x = self._agent.encode(obs)
-        mask = action_mask_of(info)
+        mask = action_mask_of(info) if self._masks else None
         if mask is None:
             self._index = self._agent.act_encoded(self._x)
         else:
@@ -390,7 +406,7 @@ class DqnTrainer:
         next_obs, reward, terminated, truncated, info = self._env.step(agent.index_to_action(index))
         code = 1 if terminated else (2 if truncated else 0)  # EpisodeStatus values
         nx = agent.encode(next_obs)
-        mask = action_mask_of(info)
+        mask = action_mask_of(info) if self._masks else None
         if mask is None:
             next_index = agent.observe_encoded(x, index, reward, nx, code, code == 0)
         else:  # the next state's legal actions: stored for the target, obeyed by the next action
@@ -505,7 +521,7 @@ class DqnTrainer:
         if not self._eval_env_seeded:
             self._eval_env_seeded = True
             seed = self.seed + 1
-        return greedy_episode(env, self._agent.act, seed)
+        return greedy_episode(env, self._agent.act, seed, masks=self._masks)
 
     def eval(self, n_episodes: int) -> EvalReport:
         """Run ``n_episodes`` greedy episodes (epsilon 0) on the eval env.

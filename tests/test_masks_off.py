@@ -1,0 +1,90 @@
+"""``action_masks=False`` with an env that hands out ``info["action_mask"]``: the mask is ignored.
+
+The README's opt-out (``--set action_masks=false``) must train, evaluate and
+tune on Taxi, whose every ``info`` carries a mask; and ``ember-np tune``
+turns masks on for such an env exactly as ``ember-np train`` does.
+"""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import pytest
+import numpy as np
+
+from ember_np import DqnAgent, DqnConfig, DqnTrainer
+from ember_np.cli import main
+
+from test_action_masks import taxi_id
+
+SMALL = DqnConfig(hidden_sizes=(16,), learning_rate=1e-3, batch_size=16, buffer_capacity=1000,
+                  min_replay_size=32, target_update_freq=50, epsilon_decay_steps=200)  # fmt: skip
+
+
+class OnlyFirstLegal(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Taxi whose masks allow action 0 only; records each (observation, action) it is given."""
+
+    def __init__(self, env):
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
+        self.seen: list[tuple[int, int]] = []
+
+    def _masked(self, info):
+        mask = np.zeros(6, dtype=np.int8)
+        mask[0] = 1
+        return {**info, "action_mask": mask}
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.obs = obs
+        return obs, self._masked(info)
+
+    def step(self, action):
+        self.seen.append((int(self.obs), int(action)))
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.obs = obs
+        return obs, reward, terminated, truncated, self._masked(info)
+
+
+def test_an_agent_without_masks_trains_and_evaluates_ignoring_the_envs_masks():
+    env = OnlyFirstLegal(gym.make(taxi_id()))
+    eval_env = OnlyFirstLegal(gym.make(taxi_id()))
+    agent = DqnAgent.for_env(env, SMALL, seed=2)
+    trainer = DqnTrainer(env, agent, seed=2, eval_env=eval_env)
+    trainer.train(300)
+    assert agent.total_steps == 300 and agent.n_updates > 0
+    assert agent.buffer.next_action_masks.shape[0] == 0  # no masks stored
+    assert any(a != 0 for _, a in env.seen)  # exploration ignored the "only 0" mask
+    trainer.eval(1)
+    # greedy evaluation picks the unmasked argmax, not the only "legal" action
+    assert [a for _, a in eval_env.seen] == [int(agent.act(o)) for o, _ in eval_env.seen]
+    assert any(a != 0 for _, a in eval_env.seen)
+
+
+def test_cli_train_with_masks_off_trains_and_evaluates_taxi(tmp_path, capsys):
+    env_id = taxi_id()
+    assert main(["train", env_id, "--steps", "300", "--eval-every", "300", "--eval-episodes",
+                 "1", "--root", str(tmp_path), "--set", "action_masks=false", "min_replay_size=32",
+                 "batch_size=16", "buffer_capacity=1000", "hidden_sizes=[16]", "--quiet"]) == 0
+    assert "training with action masks" not in capsys.readouterr().out
+    (run_dir,) = (tmp_path / env_id / "default").iterdir()
+    assert json.loads((run_dir / "config.json").read_text())["dqn"]["action_masks"] is False
+    assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
+
+
+def test_tune_builds_taxi_configs_as_train_does_and_its_trials_run(capsys):
+    pytest.importorskip("optuna")
+    from ember_np.cli import build_parser
+    from ember_np.tune import _config, _settings, evaluate_config
+
+    tiny = ["--steps", "200", "--seeds", "1", "--evals", "1", "--eval-episodes", "1", "--set",
+            "hidden_sizes=[16]", "batch_size=16", "min_replay_size=32", "buffer_capacity=1000"]
+    for sets, masks in [([], True), (["action_masks=false"], False)]:
+        args = build_parser().parse_args(["tune", taxi_id(), *tiny, *sets])
+        settings = _settings(args)
+        config = _config(settings, {})
+        assert config.action_masks is masks  # train turns them on for Taxi too
+        assert ("training with action masks" in capsys.readouterr().out) is masks
+        (score,) = evaluate_config(settings, config, [0])  # a trial's training and evaluation
+        assert -2000.0 <= score <= 20.0  # 200 steps of -1, or -10 for an illegal move
