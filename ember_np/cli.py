@@ -583,7 +583,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=_positive, help="env steps (default: the preset's budget)")
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=_non_negative, default=0)
-    seeds.add_argument("--seeds", type=_seeds, help="many seeds: 20, 0-19 or 1,4,7")
+    seeds.add_argument(
+        "--seeds", type=_seeds,
+        help="many seeds: 20, 0-19 or 1,4,7 (at most 10,000 seeds, each 0..2**63-1)",
+    )  # fmt: skip
     p.add_argument("--workers", type=_positive, help="processes for --seeds (default: cores)")
     p.add_argument("--gymnasium-env", action="store_true",
                    help="train on gymnasium's env even where a compiled one exists")  # fmt: skip

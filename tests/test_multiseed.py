@@ -229,3 +229,65 @@ def test_report_and_plot_of_multiseed_runs(tmp_path, capsys):
     png = tmp_path / "seeds.png"
     assert main(["plot", str(a), str(b), "-o", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- seed specs are bounded and printed compactly (issue 23, item 11) ------------------
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0-999999999999", "names 1,000,000,000,000 seeds, more than the 10,000"),
+        ("10000000", "names 10,000,000 seeds, more than the 10,000"),
+        ("0-9999,20000-20000", "names 10,001 seeds, more than the 10,000"),
+        ("1,9223372036854775808", "above the largest seed 9223372036854775807"),
+        ("1," + "9" * 5000, "seed of more than 30 digits is above the largest seed"),
+        ("9" * 5000, "names more than 10**30 seeds, more than the 10,000"),
+        ("5-99999999999999999999999", "above the largest seed 9223372036854775807"),
+        ("1,²", "expects a count"),
+    ],
+)
+def test_seed_specs_are_bounded_before_the_list_is_built(text, message):
+    with pytest.raises(ValueError, match="--seeds") as info:
+        parse_seeds(text)
+    assert message in str(info.value)
+
+
+def test_the_largest_seed_and_count_are_accepted():
+    from ember_np.training.multiseed import MAX_SEED, MAX_SEEDS
+
+    assert parse_seeds(str(MAX_SEEDS)) == list(range(MAX_SEEDS))
+    assert parse_seeds(f"{MAX_SEED - 1}-{MAX_SEED}") == [MAX_SEED - 1, MAX_SEED]
+
+
+def test_train_seeds_refuses_too_many_seeds_before_making_a_directory(tmp_path):
+    with pytest.raises(ValueError, match="at most 10,000 seeds"):
+        train_seeds("ember_np/CartPole-v1", range(10_001), steps=10, root=tmp_path)
+    with pytest.raises(ValueError, match="at most 9223372036854775807"):
+        train_seeds("ember_np/CartPole-v1", [2**63], steps=10, root=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_too_many_seeds_at_the_command_line_is_one_line_and_makes_nothing(tmp_path, capsys):
+    assert main(["train", "CartPole-v1", "--seeds", "10000000", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "more than the 10,000" in err and len(err) < 300
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "seeds, shown",
+    [
+        (range(20), "0-19"),
+        ([1, 4, 7], "1,4,7"),
+        ([0, 1, 2, 5, 9, 10, 11], "0-2,5,9-11"),
+        ([3, 4], "3-4"),
+        (range(0, 2000, 2), "0,2,4,6,8,10,...,1994,1996,1998 (1,000 seeds)"),
+    ],
+)
+def test_seed_lists_are_printed_compactly(seeds, shown):
+    from ember_np.training.multiseed import format_seeds
+
+    assert format_seeds(seeds) == shown
+    if "..." not in shown:  # what is printed can be given back to --seeds
+        assert parse_seeds(shown) == sorted(seeds)

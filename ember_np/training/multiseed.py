@@ -35,9 +35,11 @@ not finish again from the start (a partial attempt is kept, renamed
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -52,10 +54,13 @@ from ember_np.checkpoint import atomic_write_text
 from ember_np.dqn.config import DqnConfig
 
 __all__ = [
+    "MAX_SEED",
+    "MAX_SEEDS",
     "MultiSeedResult",
     "SeedResult",
     "SeedSpec",
     "is_multiseed",
+    "format_seeds",
     "load_multiseed",
     "parse_seeds",
     "resume_seeds",
@@ -188,7 +193,7 @@ class MultiSeedResult:
                 lines.append(f"  {which:<6} {ci:>28} {_median(x):>9.2f} {sum(x) / len(x):>9.2f}")
         if self.failed:
             lines.append(
-                f"  seeds that did not finish: {_seed_list(self.failed)} "
+                f"  seeds that did not finish: {format_seeds(self.failed)} "
                 f"(ember-np resume {self.parent} trains them)"
             )
         lines.append(f"  runs: {self.parent}/seed_<s>/")
@@ -201,33 +206,85 @@ def _median(x: Sequence[float]) -> float:
     return s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2
 
 
-def _seed_list(seeds: Iterable[int]) -> str:
-    return ", ".join(str(s) for s in seeds)
+def format_seeds(seeds: Iterable[int], most: int = 12) -> str:
+    """Seeds as ``--seeds`` takes them, runs of consecutive seeds as ranges: ``0-19``,
+    ``1,4,7``, ``0-2,5,9-11``. Beyond ``most`` parts, the first and last few are
+    shown around ``...``, with the count (the full list is in ``seeds.json``)."""
+    ordered = sorted(seeds)
+    parts: list[str] = []
+    start = 0
+    for i in range(1, len(ordered) + 1):
+        if i == len(ordered) or ordered[i] != ordered[i - 1] + 1:
+            first, last = ordered[start], ordered[i - 1]
+            parts.append(str(first) if first == last else f"{first}-{last}")
+            start = i
+    if len(parts) <= most:
+        return ",".join(parts)
+    half = most // 2
+    return f"{','.join(parts[:half])},...,{','.join(parts[-half // 2:])} ({len(ordered):,} seeds)"
+
+
+#: The most seeds one multi-seed run trains (``--seeds``, ``train_seeds``).
+MAX_SEEDS = 10_000
+#: The largest seed: the largest a checkpoint stores as an int64 (``--seeds`` takes 0..MAX_SEED).
+MAX_SEED = 2**63 - 1
+_DIGITS = re.compile(r"[0-9]+")  # ASCII digits only (str.isdigit also takes "²")
+_HUGE = 10**30  # stands for a number of more than 30 digits: above every bound
+
+
+def _number(digits: str) -> int:
+    """``int(digits)``, without converting thousands of digits that are out of range anyway."""
+    return int(digits) if len(digits) <= 30 else _HUGE
 
 
 def parse_seeds(text: str) -> list[int]:
     """``"20"`` -> seeds 0..19; ``"5-9"`` -> 5..9; ``"1,4,7"`` (ranges allowed in the list).
 
-    Raises ValueError naming the text and the accepted forms.
+    At most :data:`MAX_SEEDS` seeds, each in ``0..MAX_SEED``: the count is
+    worked out from the ranges before any list is built.
+
+    Raises ValueError naming the text and the accepted forms, or the bound
+    it exceeds.
     """
-    usage = f"--seeds expects a count (20), a range (0-19) or a list (1,4,7), got {text!r}"
+    shown = text if len(text) <= 60 else text[:57] + "..."  # a one-line message, always
+    usage = f"--seeds expects a count (20), a range (0-19) or a list (1,4,7), got {shown!r}"
+    too_many = ("--seeds {text!r} names {count} seeds, more than the {most:,} one run "
+                "trains: give at most {most:,} (e.g. --seeds 0-{last})")  # fmt: skip
     text = text.strip()
-    if text.isdigit():
-        count = int(text)
+    if _DIGITS.fullmatch(text):
+        count = _number(text)
         if count < 1:
             raise ValueError(usage)
+        if count > MAX_SEEDS:
+            shown_count = f"{count:,}" if count < _HUGE else "more than 10**30"
+            raise ValueError(too_many.format(text=shown, count=shown_count, most=MAX_SEEDS,
+                                             last=MAX_SEEDS - 1))  # fmt: skip
         return list(range(count))
-    seeds: list[int] = []
+    ranges: list[tuple[int, int]] = []
+    count = 0
     for part in text.split(","):
         lo, dash, hi = part.strip().partition("-")
-        if not lo.isdigit() or (dash and not hi.isdigit()):
+        if not _DIGITS.fullmatch(lo) or (dash and not _DIGITS.fullmatch(hi)):
             raise ValueError(usage)
-        first, last = int(lo), int(hi) if dash else int(lo)
+        hi = hi if dash else lo
+        first, last = _number(lo), _number(hi)
+        if last > MAX_SEED:
+            big = hi if last < _HUGE else "of more than 30 digits"
+            raise ValueError(f"--seeds {shown!r}: seed {big} is above the largest seed "
+                             f"{MAX_SEED} (2**63 - 1): use seeds 0..{MAX_SEED}")  # fmt: skip
         if last < first:
-            raise ValueError(f"{usage} (a range must go up: {part.strip()!r})")
-        seeds += range(first, last + 1)
+            raise ValueError(f"{usage} (a range must go up: {first}-{last})")
+        ranges.append((first, last))
+        count += last - first + 1
+        if count > MAX_SEEDS:
+            break  # the rest can only add seeds
+    if count > MAX_SEEDS:
+        total = sum(b - a + 1 for a, b in ranges)  # the ranges read so far
+        raise ValueError(too_many.format(text=shown, count=f"{total:,}", most=MAX_SEEDS,
+                                         last=MAX_SEEDS - 1))  # fmt: skip
+    seeds = [s for first, last in ranges for s in range(first, last + 1)]
     if len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds lists a seed twice: {text!r}")
+        raise ValueError(f"--seeds lists a seed twice: {shown!r}")
     return seeds
 
 
@@ -366,7 +423,7 @@ def train_seeds(
     env_id : str
         A gymnasium id, e.g. ``"ember_np/CartPole-v1"`` (compiled, fused training).
     seeds : iterable of int
-        Distinct non-negative seeds.
+        Distinct seeds in ``0..MAX_SEED`` (2**63 - 1), at most ``MAX_SEEDS`` (10,000).
     config : DqnConfig, optional
         Default ``DqnConfig()``.
     steps : int
@@ -391,11 +448,17 @@ def train_seeds(
         ``failed`` lists the seeds whose worker died or raised; their partial
         runs stay on disk, and :func:`resume_seeds` finishes them.
     """
-    seeds = [int(s) for s in seeds]
+    seeds = [int(s) for s in itertools.islice(seeds, MAX_SEEDS + 1)]  # never a huge list
     if not seeds:
         raise ValueError("seeds must name at least one seed, got none")
+    if len(seeds) > MAX_SEEDS:
+        raise ValueError(f"seeds must be at most {MAX_SEEDS:,} seeds, got more: train them "
+                         "in several runs")  # fmt: skip
     if min(seeds) < 0 or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct non-negative integers, got {seeds}")
+        raise ValueError(f"seeds must be distinct non-negative integers, got "
+                         f"{format_seeds(seeds)}")  # fmt: skip
+    if max(seeds) > MAX_SEED:
+        raise ValueError(f"seeds must be at most {MAX_SEED} (2**63 - 1), got {max(seeds)}")
     known = {"preset", "eval_every", "eval_episodes", "checkpoint_freq", "keep"}
     if set(options) - known:
         raise ValueError(f"unknown options {sorted(set(options) - known)}; train_seeds takes "
@@ -613,7 +676,7 @@ def cli_train(
     seeds = args.seeds
 
     def announce(parent: Path) -> None:
-        print(f"{len(seeds)} seeds ({_seed_list(seeds)}) of {env_id}, preset "
+        print(f"{len(seeds)} seeds ({format_seeds(seeds)}) of {env_id}, preset "
               f"{preset or '(none: DqnConfig defaults)'}, {steps:,} steps each, on "
               f"{min(workers, len(seeds))} worker processes; runs: {parent}/seed_<s>/")  # fmt: skip
         sys.stdout.flush()
@@ -646,7 +709,7 @@ def cli_resume(args: Any) -> int:
         raise UsageError(str(exc)) from None
     if before.failed:
         print(f"{before.parent}: {len(before.runs)} seeds finished; training seeds "
-              f"{_seed_list(before.failed)} again from the start")  # fmt: skip
+              f"{format_seeds(before.failed)} again from the start")  # fmt: skip
     else:
         print(f"{before.parent}: all {len(before.runs)} seeds already finished")
     sys.stdout.flush()
