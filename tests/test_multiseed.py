@@ -291,3 +291,64 @@ def test_seed_lists_are_printed_compactly(seeds, shown):
     assert format_seeds(seeds) == shown
     if "..." not in shown:  # what is printed can be given back to --seeds
         assert parse_seeds(shown) == sorted(seeds)
+
+
+# -- one writer per multi-seed parent (issue 23, item 4) -------------------------------
+
+
+def start_seeds(args: list[str], root: Path) -> tuple[subprocess.Popen, Path]:
+    """``ember-np ARGS --root ROOT`` in a subprocess, returned with its parent directory
+    once a seed is training (its first episode logged, no result.json yet)."""
+    proc = subprocess.Popen([sys.executable, "-m", "ember_np", *args, "--root", str(root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.time() + 120
+    while True:
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        for log in root.glob("*/*/*/seed_*/train_episodes.jsonl"):
+            if log.stat().st_size > 0 and not (log.parent / "result.json").exists():
+                return proc, log.parent.parent
+        time.sleep(0.02)
+
+
+def test_resume_of_a_parent_still_training_is_refused_naming_its_pid(tmp_path):
+    proc, parent = start_seeds([*TRAIN, "--seeds", "2", "--workers", "1"], tmp_path / "m")
+    os.kill(proc.pid, signal.SIGSTOP)  # it holds its lock meanwhile, whatever the timing
+    try:
+        second = subprocess.run([sys.executable, "-m", "ember_np", "resume", str(parent),
+                                 "--quiet"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=300)
+    assert second.returncode == 2, (second.stdout, second.stderr)
+    (line,) = second.stderr.splitlines()
+    assert f"multi-seed run {parent} is in use: process {proc.pid} is training in it" in line
+    assert second.stdout == ""  # refused before printing or moving anything
+    # The first run is untouched: it finishes every seed.
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "2 of 2 seeds finished" in out
+    result = load_multiseed(parent)
+    assert sorted(r.seed for r in result.runs) == [0, 1] and result.failed == []
+    assert sorted(p.name for p in parent.iterdir()) == [".lock", "seed_0", "seed_1", "seeds.json"]
+
+
+def test_train_seeds_holds_the_parent_lock_while_it_trains(tmp_path):
+    from ember_np.presets import get_preset
+    from ember_np.training.multiseed import parent_lock
+    from ember_np.training.run import LOCK_FILE
+
+    seen = []
+
+    def on_start(parent: Path) -> None:  # another process's view of the lock, mid-run
+        probe = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
+                 "try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+                 "except BlockingIOError: print(open(sys.argv[1]).read().strip())")  # fmt: skip
+        seen.append(subprocess.run([sys.executable, "-c", probe, str(parent / LOCK_FILE)],
+                                   capture_output=True, text=True).stdout.strip())  # fmt: skip
+
+    config = get_preset("ember").config.replace(min_replay_size=64, hidden_sizes=(8,))
+    result = train_seeds("ember_np/CartPole-v1", [0], config=config, steps=100, workers=1,
+                         root=tmp_path, eval_every=100, eval_episodes=1, progress=False,
+                         on_start=on_start)  # fmt: skip
+    assert seen == [str(os.getpid())]  # held, and naming this process
+    with parent_lock(result.parent) as lock:  # released when train_seeds returned
+        assert lock.held

@@ -52,6 +52,7 @@ from typing import Any
 
 from ember_np.checkpoint import atomic_write_text
 from ember_np.dqn.config import DqnConfig
+from ember_np.training.run import DirectoryLock
 
 __all__ = [
     "MAX_SEED",
@@ -62,6 +63,7 @@ __all__ = [
     "is_multiseed",
     "format_seeds",
     "load_multiseed",
+    "parent_lock",
     "parse_seeds",
     "resume_seeds",
     "train_seed",
@@ -473,11 +475,23 @@ def train_seeds(
     if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     parent = _make_parent(root, spec.name, spec.version)
-    atomic_write_text(parent / SPEC_FILE, json.dumps({"spec": spec.to_dict(), "seeds": seeds},
-                                                     indent=1))  # fmt: skip
-    if on_start is not None:
-        on_start(parent)
-    return _run(parent, spec, seeds, workers, progress)
+    with parent_lock(parent):  # one writer: a `resume PARENT` meanwhile is refused
+        atomic_write_text(parent / SPEC_FILE, json.dumps({"spec": spec.to_dict(),
+                                                          "seeds": seeds}, indent=1))  # fmt: skip
+        if on_start is not None:
+            on_start(parent)
+        return _run(parent, spec, seeds, workers, progress)
+
+
+def parent_lock(parent: str | os.PathLike[str]) -> DirectoryLock:
+    """The writer lock of a multi-seed run's parent directory (use it as ``with``).
+
+    The same :class:`~ember_np.training.run.DirectoryLock` a single run
+    takes: :func:`train_seeds` and :func:`resume_seeds` hold it while they
+    train, so a second writer gets :class:`~ember_np.training.run.RunLockedError`
+    naming the holder's PID.
+    """
+    return DirectoryLock(parent, "the multi-seed run")
 
 
 def is_multiseed(path: str | os.PathLike[str]) -> bool:
@@ -518,19 +532,22 @@ def resume_seeds(
     renamed ``seed_<s>.interrupted`` (``..._1``, ... for later attempts).
     """
     parent = Path(parent)
-    spec, seeds = _read_spec(parent)
-    missing = load_multiseed(parent).failed
-    for seed in missing:
-        partial = parent / f"seed_{seed}"
-        if partial.exists():
-            k, target = 0, parent / f"seed_{seed}.interrupted"
-            while target.exists():
-                k += 1
-                target = parent / f"seed_{seed}.interrupted_{k}"
-            partial.rename(target)
-    if missing:
-        _run(parent, spec, missing, workers, progress)
-    return load_multiseed(parent)
+    with parent_lock(parent):  # before anything is read: one writer per parent
+        spec, _ = _read_spec(parent)
+        missing = load_multiseed(parent).failed
+        for seed in missing:
+            partial = parent / f"seed_{seed}"
+            if partial.exists():
+                # A worker of a killed parent may still be in it for a moment.
+                with DirectoryLock(partial, "the run"):
+                    k, target = 0, parent / f"seed_{seed}.interrupted"
+                    while target.exists():
+                        k += 1
+                        target = parent / f"seed_{seed}.interrupted_{k}"
+                    partial.rename(target)
+        if missing:
+            _run(parent, spec, missing, workers, progress)
+        return load_multiseed(parent)
 
 
 def _run(
@@ -671,6 +688,7 @@ def cli_train(
 ) -> int:
     """``ember-np train ENV_ID --seeds K``: the options ``cmd_train`` resolved; exit status."""
     from ember_np.cli import UsageError
+    from ember_np.training.run import RunLockedError
 
     workers = args.workers or default_workers()
     seeds = args.seeds
@@ -688,7 +706,7 @@ def cli_train(
             eval_episodes=args.eval_episodes, checkpoint_freq=args.checkpoint_freq,
             keep=args.keep, progress=not args.quiet, on_start=announce,
         )  # fmt: skip
-    except (OSError, ValueError) as exc:
+    except (RunLockedError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     print(result.summary())
     return 1 if result.failed else 0
@@ -703,16 +721,19 @@ def cli_resume(args: Any) -> int:
             f"{args.run_path} is a multi-seed run: resume trains its unfinished seeds to their "
             "budget, so drop --steps (to train longer, start a new run with --steps)"
         )
+    from ember_np.training.run import RunLockedError
+
     try:
-        before = load_multiseed(args.run_path)
-    except ValueError as exc:
+        with parent_lock(args.run_path):  # refused before anything is printed or moved
+            before = load_multiseed(args.run_path)
+            if before.failed:
+                print(f"{before.parent}: {len(before.runs)} seeds finished; training seeds "
+                      f"{format_seeds(before.failed)} again from the start")  # fmt: skip
+            else:
+                print(f"{before.parent}: all {len(before.runs)} seeds already finished")
+            sys.stdout.flush()
+            result = resume_seeds(args.run_path, workers=args.workers, progress=not args.quiet)
+    except (RunLockedError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    if before.failed:
-        print(f"{before.parent}: {len(before.runs)} seeds finished; training seeds "
-              f"{format_seeds(before.failed)} again from the start")  # fmt: skip
-    else:
-        print(f"{before.parent}: all {len(before.runs)} seeds already finished")
-    sys.stdout.flush()
-    result = resume_seeds(args.run_path, workers=args.workers, progress=not args.quiet)
     print(result.summary())
     return 1 if result.failed else 0
