@@ -352,3 +352,33 @@ def test_train_seeds_holds_the_parent_lock_while_it_trains(tmp_path):
     assert seen == [str(os.getpid())]  # held, and naming this process
     with parent_lock(result.parent) as lock:  # released when train_seeds returned
         assert lock.held
+
+
+# -- Ctrl-C says what finished and how to go on (issue 23, item 16) ----------------------
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_names_the_finished_seeds_the_parent_and_how_to_resume(tmp_path):
+    from ember_np.training.multiseed import format_seeds
+
+    args = [*TRAIN, "--steps", "5000", "--seeds", "3", "--workers", "1"]
+    proc, parent = start_seeds(args, tmp_path / "m")
+    deadline = time.time() + 120
+    while not (parent / "seed_0" / "result.json").exists():  # one seed done, one under way
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    workers = worker_pids(proc.pid)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert not any(running(pid) for pid in workers)  # no orphans
+    state = load_multiseed(parent)  # what the message must say: the files on disk
+    finished = sorted(r.seed for r in state.runs)
+    assert 0 in finished and state.failed
+    (line,) = [x for x in err.splitlines() if x.startswith("interrupted")]
+    assert line == (
+        f"interrupted: {len(finished)} of 3 seeds finished "
+        f"({format_seeds(finished)}), {format_seeds(state.failed)} did not; "
+        f"runs: {parent}/seed_<s>/; `ember-np resume {parent}` trains the unfinished seeds"
+    )

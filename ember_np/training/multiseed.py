@@ -692,8 +692,10 @@ def cli_train(
 
     workers = args.workers or default_workers()
     seeds = args.seeds
+    started: list[Path] = []
 
     def announce(parent: Path) -> None:
+        started.append(parent)
         print(f"{len(seeds)} seeds ({format_seeds(seeds)}) of {env_id}, preset "
               f"{preset or '(none: DqnConfig defaults)'}, {steps:,} steps each, on "
               f"{min(workers, len(seeds))} worker processes; runs: {parent}/seed_<s>/")  # fmt: skip
@@ -708,6 +710,10 @@ def cli_train(
         )  # fmt: skip
     except (RunLockedError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        if started:
+            _say_interrupted(started[0])
+        raise
     print(result.summary())
     return 1 if result.failed else 0
 
@@ -735,5 +741,27 @@ def cli_resume(args: Any) -> int:
             result = resume_seeds(args.run_path, workers=args.workers, progress=not args.quiet)
     except (RunLockedError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        _say_interrupted(Path(args.run_path))
+        raise
     print(result.summary())
     return 1 if result.failed else 0
+
+
+def _say_interrupted(parent: Path) -> None:
+    """Ctrl-C: which seeds finished, where the runs are and how to go on (one line, stderr).
+
+    Said once the workers have stopped, from the files on disk: a seed counts
+    as finished when its ``result.json`` is there.
+    """
+    how = f"runs: {parent}/seed_<s>/; `ember-np resume {parent}` trains the unfinished seeds"
+    try:
+        state = load_multiseed(parent)
+    except ValueError:  # seeds.json not written yet, or damaged: say where to look
+        print(f"interrupted; {how}", file=sys.stderr)
+        return
+    n = len(state.runs) + len(state.failed)
+    done = format_seeds(r.seed for r in state.runs) or "none"
+    lost = f", {format_seeds(state.failed)} did not" if state.failed else ""
+    print(f"interrupted: {len(state.runs)} of {n} seeds finished ({done}){lost}; {how}",
+          file=sys.stderr)  # fmt: skip
