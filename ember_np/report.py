@@ -86,7 +86,7 @@ def curve_matrix(result: MultiSeedResult) -> tuple[np.ndarray, np.ndarray]:
 
 def cmd_plot_multiseed(args: argparse.Namespace) -> int:
     """IQM curves with 95% CI bands and performance profiles, one figure."""
-    from ember_np.cli import UsageError
+    from ember_np.cli import plot_output, save_plot
     from ember_np.stats import iqm_curve, performance_profile
 
     results = _load(args.run_paths)
@@ -99,6 +99,7 @@ def cmd_plot_multiseed(args: argparse.Namespace) -> int:
         print("ember-np plot needs matplotlib: pip install 'ember-np[plot]'", file=sys.stderr)
         return 1
     fig, (curves, profiles) = plt.subplots(1, 2, figsize=(11, 4.2))
+    out = plot_output(args.output, fig)  # as the single-run plot: checked before drawing
     finals = [np.array(r.scores("final")) for r in results]
     lowest = min(float(f.min()) for f in finals)
     highest = max(float(f.max()) for f in finals)
@@ -121,10 +122,5 @@ def cmd_plot_multiseed(args: argparse.Namespace) -> int:
         ax.grid(alpha=0.3)
     curves.legend(fontsize="small")
     fig.tight_layout()
-    out = Path(args.output)
-    try:
-        fig.savefig(out, dpi=110)
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    print(f"wrote {out}")
+    save_plot(fig, out, dpi=110)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -382,3 +383,52 @@ def test_ctrl_c_names_the_finished_seeds_the_parent_and_how_to_resume(tmp_path):
         f"({format_seeds(finished)}), {format_seeds(state.failed)} did not; "
         f"runs: {parent}/seed_<s>/; `ember-np resume {parent}` trains the unfinished seeds"
     )
+
+
+@pytest.fixture(scope="module")
+def small_parent(tmp_path_factory) -> Path:
+    """A finished multi-seed run: 2 seeds of 1,500 steps, evaluated at 500, 1000, 1500."""
+    root = tmp_path_factory.mktemp("seeds")
+    assert main([*TRAIN, "--seeds", "2", "--workers", "1", "--root", str(root)]) == 0
+    return only_dir(root / "CartPole-v1" / "ember")
+
+
+# -- plot -o: the same output handling for single- and multi-seed runs (issue 23, item 14) --
+
+
+def test_multiseed_plot_to_an_unknown_format_is_one_line_listing_the_formats(
+    small_parent, tmp_path, capsys
+):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "x.xyz"
+    assert main(["plot", str(small_parent), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"-o {out}: unknown image format '.xyz'" in err
+    assert ".png" in err and ".svg" in err and not out.exists()
+
+
+def test_multiseed_plot_without_a_suffix_names_the_file_it_wrote(small_parent, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert main(["plot", str(small_parent), "-o", str(tmp_path / "x")]) == 0
+    assert f"wrote {tmp_path / 'x.png'}\n" in capsys.readouterr().out
+    assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("multi", [False, True], ids=["single-run", "multi-seed"])
+def test_plot_refuses_a_symlink_or_fifo_as_output_and_leaves_it(small_parent, tmp_path, capsys,
+                                                                multi):  # fmt: skip
+    pytest.importorskip("matplotlib")
+    source = small_parent if multi else small_parent / "seed_0"
+    target = tmp_path / "elsewhere.png"
+    target.write_bytes(b"not mine")
+    link = tmp_path / "link.png"
+    link.symlink_to(target)
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    for out, what in ((link, "is a symbolic link"), (fifo, "is a FIFO, not a regular file")):
+        assert main(["plot", str(source), "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"output {out} {what}" in err
+    assert link.is_symlink() and target.read_bytes() == b"not mine"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
