@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -432,3 +433,94 @@ def test_plot_refuses_a_symlink_or_fifo_as_output_and_leaves_it(small_parent, tm
         assert err.count("\n") == 1 and f"output {out} {what}" in err
     assert link.is_symlink() and target.read_bytes() == b"not mine"
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+# -- a tampered result.json or seeds.json is one line naming it (issue 23, item 10) --------
+
+
+def set_key(data: dict, key: str, value) -> dict:
+    return {**data, key: value}
+
+
+def drop_key(data: dict, key: str) -> dict:
+    return {k: v for k, v in data.items() if k != key}
+
+
+TAMPERED = [
+    (lambda d: set_key(d, "final_reward", float("nan")), "'final_reward' must be a finite number, found nan"),
+    (lambda d: set_key(d, "best_eval_reward", "high"), "'best_eval_reward' must be a finite number, found 'high'"),
+    (lambda d: set_key(d, "curve", [[7, 1.0, 0.1]]), "'curve' must end at the run's last step 1500"),
+    (lambda d: set_key(d, "curve", [[s + 1, r, t] for s, r, t in d["curve"]]), "'curve' steps must be integers in 1..1500"),
+    (lambda d: set_key(d, "curve", 5), "'curve' must be a non-empty list of [step, reward, seconds]"),
+    (lambda d: set_key(d, "curve", [[500, 9.5]]), "'curve' must be a non-empty list of [step, reward, seconds]"),
+    (lambda d: set_key(d, "curve", []), "'curve' must be a non-empty list of [step, reward, seconds]"),
+    (lambda d: drop_key(d, "final_reward"), "lacks 'final_reward'"),
+    (lambda d: set_key(d, "seed", 0), "'seed' is 0, but the file is seed 1's"),
+    (lambda d: set_key(d, "seed", "1"), "'seed' is '1', but the file is seed 1's"),
+    (lambda d: set_key(d, "train_seconds", -1), "'train_seconds' must be a finite number >= 0"),
+    (lambda d: [d], "holds a JSON list, expected an object"),
+]
+
+
+@pytest.mark.parametrize("tamper, message", TAMPERED, ids=[m for _, m in TAMPERED])
+def test_a_tampered_result_json_is_one_line_naming_it(small_parent, tmp_path, capsys, tamper,
+                                                      message):  # fmt: skip
+    pytest.importorskip("matplotlib")
+    parent = tmp_path / "p"
+    shutil.copytree(small_parent, parent)
+    path = parent / "seed_1" / "result.json"
+    path.write_text(json.dumps(tamper(json.loads(path.read_text()))))
+    for argv in (["report", str(parent)], ["plot", str(parent), "-o", str(tmp_path / "x.png")],
+                 ["resume", str(parent), "--quiet"]):  # fmt: skip
+        assert main(argv) == 2, argv
+        captured = capsys.readouterr()
+        (line,) = captured.err.splitlines()
+        assert line.startswith(f"ember-np: error: {path}: ") and message in line, argv
+        assert "delete it to train seed 1 again" in line
+    assert not (tmp_path / "x.png").exists()
+    with pytest.raises(ValueError, match="result.json"):
+        load_multiseed(parent)
+
+
+def test_a_result_json_that_is_not_json_is_named(small_parent, tmp_path, capsys):
+    parent = tmp_path / "p"
+    shutil.copytree(small_parent, parent)
+    (parent / "seed_0" / "result.json").write_bytes(b"{\"seed\": 0, \"fin")
+    assert main(["report", str(parent)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"{parent / 'seed_0' / 'result.json'}: not valid JSON" in line
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("steps", "x", "'steps' must be an integer >= 1, found 'x'"),
+        ("keep", -1, "'keep' must be an integer >= 0, found -1"),
+        ("env_id", 3, "'env_id' must be a string, found 3"),
+        ("seeds", [0, 0], "'seeds' must be distinct integers in 0..9223372036854775807"),
+        ("seeds", "0-1", "'seeds' must be distinct integers in 0..9223372036854775807"),
+    ],
+)
+def test_a_tampered_seeds_json_is_one_line_naming_it(small_parent, tmp_path, capsys, key, value,
+                                                     message):  # fmt: skip
+    parent = tmp_path / "p"
+    shutil.copytree(small_parent, parent)
+    path = parent / "seeds.json"
+    data = json.loads(path.read_text())
+    if key == "seeds":
+        data["seeds"] = value
+    else:
+        data["spec"][key] = value
+    path.write_text(json.dumps(data))
+    assert main(["report", str(parent)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"{path} is not a valid multi-seed description" in line and message in line
+
+
+def test_curve_matrix_refuses_curves_with_no_common_step(small_parent):
+    from ember_np.report import curve_matrix
+
+    result = load_multiseed(small_parent)
+    result.runs[1] = type(result.runs[1])(1, result.runs[1].run_dir, 1.0, 1.0, [(7, 1.0, 0.1)])
+    with pytest.raises(ValueError, match="share no evaluation step"):
+        curve_matrix(result)

@@ -499,26 +499,130 @@ def is_multiseed(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / SPEC_FILE).is_file()
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _spec_problem(data: Any) -> str | None:
+    """What is wrong with the contents of a ``seeds.json``, or None."""
+    if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
+        return "expected an object with 'spec' (an object) and 'seeds'"
+    spec = data["spec"]
+    for key in ("env_id", "name", "version"):
+        if not isinstance(spec.get(key), str):
+            return f"'{key}' must be a string, found {_short(spec.get(key))}"
+    if spec.get("preset") is not None and not isinstance(spec["preset"], str):
+        return f"'preset' must be a string or null, found {_short(spec['preset'])}"
+    for key, least in (("steps", 1), ("eval_every", 1), ("eval_episodes", 1),
+                       ("checkpoint_freq", 1), ("keep", 0)):  # fmt: skip
+        if key in spec and not (_is_int(spec[key]) and spec[key] >= least):
+            return f"'{key}' must be an integer >= {least}, found {_short(spec[key])}"
+    seeds = data.get("seeds")
+    if (
+        not isinstance(seeds, list) or not 1 <= len(seeds) <= MAX_SEEDS
+        or not all(_is_int(x) and 0 <= x <= MAX_SEED for x in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):  # fmt: skip
+        return (f"'seeds' must be distinct integers in 0..{MAX_SEED}, 1 to {MAX_SEEDS:,} of "
+                f"them, found {_short(seeds)}")  # fmt: skip
+    return None
+
+
 def _read_spec(parent: Path) -> tuple[SeedSpec, list[int]]:
+    path = parent / SPEC_FILE
     try:
-        data = json.loads((parent / SPEC_FILE).read_text())
-        return SeedSpec.from_dict(data["spec"]), [int(s) for s in data["seeds"]]
+        data = json.loads(path.read_text(encoding="utf-8"))
+        problem = _spec_problem(data)
+        if problem is None:
+            return SeedSpec.from_dict(data["spec"]), list(data["seeds"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{parent / SPEC_FILE} is not a valid multi-seed description: "
-                         f"{exc}") from None  # fmt: skip
+        problem = _one_line(exc)
+    raise ValueError(f"{path} is not a valid multi-seed description: {problem}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _result_problem(data: Any, seed: int, steps: int) -> str | None:
+    """What is wrong with the contents of seed ``seed``'s ``result.json``, or None."""
+    if not isinstance(data, dict):
+        return f"holds a JSON {type(data).__name__}, expected an object"
+    for key in ("seed", "final_reward", "best_eval_reward", "curve", "train_seconds"):
+        if key not in data:
+            return f"lacks {key!r}"
+    if not _is_int(data["seed"]) or data["seed"] != seed:
+        return f"'seed' is {_short(data['seed'])}, but the file is seed {seed}'s"
+    for key in ("final_reward", "best_eval_reward"):
+        if not _is_finite(data[key]):
+            return f"{key!r} must be a finite number, found {_short(data[key])}"
+    if not _is_finite(data["train_seconds"]) or data["train_seconds"] < 0:
+        return f"'train_seconds' must be a finite number >= 0, found {_short(data['train_seconds'])}"
+    curve = data["curve"]
+    if (
+        not isinstance(curve, list) or not curve
+        or not all(isinstance(p, list) and len(p) == 3 and _is_int(p[0]) and _is_finite(p[1])
+                   and _is_finite(p[2]) for p in curve)
+    ):  # fmt: skip
+        return f"'curve' must be a non-empty list of [step, reward, seconds], found {_short(curve)}"
+    points = [p[0] for p in curve]
+    if not all(1 <= a <= steps for a in points) or points != sorted(points):
+        return f"'curve' steps must be integers in 1..{steps}, in order, found {_short(points)}"
+    if points[-1] != steps:  # the final evaluation: a step every seed's curve has
+        return f"'curve' must end at the run's last step {steps}, found {points[-1]}"
+    return None
+
+
+def _read_result(parent: Path, seed: int, steps: int) -> SeedResult | None:
+    """Seed ``seed``'s result, or None when it has no ``result.json`` (it did not finish).
+
+    ValueError naming the file, what is wrong and the fix when the file is
+    not a result: it is written once, atomically, so it was edited or damaged.
+    """
+    path = parent / f"seed_{seed}" / RESULT_FILE
+    fix = f"restore it, or delete it to train seed {seed} again (ember-np resume {parent})"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read ({_one_line(exc)}); {fix}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc}); {fix}") from None
+    problem = _result_problem(data, seed, steps)
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}; {fix}")
+    return SeedResult.from_dict(data, path.parent)
 
 
 def load_multiseed(parent: str | os.PathLike[str]) -> MultiSeedResult:
-    """The finished and unfinished seeds of the multi-seed run in ``parent``."""
+    """The finished and unfinished seeds of the multi-seed run in ``parent``.
+
+    A seed without ``result.json`` did not finish. Raises ValueError naming
+    the file when ``seeds.json`` or a ``result.json`` is not what this module
+    writes (wrong types, missing keys, NaN rewards, a curve that does not end
+    at the run's last step).
+    """
     parent = Path(parent)
     spec, seeds = _read_spec(parent)
     runs, failed = [], []
     for seed in seeds:
-        path = parent / f"seed_{seed}" / RESULT_FILE
-        try:
-            runs.append(SeedResult.from_dict(json.loads(path.read_text()), path.parent))
-        except (OSError, ValueError, KeyError):
+        result = _read_result(parent, seed, spec.steps)
+        if result is None:
             failed.append(seed)
+        else:
+            runs.append(result)
     return MultiSeedResult(parent, spec, runs, failed)
 
 
