@@ -566,7 +566,8 @@ def _result_problem(data: Any, seed: int, steps: int) -> str | None:
         if not _is_finite(data[key]):
             return f"{key!r} must be a finite number, found {_short(data[key])}"
     if not _is_finite(data["train_seconds"]) or data["train_seconds"] < 0:
-        return f"'train_seconds' must be a finite number >= 0, found {_short(data['train_seconds'])}"
+        found = _short(data["train_seconds"])
+        return f"'train_seconds' must be a finite number >= 0, found {found}"
     curve = data["curve"]
     if (
         not isinstance(curve, list) or not curve
