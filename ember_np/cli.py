@@ -415,7 +415,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         print("ember-np plot needs matplotlib: pip install 'ember-np[plot]'", file=sys.stderr)
         return 1
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    out = _plot_output(Path(args.output), fig)
+    out = plot_output(args.output, fig)
     for run in runs:
         label = f"{run.name}/{run.version}/{run.dir.name}"
         rows = [r for r in run.read_train_episodes() if "total_steps" in r]
@@ -438,11 +438,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()
-    try:
-        fig.savefig(out, dpi=120)
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    print(f"wrote {out}")
+    save_plot(fig, out, dpi=120)
     return 0
 
 
@@ -473,17 +469,55 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plot_output(out: Path, fig: Any) -> Path:
-    """The file ``savefig`` will write: a known image format, ``.png`` added when none is given."""
+def plot_output(output: str, fig: Any) -> Path:
+    """The file ``plot -o OUTPUT`` writes (single- and multi-seed alike).
+
+    A known image format of ``fig``'s canvas, ``.png`` added when none is
+    given (``-o curves`` writes ``curves.png``); a new or regular file
+    (``_files.check_output``: not a symlink, FIFO, device or directory).
+    UsageError otherwise, one line listing the formats or naming the problem.
+    """
+    from ember_np._files import check_output
+
+    out = Path(output)
     formats = fig.canvas.get_supported_filetypes()
     if not out.suffix:
-        return out.with_name(out.name + ".png")  # what savefig itself would write
-    if out.suffix[1:].lower() not in formats:
+        out = out.with_name(out.name + ".png")  # what savefig itself would write
+    elif out.suffix[1:].lower() not in formats:
         raise UsageError(
             f"-o {out}: unknown image format {out.suffix!r}; use one of "
             f"{', '.join('.' + f for f in sorted(formats))} (e.g. -o curves.png)"
         )
+    try:
+        check_output(out)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"-o {out}: {exc}" if isinstance(exc, OSError) else str(exc)) from None
     return out
+
+
+def save_plot(fig: Any, out: Path, dpi: int) -> None:
+    """Render ``fig`` in ``out``'s format and write it there atomically; print "wrote OUT".
+
+    ``out`` comes from :func:`plot_output`, so the message names the file
+    actually written.
+    """
+    import io
+
+    from ember_np._files import write_output
+
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format=out.suffix[1:].lower(), dpi=dpi)
+    except Exception as exc:  # noqa: BLE001  e.g. .pgf without LaTeX, .jpg without Pillow
+        raise UsageError(f"-o {out}: cannot render {out.suffix!r}: {_one_line(exc)}; "
+                         "-o curves.png always works") from None  # fmt: skip
+    try:
+        write_output(out, buffer.getvalue())
+    except ValueError as exc:  # became a symlink, FIFO, ... since plot_output looked
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    print(f"wrote {out}")
 
 
 def _env_id_and_sets(env_id: str | None, sets: list[str]) -> tuple[str, list[str]]:
@@ -596,7 +630,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=_positive, help="env steps (default: the preset's budget)")
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=_non_negative, default=0)
-    seeds.add_argument("--seeds", type=_seeds, help="many seeds: 20, 0-19 or 1,4,7")
+    seeds.add_argument(
+        "--seeds", type=_seeds,
+        help="many seeds: 20, 0-19 or 1,4,7 (at most 10,000 seeds, each 0..2**63-1)",
+    )  # fmt: skip
     p.add_argument("--workers", type=_positive, help="processes for --seeds (default: cores)")
     p.add_argument("--gymnasium-env", action="store_true",
                    help="train on gymnasium's env even where a compiled one exists")  # fmt: skip

@@ -16,7 +16,9 @@ descriptions (JSON) and the source checkpoint.
 
 The file is written atomically (``checkpoint.atomic_write``): on any error,
 including a corrupted or foreign checkpoint (:class:`CheckpointError`), no
-partial ``.onnx`` is left and an existing file is untouched. Needs the
+partial ``.onnx`` is left and an existing file is untouched. The output is a
+new or replaced regular file only: a symbolic link, FIFO, device node,
+directory or the checkpoint being exported is refused (``_files.write_output``). Needs the
 ``onnx`` extra: ``pip install "ember-np[onnx]"``.
 """
 
@@ -27,7 +29,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ember_np.checkpoint import CheckpointError, atomic_write
+from ember_np._files import check_output, write_output
+from ember_np.checkpoint import CheckpointError
 from ember_np.dqn.policy import DqnPolicy
 from ember_np.encoding import IndexActionMapper, describe
 from ember_np.training.run import checkpoint_file_name
@@ -36,6 +39,7 @@ __all__ = ["INSTALL_HINT", "export_onnx", "policy_to_onnx", "resolve_checkpoint"
 
 #: The one line printed when the onnx package is missing.
 INSTALL_HINT = 'ember-np export needs the onnx package: pip install "ember-np[onnx]"'
+_INPUT = "the checkpoint being exported"
 #: ai.onnx opset 17 and IR version 8 (onnx 1.12, 2022): read by every current onnxruntime.
 OPSET = 17
 IR_VERSION = 8
@@ -175,16 +179,22 @@ def export_onnx(
 ) -> dict[str, str]:
     """Write the ONNX model of an agent checkpoint's online network to ``output``.
 
+    ``output`` gets a new regular file or replaces an existing regular file
+    (``ember_np._files.write_output``): a symbolic link, a FIFO, a device, a
+    directory or the checkpoint itself (by any spelling or hard link) is
+    refused with ValueError, before any work, and left as it is.
+
     Returns the model's metadata. Raises ImportError without onnx,
-    :class:`CheckpointError` for a corrupted or foreign checkpoint, OSError if
-    ``output`` cannot be written; in every case no partial file is left.
+    :class:`CheckpointError` for a corrupted or foreign checkpoint, ValueError
+    for an output path refused as above, OSError if ``output`` cannot be
+    written; in every case no partial file is left.
     """
     _onnx()  # the install hint before any work
+    check_output(output, [checkpoint], _INPUT)  # before the work, and again before the rename
     policy = DqnPolicy.load(checkpoint, backend="numpy")
     try:
         model = policy_to_onnx(policy, source=str(checkpoint))
     except ValueError as exc:  # a mapper the model cannot describe
         raise CheckpointError(checkpoint, str(exc)) from None
-    data = model.SerializeToString()
-    atomic_write(output, lambda f: f.write(data))
+    write_output(output, model.SerializeToString(), [checkpoint], _INPUT)
     return {p.key: p.value for p in model.metadata_props}

@@ -77,16 +77,21 @@ def curve_matrix(result: MultiSeedResult) -> tuple[np.ndarray, np.ndarray]:
     """Evaluation steps (points,) and rewards (seeds, points) at the steps every seed has.
 
     Where a step has two evaluations (the last periodic one and the final
-    one), the final one counts.
+    one), the final one counts. ValueError when the curves share no step.
     """
     per_seed = [{step: reward for step, reward, _ in r.curve} for r in result.runs]
     steps = sorted(set.intersection(*(set(c) for c in per_seed)))
+    if not steps:
+        raise ValueError(
+            f"{result.parent}: the seeds' curves share no evaluation step (every seed's "
+            f"result.json ends at step {result.spec.steps:,}, its final evaluation)"
+        )
     return np.array(steps), np.array([[c[s] for s in steps] for c in per_seed])
 
 
 def cmd_plot_multiseed(args: argparse.Namespace) -> int:
     """IQM curves with 95% CI bands and performance profiles, one figure."""
-    from ember_np.cli import UsageError
+    from ember_np.cli import UsageError, plot_output, save_plot
     from ember_np.stats import iqm_curve, performance_profile
 
     results = _load(args.run_paths)
@@ -99,13 +104,17 @@ def cmd_plot_multiseed(args: argparse.Namespace) -> int:
         print("ember-np plot needs matplotlib: pip install 'ember-np[plot]'", file=sys.stderr)
         return 1
     fig, (curves, profiles) = plt.subplots(1, 2, figsize=(11, 4.2))
+    out = plot_output(args.output, fig)  # as the single-run plot: checked before drawing
     finals = [np.array(r.scores("final")) for r in results]
     lowest = min(float(f.min()) for f in finals)
     highest = max(float(f.max()) for f in finals)
     taus = np.linspace(lowest - 1e-9, highest, 101)
     for k, (result, final) in enumerate(zip(results, finals), 1):
         label = f"[{k}] {result.spec.name}/{result.spec.version}/{result.parent.name}"
-        steps, rewards = curve_matrix(result)
+        try:
+            steps, rewards = curve_matrix(result)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         band = iqm_curve(rewards)
         (line,) = curves.plot(steps, band.value, label=f"{label} ({rewards.shape[0]} seeds)")
         curves.fill_between(steps, band.low, band.high, color=line.get_color(), alpha=0.25, lw=0)
@@ -121,10 +130,5 @@ def cmd_plot_multiseed(args: argparse.Namespace) -> int:
         ax.grid(alpha=0.3)
     curves.legend(fontsize="small")
     fig.tight_layout()
-    out = Path(args.output)
-    try:
-        fig.savefig(out, dpi=110)
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    print(f"wrote {out}")
+    save_plot(fig, out, dpi=110)
     return 0

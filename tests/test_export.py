@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -170,3 +173,78 @@ def test_export_reads_checkpoints_without_the_run_directory(trained_run, tmp_pat
     assert main(["export", str(trained_run), "-o", str(b)]) == 0  # --checkpoint best by default
     ga, gb = (onnx.load(str(p)).graph for p in (a, b))
     assert ga.SerializeToString() == gb.SerializeToString()
+
+
+# -- the output is a new or regular file, never the input (issue 23, item 5) ---------------
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("ember-np: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_exporting_onto_the_checkpoint_itself_is_refused_and_keeps_it(trained_run, tmp_path, capsys):
+    ckpt = tmp_path / "ckpts" / "best.npz"
+    ckpt.parent.mkdir()
+    shutil.copy(trained_run / "checkpoints" / "best.npz", ckpt)
+    before = ckpt.read_bytes()
+    link = tmp_path / "hard.npz"
+    os.link(ckpt, link)
+    for output in (ckpt, tmp_path / "ckpts" / ".." / "ckpts" / "best.npz", link):
+        assert main(["export", str(ckpt), "-o", str(output)]) == 2
+        line = one_error_line(capsys)
+        assert f"output {output} is the checkpoint being exported ({ckpt})" in line
+        assert ckpt.read_bytes() == before
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["best.npz"]  # no temporary left
+    with pytest.raises(ValueError, match="is the checkpoint being exported"):
+        export_onnx(link, ckpt)
+
+
+def test_a_symlink_as_output_is_refused_and_left_as_it_is(trained_run, tmp_path, capsys):
+    target = tmp_path / "elsewhere.onnx"
+    target.write_bytes(b"not mine")
+    out = tmp_path / "policy.onnx"
+    out.symlink_to(target)
+    assert main(["export", str(trained_run), "-o", str(out)]) == 2
+    assert f"output {out} is a symbolic link" in one_error_line(capsys)
+    assert out.is_symlink() and target.read_bytes() == b"not mine"
+
+
+def char_device(tmp_path) -> Path:
+    """A character device to write to: a twin of /dev/null in tmp_path where the user may
+    make one (root), else /dev/null itself (which a user cannot replace anyway)."""
+    twin = tmp_path / "null"
+    try:
+        os.mknod(twin, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except (PermissionError, AttributeError):
+        return Path("/dev/null")
+    return twin
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="FIFOs and device nodes")
+@pytest.mark.parametrize("kind", ["fifo", "char device", "directory"])
+def test_a_path_that_is_not_a_regular_file_is_refused_and_keeps_its_type(
+    trained_run, tmp_path, capsys, kind
+):
+    if kind == "fifo":
+        out, what, is_kind = tmp_path / "pipe", "a FIFO", stat.S_ISFIFO
+        os.mkfifo(out)
+    elif kind == "char device":
+        out, what, is_kind = char_device(tmp_path), "a character device", stat.S_ISCHR
+    else:
+        out, what, is_kind = tmp_path / "dir", "a directory", stat.S_ISDIR
+        out.mkdir()
+    assert main(["export", str(trained_run), "-o", str(out)]) == 2
+    line = one_error_line(capsys)
+    assert f"output {out} is {what}, not a regular file" in line
+    assert is_kind(os.lstat(out).st_mode)
+
+
+def test_an_existing_regular_file_is_replaced(trained_run, tmp_path, capsys):
+    out = tmp_path / "policy.onnx"
+    out.write_bytes(b"an older model")
+    assert main(["export", str(trained_run), "-o", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    assert out.read_bytes() != b"an older model" and metadata(out)["n_actions"] == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.onnx"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -229,3 +231,296 @@ def test_report_and_plot_of_multiseed_runs(tmp_path, capsys):
     png = tmp_path / "seeds.png"
     assert main(["plot", str(a), str(b), "-o", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- seed specs are bounded and printed compactly (issue 23, item 11) ------------------
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0-999999999999", "names 1,000,000,000,000 seeds, more than the 10,000"),
+        ("10000000", "names 10,000,000 seeds, more than the 10,000"),
+        ("0-9999,20000-20000", "names 10,001 seeds, more than the 10,000"),
+        ("1,9223372036854775808", "above the largest seed 9223372036854775807"),
+        ("1," + "9" * 5000, "seed of more than 30 digits is above the largest seed"),
+        ("9" * 5000, "names more than 10**30 seeds, more than the 10,000"),
+        ("5-99999999999999999999999", "above the largest seed 9223372036854775807"),
+        ("1,²", "expects a count"),
+    ],
+)
+def test_seed_specs_are_bounded_before_the_list_is_built(text, message):
+    with pytest.raises(ValueError, match="--seeds") as info:
+        parse_seeds(text)
+    assert message in str(info.value)
+
+
+def test_the_largest_seed_and_count_are_accepted():
+    from ember_np.training.multiseed import MAX_SEED, MAX_SEEDS
+
+    assert parse_seeds(str(MAX_SEEDS)) == list(range(MAX_SEEDS))
+    assert parse_seeds(f"{MAX_SEED - 1}-{MAX_SEED}") == [MAX_SEED - 1, MAX_SEED]
+
+
+def test_train_seeds_refuses_too_many_seeds_before_making_a_directory(tmp_path):
+    with pytest.raises(ValueError, match="at most 10,000 seeds"):
+        train_seeds("ember_np/CartPole-v1", range(10_001), steps=10, root=tmp_path)
+    with pytest.raises(ValueError, match="at most 9223372036854775807"):
+        train_seeds("ember_np/CartPole-v1", [2**63], steps=10, root=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_too_many_seeds_at_the_command_line_is_one_line_and_makes_nothing(tmp_path, capsys):
+    assert main(["train", "CartPole-v1", "--seeds", "10000000", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "more than the 10,000" in err and len(err) < 300
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "seeds, shown",
+    [
+        (range(20), "0-19"),
+        ([1, 4, 7], "1,4,7"),
+        ([0, 1, 2, 5, 9, 10, 11], "0-2,5,9-11"),
+        ([3, 4], "3-4"),
+        (range(0, 2000, 2), "0,2,4,6,8,10,...,1994,1996,1998 (1,000 seeds)"),
+    ],
+)
+def test_seed_lists_are_printed_compactly(seeds, shown):
+    from ember_np.training.multiseed import format_seeds
+
+    assert format_seeds(seeds) == shown
+    if "..." not in shown:  # what is printed can be given back to --seeds
+        assert parse_seeds(shown) == sorted(seeds)
+
+
+# -- one writer per multi-seed parent (issue 23, item 4) -------------------------------
+
+
+def start_seeds(args: list[str], root: Path) -> tuple[subprocess.Popen, Path]:
+    """``ember-np ARGS --root ROOT`` in a subprocess, returned with its parent directory
+    once a seed is training (its first episode logged, no result.json yet)."""
+    proc = subprocess.Popen([sys.executable, "-m", "ember_np", *args, "--root", str(root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.time() + 120
+    while True:
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        for log in root.glob("*/*/*/seed_*/train_episodes.jsonl"):
+            if log.stat().st_size > 0 and not (log.parent / "result.json").exists():
+                return proc, log.parent.parent
+        time.sleep(0.02)
+
+
+def test_resume_of_a_parent_still_training_is_refused_naming_its_pid(tmp_path):
+    proc, parent = start_seeds([*TRAIN, "--seeds", "2", "--workers", "1"], tmp_path / "m")
+    os.kill(proc.pid, signal.SIGSTOP)  # it holds its lock meanwhile, whatever the timing
+    try:
+        second = subprocess.run([sys.executable, "-m", "ember_np", "resume", str(parent),
+                                 "--quiet"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=300)
+    assert second.returncode == 2, (second.stdout, second.stderr)
+    (line,) = second.stderr.splitlines()
+    assert f"multi-seed run {parent} is in use: process {proc.pid} is training in it" in line
+    assert second.stdout == ""  # refused before printing or moving anything
+    # The first run is untouched: it finishes every seed.
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "2 of 2 seeds finished" in out
+    result = load_multiseed(parent)
+    assert sorted(r.seed for r in result.runs) == [0, 1] and result.failed == []
+    assert sorted(p.name for p in parent.iterdir()) == [".lock", "seed_0", "seed_1", "seeds.json"]
+
+
+def test_train_seeds_holds_the_parent_lock_while_it_trains(tmp_path):
+    from ember_np.presets import get_preset
+    from ember_np.training.multiseed import parent_lock
+    from ember_np.training.run import LOCK_FILE
+
+    seen = []
+
+    def on_start(parent: Path) -> None:  # another process's view of the lock, mid-run
+        probe = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
+                 "try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+                 "except BlockingIOError: print(open(sys.argv[1]).read().strip())")  # fmt: skip
+        seen.append(subprocess.run([sys.executable, "-c", probe, str(parent / LOCK_FILE)],
+                                   capture_output=True, text=True).stdout.strip())  # fmt: skip
+
+    config = get_preset("ember").config.replace(min_replay_size=64, hidden_sizes=(8,))
+    result = train_seeds("ember_np/CartPole-v1", [0], config=config, steps=100, workers=1,
+                         root=tmp_path, eval_every=100, eval_episodes=1, progress=False,
+                         on_start=on_start)  # fmt: skip
+    assert seen == [str(os.getpid())]  # held, and naming this process
+    with parent_lock(result.parent) as lock:  # released when train_seeds returned
+        assert lock.held
+
+
+# -- Ctrl-C says what finished and how to go on (issue 23, item 16) ----------------------
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_names_the_finished_seeds_the_parent_and_how_to_resume(tmp_path):
+    from ember_np.training.multiseed import format_seeds
+
+    args = [*TRAIN, "--steps", "5000", "--seeds", "3", "--workers", "1"]
+    proc, parent = start_seeds(args, tmp_path / "m")
+    deadline = time.time() + 120
+    while not (parent / "seed_0" / "result.json").exists():  # one seed done, one under way
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    workers = worker_pids(proc.pid)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert not any(running(pid) for pid in workers)  # no orphans
+    state = load_multiseed(parent)  # what the message must say: the files on disk
+    finished = sorted(r.seed for r in state.runs)
+    assert 0 in finished and state.failed
+    (line,) = [x for x in err.splitlines() if x.startswith("interrupted")]
+    assert line == (
+        f"interrupted: {len(finished)} of 3 seeds finished "
+        f"({format_seeds(finished)}), {format_seeds(state.failed)} did not; "
+        f"runs: {parent}/seed_<s>/; `ember-np resume {parent}` trains the unfinished seeds"
+    )
+
+
+@pytest.fixture(scope="module")
+def small_parent(tmp_path_factory) -> Path:
+    """A finished multi-seed run: 2 seeds of 1,500 steps, evaluated at 500, 1000, 1500."""
+    root = tmp_path_factory.mktemp("seeds")
+    assert main([*TRAIN, "--seeds", "2", "--workers", "1", "--root", str(root)]) == 0
+    return only_dir(root / "CartPole-v1" / "ember")
+
+
+# -- plot -o: the same output handling for single- and multi-seed runs (issue 23, item 14) --
+
+
+def test_multiseed_plot_to_an_unknown_format_is_one_line_listing_the_formats(
+    small_parent, tmp_path, capsys
+):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "x.xyz"
+    assert main(["plot", str(small_parent), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"-o {out}: unknown image format '.xyz'" in err
+    assert ".png" in err and ".svg" in err and not out.exists()
+
+
+def test_multiseed_plot_without_a_suffix_names_the_file_it_wrote(small_parent, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert main(["plot", str(small_parent), "-o", str(tmp_path / "x")]) == 0
+    assert f"wrote {tmp_path / 'x.png'}\n" in capsys.readouterr().out
+    assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("multi", [False, True], ids=["single-run", "multi-seed"])
+def test_plot_refuses_a_symlink_or_fifo_as_output_and_leaves_it(small_parent, tmp_path, capsys,
+                                                                multi):  # fmt: skip
+    pytest.importorskip("matplotlib")
+    source = small_parent if multi else small_parent / "seed_0"
+    target = tmp_path / "elsewhere.png"
+    target.write_bytes(b"not mine")
+    link = tmp_path / "link.png"
+    link.symlink_to(target)
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    for out, what in ((link, "is a symbolic link"), (fifo, "is a FIFO, not a regular file")):
+        assert main(["plot", str(source), "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"output {out} {what}" in err
+    assert link.is_symlink() and target.read_bytes() == b"not mine"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+# -- a tampered result.json or seeds.json is one line naming it (issue 23, item 10) --------
+
+
+def set_key(data: dict, key: str, value) -> dict:
+    return {**data, key: value}
+
+
+def drop_key(data: dict, key: str) -> dict:
+    return {k: v for k, v in data.items() if k != key}
+
+
+TAMPERED = [
+    (lambda d: set_key(d, "final_reward", float("nan")), "'final_reward' must be a finite number, found nan"),
+    (lambda d: set_key(d, "best_eval_reward", "high"), "'best_eval_reward' must be a finite number, found 'high'"),
+    (lambda d: set_key(d, "curve", [[7, 1.0, 0.1]]), "'curve' must end at the run's last step 1500"),
+    (lambda d: set_key(d, "curve", [[s + 1, r, t] for s, r, t in d["curve"]]), "'curve' steps must be integers in 1..1500"),
+    (lambda d: set_key(d, "curve", 5), "'curve' must be a non-empty list of [step, reward, seconds]"),
+    (lambda d: set_key(d, "curve", [[500, 9.5]]), "'curve' must be a non-empty list of [step, reward, seconds]"),
+    (lambda d: set_key(d, "curve", []), "'curve' must be a non-empty list of [step, reward, seconds]"),
+    (lambda d: drop_key(d, "final_reward"), "lacks 'final_reward'"),
+    (lambda d: set_key(d, "seed", 0), "'seed' is 0, but the file is seed 1's"),
+    (lambda d: set_key(d, "seed", "1"), "'seed' is '1', but the file is seed 1's"),
+    (lambda d: set_key(d, "train_seconds", -1), "'train_seconds' must be a finite number >= 0"),
+    (lambda d: [d], "holds a JSON list, expected an object"),
+]
+
+
+@pytest.mark.parametrize("tamper, message", TAMPERED, ids=[m for _, m in TAMPERED])
+def test_a_tampered_result_json_is_one_line_naming_it(small_parent, tmp_path, capsys, tamper,
+                                                      message):  # fmt: skip
+    pytest.importorskip("matplotlib")
+    parent = tmp_path / "p"
+    shutil.copytree(small_parent, parent)
+    path = parent / "seed_1" / "result.json"
+    path.write_text(json.dumps(tamper(json.loads(path.read_text()))))
+    for argv in (["report", str(parent)], ["plot", str(parent), "-o", str(tmp_path / "x.png")],
+                 ["resume", str(parent), "--quiet"]):  # fmt: skip
+        assert main(argv) == 2, argv
+        captured = capsys.readouterr()
+        (line,) = captured.err.splitlines()
+        assert line.startswith(f"ember-np: error: {path}: ") and message in line, argv
+        assert "delete it to train seed 1 again" in line
+    assert not (tmp_path / "x.png").exists()
+    with pytest.raises(ValueError, match="result.json"):
+        load_multiseed(parent)
+
+
+def test_a_result_json_that_is_not_json_is_named(small_parent, tmp_path, capsys):
+    parent = tmp_path / "p"
+    shutil.copytree(small_parent, parent)
+    (parent / "seed_0" / "result.json").write_bytes(b"{\"seed\": 0, \"fin")
+    assert main(["report", str(parent)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"{parent / 'seed_0' / 'result.json'}: not valid JSON" in line
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("steps", "x", "'steps' must be an integer >= 1, found 'x'"),
+        ("keep", -1, "'keep' must be an integer >= 0, found -1"),
+        ("env_id", 3, "'env_id' must be a string, found 3"),
+        ("seeds", [0, 0], "'seeds' must be distinct integers in 0..9223372036854775807"),
+        ("seeds", "0-1", "'seeds' must be distinct integers in 0..9223372036854775807"),
+    ],
+)
+def test_a_tampered_seeds_json_is_one_line_naming_it(small_parent, tmp_path, capsys, key, value,
+                                                     message):  # fmt: skip
+    parent = tmp_path / "p"
+    shutil.copytree(small_parent, parent)
+    path = parent / "seeds.json"
+    data = json.loads(path.read_text())
+    if key == "seeds":
+        data["seeds"] = value
+    else:
+        data["spec"][key] = value
+    path.write_text(json.dumps(data))
+    assert main(["report", str(parent)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"{path} is not a valid multi-seed description" in line and message in line
+
+
+def test_curve_matrix_refuses_curves_with_no_common_step(small_parent):
+    from ember_np.report import curve_matrix
+
+    result = load_multiseed(small_parent)
+    result.runs[1] = type(result.runs[1])(1, result.runs[1].run_dir, 1.0, 1.0, [(7, 1.0, 0.1)])
+    with pytest.raises(ValueError, match="share no evaluation step"):
+        curve_matrix(result)

@@ -35,9 +35,11 @@ not finish again from the start (a partial attempt is kept, renamed
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -50,13 +52,18 @@ from typing import Any
 
 from ember_np.checkpoint import atomic_write_text
 from ember_np.dqn.config import DqnConfig
+from ember_np.training.run import DirectoryLock
 
 __all__ = [
+    "MAX_SEED",
+    "MAX_SEEDS",
     "MultiSeedResult",
     "SeedResult",
     "SeedSpec",
     "is_multiseed",
+    "format_seeds",
     "load_multiseed",
+    "parent_lock",
     "parse_seeds",
     "resume_seeds",
     "train_seed",
@@ -188,7 +195,7 @@ class MultiSeedResult:
                 lines.append(f"  {which:<6} {ci:>28} {_median(x):>9.2f} {sum(x) / len(x):>9.2f}")
         if self.failed:
             lines.append(
-                f"  seeds that did not finish: {_seed_list(self.failed)} "
+                f"  seeds that did not finish: {format_seeds(self.failed)} "
                 f"(ember-np resume {self.parent} trains them)"
             )
         lines.append(f"  runs: {self.parent}/seed_<s>/")
@@ -201,33 +208,85 @@ def _median(x: Sequence[float]) -> float:
     return s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2
 
 
-def _seed_list(seeds: Iterable[int]) -> str:
-    return ", ".join(str(s) for s in seeds)
+def format_seeds(seeds: Iterable[int], most: int = 12) -> str:
+    """Seeds as ``--seeds`` takes them, runs of consecutive seeds as ranges: ``0-19``,
+    ``1,4,7``, ``0-2,5,9-11``. Beyond ``most`` parts, the first and last few are
+    shown around ``...``, with the count (the full list is in ``seeds.json``)."""
+    ordered = sorted(seeds)
+    parts: list[str] = []
+    start = 0
+    for i in range(1, len(ordered) + 1):
+        if i == len(ordered) or ordered[i] != ordered[i - 1] + 1:
+            first, last = ordered[start], ordered[i - 1]
+            parts.append(str(first) if first == last else f"{first}-{last}")
+            start = i
+    if len(parts) <= most:
+        return ",".join(parts)
+    half = most // 2
+    return f"{','.join(parts[:half])},...,{','.join(parts[-half // 2:])} ({len(ordered):,} seeds)"
+
+
+#: The most seeds one multi-seed run trains (``--seeds``, ``train_seeds``).
+MAX_SEEDS = 10_000
+#: The largest seed: the largest a checkpoint stores as an int64 (``--seeds`` takes 0..MAX_SEED).
+MAX_SEED = 2**63 - 1
+_DIGITS = re.compile(r"[0-9]+")  # ASCII digits only (str.isdigit also takes "²")
+_HUGE = 10**30  # stands for a number of more than 30 digits: above every bound
+
+
+def _number(digits: str) -> int:
+    """``int(digits)``, without converting thousands of digits that are out of range anyway."""
+    return int(digits) if len(digits) <= 30 else _HUGE
 
 
 def parse_seeds(text: str) -> list[int]:
     """``"20"`` -> seeds 0..19; ``"5-9"`` -> 5..9; ``"1,4,7"`` (ranges allowed in the list).
 
-    Raises ValueError naming the text and the accepted forms.
+    At most :data:`MAX_SEEDS` seeds, each in ``0..MAX_SEED``: the count is
+    worked out from the ranges before any list is built.
+
+    Raises ValueError naming the text and the accepted forms, or the bound
+    it exceeds.
     """
-    usage = f"--seeds expects a count (20), a range (0-19) or a list (1,4,7), got {text!r}"
+    shown = text if len(text) <= 60 else text[:57] + "..."  # a one-line message, always
+    usage = f"--seeds expects a count (20), a range (0-19) or a list (1,4,7), got {shown!r}"
+    too_many = ("--seeds {text!r} names {count} seeds, more than the {most:,} one run "
+                "trains: give at most {most:,} (e.g. --seeds 0-{last})")  # fmt: skip
     text = text.strip()
-    if text.isdigit():
-        count = int(text)
+    if _DIGITS.fullmatch(text):
+        count = _number(text)
         if count < 1:
             raise ValueError(usage)
+        if count > MAX_SEEDS:
+            shown_count = f"{count:,}" if count < _HUGE else "more than 10**30"
+            raise ValueError(too_many.format(text=shown, count=shown_count, most=MAX_SEEDS,
+                                             last=MAX_SEEDS - 1))  # fmt: skip
         return list(range(count))
-    seeds: list[int] = []
+    ranges: list[tuple[int, int]] = []
+    count = 0
     for part in text.split(","):
         lo, dash, hi = part.strip().partition("-")
-        if not lo.isdigit() or (dash and not hi.isdigit()):
+        if not _DIGITS.fullmatch(lo) or (dash and not _DIGITS.fullmatch(hi)):
             raise ValueError(usage)
-        first, last = int(lo), int(hi) if dash else int(lo)
+        hi = hi if dash else lo
+        first, last = _number(lo), _number(hi)
+        if last > MAX_SEED:
+            big = hi if last < _HUGE else "of more than 30 digits"
+            raise ValueError(f"--seeds {shown!r}: seed {big} is above the largest seed "
+                             f"{MAX_SEED} (2**63 - 1): use seeds 0..{MAX_SEED}")  # fmt: skip
         if last < first:
-            raise ValueError(f"{usage} (a range must go up: {part.strip()!r})")
-        seeds += range(first, last + 1)
+            raise ValueError(f"{usage} (a range must go up: {first}-{last})")
+        ranges.append((first, last))
+        count += last - first + 1
+        if count > MAX_SEEDS:
+            break  # the rest can only add seeds
+    if count > MAX_SEEDS:
+        total = sum(b - a + 1 for a, b in ranges)  # the ranges read so far
+        raise ValueError(too_many.format(text=shown, count=f"{total:,}", most=MAX_SEEDS,
+                                         last=MAX_SEEDS - 1))  # fmt: skip
+    seeds = [s for first, last in ranges for s in range(first, last + 1)]
     if len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds lists a seed twice: {text!r}")
+        raise ValueError(f"--seeds lists a seed twice: {shown!r}")
     return seeds
 
 
@@ -366,7 +425,7 @@ def train_seeds(
     env_id : str
         A gymnasium id, e.g. ``"ember_np/CartPole-v1"`` (compiled, fused training).
     seeds : iterable of int
-        Distinct non-negative seeds.
+        Distinct seeds in ``0..MAX_SEED`` (2**63 - 1), at most ``MAX_SEEDS`` (10,000).
     config : DqnConfig, optional
         Default ``DqnConfig()``.
     steps : int
@@ -391,11 +450,17 @@ def train_seeds(
         ``failed`` lists the seeds whose worker died or raised; their partial
         runs stay on disk, and :func:`resume_seeds` finishes them.
     """
-    seeds = [int(s) for s in seeds]
+    seeds = [int(s) for s in itertools.islice(seeds, MAX_SEEDS + 1)]  # never a huge list
     if not seeds:
         raise ValueError("seeds must name at least one seed, got none")
+    if len(seeds) > MAX_SEEDS:
+        raise ValueError(f"seeds must be at most {MAX_SEEDS:,} seeds, got more: train them "
+                         "in several runs")  # fmt: skip
     if min(seeds) < 0 or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct non-negative integers, got {seeds}")
+        raise ValueError(f"seeds must be distinct non-negative integers, got "
+                         f"{format_seeds(seeds)}")  # fmt: skip
+    if max(seeds) > MAX_SEED:
+        raise ValueError(f"seeds must be at most {MAX_SEED} (2**63 - 1), got {max(seeds)}")
     known = {"preset", "eval_every", "eval_episodes", "checkpoint_freq", "keep"}
     if set(options) - known:
         raise ValueError(f"unknown options {sorted(set(options) - known)}; train_seeds takes "
@@ -410,11 +475,23 @@ def train_seeds(
     if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     parent = _make_parent(root, spec.name, spec.version)
-    atomic_write_text(parent / SPEC_FILE, json.dumps({"spec": spec.to_dict(), "seeds": seeds},
-                                                     indent=1))  # fmt: skip
-    if on_start is not None:
-        on_start(parent)
-    return _run(parent, spec, seeds, workers, progress)
+    with parent_lock(parent):  # one writer: a `resume PARENT` meanwhile is refused
+        atomic_write_text(parent / SPEC_FILE, json.dumps({"spec": spec.to_dict(),
+                                                          "seeds": seeds}, indent=1))  # fmt: skip
+        if on_start is not None:
+            on_start(parent)
+        return _run(parent, spec, seeds, workers, progress)
+
+
+def parent_lock(parent: str | os.PathLike[str]) -> DirectoryLock:
+    """The writer lock of a multi-seed run's parent directory (use it as ``with``).
+
+    The same :class:`~ember_np.training.run.DirectoryLock` a single run
+    takes: :func:`train_seeds` and :func:`resume_seeds` hold it while they
+    train, so a second writer gets :class:`~ember_np.training.run.RunLockedError`
+    naming the holder's PID.
+    """
+    return DirectoryLock(parent, "the multi-seed run")
 
 
 def is_multiseed(path: str | os.PathLike[str]) -> bool:
@@ -422,26 +499,131 @@ def is_multiseed(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / SPEC_FILE).is_file()
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _spec_problem(data: Any) -> str | None:
+    """What is wrong with the contents of a ``seeds.json``, or None."""
+    if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
+        return "expected an object with 'spec' (an object) and 'seeds'"
+    spec = data["spec"]
+    for key in ("env_id", "name", "version"):
+        if not isinstance(spec.get(key), str):
+            return f"'{key}' must be a string, found {_short(spec.get(key))}"
+    if spec.get("preset") is not None and not isinstance(spec["preset"], str):
+        return f"'preset' must be a string or null, found {_short(spec['preset'])}"
+    for key, least in (("steps", 1), ("eval_every", 1), ("eval_episodes", 1),
+                       ("checkpoint_freq", 1), ("keep", 0)):  # fmt: skip
+        if key in spec and not (_is_int(spec[key]) and spec[key] >= least):
+            return f"'{key}' must be an integer >= {least}, found {_short(spec[key])}"
+    seeds = data.get("seeds")
+    if (
+        not isinstance(seeds, list) or not 1 <= len(seeds) <= MAX_SEEDS
+        or not all(_is_int(x) and 0 <= x <= MAX_SEED for x in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):  # fmt: skip
+        return (f"'seeds' must be distinct integers in 0..{MAX_SEED}, 1 to {MAX_SEEDS:,} of "
+                f"them, found {_short(seeds)}")  # fmt: skip
+    return None
+
+
 def _read_spec(parent: Path) -> tuple[SeedSpec, list[int]]:
+    path = parent / SPEC_FILE
     try:
-        data = json.loads((parent / SPEC_FILE).read_text())
-        return SeedSpec.from_dict(data["spec"]), [int(s) for s in data["seeds"]]
+        data = json.loads(path.read_text(encoding="utf-8"))
+        problem = _spec_problem(data)
+        if problem is None:
+            return SeedSpec.from_dict(data["spec"]), list(data["seeds"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{parent / SPEC_FILE} is not a valid multi-seed description: "
-                         f"{exc}") from None  # fmt: skip
+        problem = _one_line(exc)
+    raise ValueError(f"{path} is not a valid multi-seed description: {problem}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _result_problem(data: Any, seed: int, steps: int) -> str | None:
+    """What is wrong with the contents of seed ``seed``'s ``result.json``, or None."""
+    if not isinstance(data, dict):
+        return f"holds a JSON {type(data).__name__}, expected an object"
+    for key in ("seed", "final_reward", "best_eval_reward", "curve", "train_seconds"):
+        if key not in data:
+            return f"lacks {key!r}"
+    if not _is_int(data["seed"]) or data["seed"] != seed:
+        return f"'seed' is {_short(data['seed'])}, but the file is seed {seed}'s"
+    for key in ("final_reward", "best_eval_reward"):
+        if not _is_finite(data[key]):
+            return f"{key!r} must be a finite number, found {_short(data[key])}"
+    if not _is_finite(data["train_seconds"]) or data["train_seconds"] < 0:
+        found = _short(data["train_seconds"])
+        return f"'train_seconds' must be a finite number >= 0, found {found}"
+    curve = data["curve"]
+    if (
+        not isinstance(curve, list) or not curve
+        or not all(isinstance(p, list) and len(p) == 3 and _is_int(p[0]) and _is_finite(p[1])
+                   and _is_finite(p[2]) for p in curve)
+    ):  # fmt: skip
+        return f"'curve' must be a non-empty list of [step, reward, seconds], found {_short(curve)}"
+    points = [p[0] for p in curve]
+    if not all(1 <= a <= steps for a in points) or points != sorted(points):
+        return f"'curve' steps must be integers in 1..{steps}, in order, found {_short(points)}"
+    if points[-1] != steps:  # the final evaluation: a step every seed's curve has
+        return f"'curve' must end at the run's last step {steps}, found {points[-1]}"
+    return None
+
+
+def _read_result(parent: Path, seed: int, steps: int) -> SeedResult | None:
+    """Seed ``seed``'s result, or None when it has no ``result.json`` (it did not finish).
+
+    ValueError naming the file, what is wrong and the fix when the file is
+    not a result: it is written once, atomically, so it was edited or damaged.
+    """
+    path = parent / f"seed_{seed}" / RESULT_FILE
+    fix = f"restore it, or delete it to train seed {seed} again (ember-np resume {parent})"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read ({_one_line(exc)}); {fix}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc}); {fix}") from None
+    problem = _result_problem(data, seed, steps)
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}; {fix}")
+    return SeedResult.from_dict(data, path.parent)
 
 
 def load_multiseed(parent: str | os.PathLike[str]) -> MultiSeedResult:
-    """The finished and unfinished seeds of the multi-seed run in ``parent``."""
+    """The finished and unfinished seeds of the multi-seed run in ``parent``.
+
+    A seed without ``result.json`` did not finish. Raises ValueError naming
+    the file when ``seeds.json`` or a ``result.json`` is not what this module
+    writes (wrong types, missing keys, NaN rewards, a curve that does not end
+    at the run's last step).
+    """
     parent = Path(parent)
     spec, seeds = _read_spec(parent)
     runs, failed = [], []
     for seed in seeds:
-        path = parent / f"seed_{seed}" / RESULT_FILE
-        try:
-            runs.append(SeedResult.from_dict(json.loads(path.read_text()), path.parent))
-        except (OSError, ValueError, KeyError):
+        result = _read_result(parent, seed, spec.steps)
+        if result is None:
             failed.append(seed)
+        else:
+            runs.append(result)
     return MultiSeedResult(parent, spec, runs, failed)
 
 
@@ -455,19 +637,22 @@ def resume_seeds(
     renamed ``seed_<s>.interrupted`` (``..._1``, ... for later attempts).
     """
     parent = Path(parent)
-    spec, seeds = _read_spec(parent)
-    missing = load_multiseed(parent).failed
-    for seed in missing:
-        partial = parent / f"seed_{seed}"
-        if partial.exists():
-            k, target = 0, parent / f"seed_{seed}.interrupted"
-            while target.exists():
-                k += 1
-                target = parent / f"seed_{seed}.interrupted_{k}"
-            partial.rename(target)
-    if missing:
-        _run(parent, spec, missing, workers, progress)
-    return load_multiseed(parent)
+    with parent_lock(parent):  # before anything is read: one writer per parent
+        spec, _ = _read_spec(parent)
+        missing = load_multiseed(parent).failed
+        for seed in missing:
+            partial = parent / f"seed_{seed}"
+            if partial.exists():
+                # A worker of a killed parent may still be in it for a moment.
+                with DirectoryLock(partial, "the run"):
+                    k, target = 0, parent / f"seed_{seed}.interrupted"
+                    while target.exists():
+                        k += 1
+                        target = parent / f"seed_{seed}.interrupted_{k}"
+                    partial.rename(target)
+        if missing:
+            _run(parent, spec, missing, workers, progress)
+        return load_multiseed(parent)
 
 
 def _run(
@@ -608,12 +793,15 @@ def cli_train(
 ) -> int:
     """``ember-np train ENV_ID --seeds K``: the options ``cmd_train`` resolved; exit status."""
     from ember_np.cli import UsageError
+    from ember_np.training.run import RunLockedError
 
     workers = args.workers or default_workers()
     seeds = args.seeds
+    started: list[Path] = []
 
     def announce(parent: Path) -> None:
-        print(f"{len(seeds)} seeds ({_seed_list(seeds)}) of {env_id}, preset "
+        started.append(parent)
+        print(f"{len(seeds)} seeds ({format_seeds(seeds)}) of {env_id}, preset "
               f"{preset or '(none: DqnConfig defaults)'}, {steps:,} steps each, on "
               f"{min(workers, len(seeds))} worker processes; runs: {parent}/seed_<s>/")  # fmt: skip
         sys.stdout.flush()
@@ -625,8 +813,12 @@ def cli_train(
             eval_episodes=args.eval_episodes, checkpoint_freq=args.checkpoint_freq,
             keep=args.keep, progress=not args.quiet, on_start=announce,
         )  # fmt: skip
-    except (OSError, ValueError) as exc:
+    except (RunLockedError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        if started:
+            _say_interrupted(started[0])
+        raise
     print(result.summary())
     return 1 if result.failed else 0
 
@@ -640,16 +832,41 @@ def cli_resume(args: Any) -> int:
             f"{args.run_path} is a multi-seed run: resume trains its unfinished seeds to their "
             "budget, so drop --steps (to train longer, start a new run with --steps)"
         )
+    from ember_np.training.run import RunLockedError
+
     try:
-        before = load_multiseed(args.run_path)
-    except ValueError as exc:
+        with parent_lock(args.run_path):  # refused before anything is printed or moved
+            before = load_multiseed(args.run_path)
+            if before.failed:
+                print(f"{before.parent}: {len(before.runs)} seeds finished; training seeds "
+                      f"{format_seeds(before.failed)} again from the start")  # fmt: skip
+            else:
+                print(f"{before.parent}: all {len(before.runs)} seeds already finished")
+            sys.stdout.flush()
+            result = resume_seeds(args.run_path, workers=args.workers, progress=not args.quiet)
+    except (RunLockedError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    if before.failed:
-        print(f"{before.parent}: {len(before.runs)} seeds finished; training seeds "
-              f"{_seed_list(before.failed)} again from the start")  # fmt: skip
-    else:
-        print(f"{before.parent}: all {len(before.runs)} seeds already finished")
-    sys.stdout.flush()
-    result = resume_seeds(args.run_path, workers=args.workers, progress=not args.quiet)
+    except KeyboardInterrupt:
+        _say_interrupted(Path(args.run_path))
+        raise
     print(result.summary())
     return 1 if result.failed else 0
+
+
+def _say_interrupted(parent: Path) -> None:
+    """Ctrl-C: which seeds finished, where the runs are and how to go on (one line, stderr).
+
+    Said once the workers have stopped, from the files on disk: a seed counts
+    as finished when its ``result.json`` is there.
+    """
+    how = f"runs: {parent}/seed_<s>/; `ember-np resume {parent}` trains the unfinished seeds"
+    try:
+        state = load_multiseed(parent)
+    except ValueError:  # seeds.json not written yet, or damaged: say where to look
+        print(f"interrupted; {how}", file=sys.stderr)
+        return
+    n = len(state.runs) + len(state.failed)
+    done = format_seeds(r.seed for r in state.runs) or "none"
+    lost = f", {format_seeds(state.failed)} did not" if state.failed else ""
+    print(f"interrupted: {len(state.runs)} of {n} seeds finished ({done}){lost}; {how}",
+          file=sys.stderr)  # fmt: skip

@@ -16,9 +16,11 @@ Layout (ember-rl's ``TrainingRun``, with ``.npz`` checkpoints)::
 (temporary file, fsync, rename); each JSONL record is appended as one whole
 line and flushed.
 
-One process at a time trains in a run: :meth:`TrainingRun.lock` takes an
-exclusive ``fcntl.flock`` on ``<run>/.lock`` (the file holds the owner's PID),
-which the operating system releases when the process ends, killed or not.
+One process at a time trains in a run: :meth:`TrainingRun.lock` takes a
+:class:`DirectoryLock`, an exclusive ``fcntl.flock`` on ``<run>/.lock`` (the
+file holds the owner's PID), which the operating system releases when the
+process ends, killed or not. A multi-seed run locks its parent directory the
+same way.
 Readers (``eval``, ``plot``, :meth:`TrainingRun.resume` to read) take no lock.
 
 The JSONL readers skip any line that is not a whole episode record (a torn
@@ -47,7 +49,9 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory locks, runs are not locked
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["RunLockedError", "RunLogWarning", "TrainingRun", "checkpoint_file_name"]
+__all__ = [
+    "DirectoryLock", "RunLockedError", "RunLogWarning", "TrainingRun", "checkpoint_file_name",
+]  # fmt: skip
 
 _RUN_ID = re.compile(r"^(\d{8}_\d{6})(?:_(\d+))?$")
 _STEP_FILE = re.compile(r"^step_(\d+)\.npz$")
@@ -67,13 +71,15 @@ def checkpoint_file_name(which: str) -> str:
 class RunLockedError(RuntimeError):
     """Another process is training in this run directory (it holds the run's lock)."""
 
-    def __init__(self, run_dir: Path, pid: int | None) -> None:
+    def __init__(self, run_dir: Path, pid: int | None, what: str = "the run") -> None:
         self.run_dir = run_dir
         self.pid = pid
         holder = f"process {pid}" if pid is not None else "another process"
+        readers = "eval and plot" if what == "the run" else "report and plot"
         super().__init__(
-            f"run {run_dir} is in use: {holder} is training in it (lock {run_dir / LOCK_FILE}); "
-            "wait for it to finish or stop it (eval and plot work meanwhile)"
+            f"{what.removeprefix('the ')} {run_dir} is in use: {holder} is training in it "
+            f"(lock {run_dir / LOCK_FILE}); wait for it to finish or stop it ({readers} work "
+            "meanwhile)"
         )
 
 
@@ -179,7 +185,7 @@ class TrainingRun:
     def __init__(self, directory: Path, metadata: dict[str, Any]) -> None:
         self._dir = directory
         self._metadata = metadata
-        self._lock_fd: int | None = None
+        self._lock = DirectoryLock(directory, "the run")
 
     # -- creating and reopening -------------------------------------------------
     @classmethod
@@ -277,10 +283,11 @@ class TrainingRun:
     def lock(self) -> None:
         """Take the run's writer lock; a no-op when this object holds it already.
 
-        An exclusive, non-blocking ``fcntl.flock`` on ``<run>/.lock``, which
-        then holds this process's PID. It lasts until :meth:`unlock`, until
-        this object is garbage collected, or until the process ends in any way
-        (the OS releases it, ``SIGKILL`` included). Taking it also removes the
+        A :class:`DirectoryLock` on the run directory: an exclusive,
+        non-blocking ``fcntl.flock`` on ``<run>/.lock``, which then holds this
+        process's PID. It lasts until :meth:`unlock`, until this object is
+        garbage collected, or until the process ends in any way (the OS
+        releases it, ``SIGKILL`` included). Taking it also removes the
         temporary files a killed writer left behind.
 
         The lock belongs to the process: other ``TrainingRun`` objects of the
@@ -295,52 +302,24 @@ class TrainingRun:
         OSError
             If the run directory is not writable (naming it).
         """
-        if self._lock_fd is not None or fcntl is None:
+        if self._lock.held:
             return
-        key = os.path.realpath(self._dir)
-        held = _HELD.get(key)
-        if held is not None:
-            held[1] += 1
-            self._lock_fd = held[0]
-            self._lock_release = weakref.finalize(self, _release, key)
+        if not self._lock.acquire():
             return
-        path = self._dir / LOCK_FILE
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise OSError(
-                exc.errno,
-                f"cannot train in the run {self._dir}: it is not writable ({exc.strerror}); "
-                "fix its permissions or copy the run to a writable place",
-                str(path),
-            ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = _read_pid(fd)
-            os.close(fd)
-            raise RunLockedError(self._dir, pid) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        _HELD[key] = [fd, 1]
-        self._lock_fd = fd
-        self._lock_release = weakref.finalize(self, _release, key)
         (self._dir / "checkpoints").mkdir(exist_ok=True)
         # A process killed mid-write leaves its temporary file behind (the
         # target itself is intact): remove those leftovers.
-        for stale in list(self._dir.glob(".*.tmp")) + list(self.checkpoints_dir.glob(".*.tmp")):
+        for stale in self.checkpoints_dir.glob(".*.tmp"):
             stale.unlink(missing_ok=True)
 
     def unlock(self) -> None:
         """Release the writer lock taken by :meth:`lock` (a no-op otherwise)."""
-        if self._lock_fd is not None:
-            self._lock_release()
-            self._lock_fd = None
+        self._lock.release()
 
     @property
     def locked(self) -> bool:
         """Whether this object holds the run's writer lock."""
-        return self._lock_fd is not None
+        return self._lock.held
 
     # -- paths --------------------------------------------------------------------
     @property
@@ -527,7 +506,97 @@ class TrainingRun:
         return f"TrainingRun({str(self._dir)!r})"
 
 
-#: Run locks this process holds: real path -> [fd, number of TrainingRun objects using it].
+class DirectoryLock:
+    """One writing process per directory: an exclusive ``fcntl.flock`` on ``<dir>/.lock``.
+
+    The lock file holds the owner's PID, so a refused writer can name it. The
+    operating system releases the lock when the owner ends in any way
+    (``SIGKILL`` included): a stale lock never blocks anyone. It is
+    non-blocking: a second writer is refused at once with
+    :class:`RunLockedError`.
+
+    Within one process the lock is shared: ``DirectoryLock`` objects of the
+    same directory count references to one file descriptor, released when
+    the last of them lets go (:meth:`release`, or garbage collection). Taking
+    it fresh removes the ``.*.tmp`` files a killed writer left in the
+    directory. :class:`TrainingRun` locks its run directory with it, and a
+    multi-seed run its parent directory.
+
+    Parameters
+    ----------
+    directory : path
+        The directory to lock (it must exist).
+    what : str
+        How errors name the directory, e.g. ``"the run"`` or ``"the multi-seed run"``.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], what: str = "the run") -> None:
+        self.directory = Path(directory)
+        self.what = what
+        self._release: weakref.finalize | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._release is not None and self._release.alive
+
+    def acquire(self) -> bool:
+        """Take the lock (a no-op when held). Returns whether this process took it fresh.
+
+        Raises
+        ------
+        RunLockedError
+            If another process holds it (naming that process's PID).
+        OSError
+            If the directory is not writable (naming it).
+        """
+        if self.held or fcntl is None:
+            return False
+        key = os.path.realpath(self.directory)
+        held = _HELD.get(key)
+        if held is not None:
+            held[1] += 1
+            self._release = weakref.finalize(self, _release, key)
+            return False
+        path = self.directory / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # not inherited by children
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"cannot train in {self.what} {self.directory}: it is not writable "
+                f"({exc.strerror}); fix its permissions or copy the run to a writable place",
+                str(path),
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _read_pid(fd)
+            os.close(fd)
+            raise RunLockedError(self.directory, pid, self.what) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _HELD[key] = [fd, 1]
+        self._release = weakref.finalize(self, _release, key)
+        for stale in self.directory.glob(".*.tmp"):  # a killed writer's, never a live one's
+            stale.unlink(missing_ok=True)
+        return True
+
+    def release(self) -> None:
+        """Let go of the lock (a no-op when not held)."""
+        if self._release is not None:
+            self._release()
+            self._release = None
+
+    def __enter__(self) -> DirectoryLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+#: Directory locks this process holds: real path -> [fd, number of DirectoryLock objects using it].
 _HELD: dict[str, list[int]] = {}
 
 
