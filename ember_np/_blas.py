@@ -165,17 +165,19 @@ def _private_copy(path: str, shared: _ThreadSwitch) -> tuple[ctypes.CDLL | None,
     directory = private_dir("blas")
     if directory is None:
         return None, "no private writable cache directory for a copy"
+    st = os.stat(path)
+    target = directory / f"kernels-{st.st_size}-{st.st_mtime_ns}-{Path(path).name}"
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        st = os.stat(path)
-        target = directory / f"kernels-{st.st_size}-{st.st_mtime_ns}-{Path(path).name}"
         if not target.is_file() or target.stat().st_size != st.st_size:
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
             with open(path, "rb") as src, open(tmp, "wb") as dst:
                 while chunk := src.read(1 << 22):
                     dst.write(chunk)
             os.replace(tmp, target)
+        # a noexec directory or a loader that refuses the file raises OSError too
         lib = ctypes.CDLL(str(target), mode=ctypes.RTLD_LOCAL)
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         return None, f"the copy could not be made or loaded ({exc})"
     switch = _thread_switch(lib)
     if switch is None or switch.address == shared.address:
