@@ -22,6 +22,7 @@ OpenBLAS's default count, one thread per core, ``set_kernel_threads(cores)``).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -63,6 +64,15 @@ def _blas_record() -> dict:
     """Which OpenBLAS ran, per threadpoolctl (NumPy's instance: the kernels' copy is
     the same file on the same CPU, so it picks the same kernels)."""
     record = {"kernel_blas": KERNEL_BLAS, "kernel_threads": kernel_threads()}
+    if KERNEL_BLAS.startswith("private copy: "):  # the kernels' copy, asked directly
+        lib = ctypes.CDLL(KERNEL_BLAS.split(": ", 1)[1])  # already loaded: the same instance
+        for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename",
+                     "openblas_get_corename64_", "openblas_get_corename"):  # fmt: skip
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                record["kernel_corename"] = fn().decode()
+                break
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
