@@ -37,12 +37,13 @@ Why not the other ways (measured with OpenBLAS 0.3.31, NumPy 2.4's wheel):
 * ``openblas_set_num_threads_local`` is exported but is not thread-local in
   pthreads builds such as NumPy's: called on one thread, it changed the count
   every thread sees (it calls the global setter);
-* a compiled loop under a size threshold ran the network's products 3-10x
+* a compiled loop under a size threshold ran the network's products 2.7-10x
   slower than OpenBLAS's kernels on one thread (128x64x64: 92 us against 9);
-* switching the process's count around each call is cheap (one store) but
-  process-wide: the user's NumPy on other threads would run on one thread
-  meanwhile, and two threads training at once would restore each other's
-  saved count in the wrong order.
+* switching the process's count around each call is cheap (setting 1 then 2
+  took 1 us through ctypes, mostly ctypes' own cost) but process-wide: the
+  user's NumPy on other threads would run on one thread meanwhile, and two
+  threads training at once would restore each other's saved count in the
+  wrong order.
 
 The copy costs about 25 MB of disk once per NumPy build (kept in the cache
 directory, keyed by the source's size and time), about 2 MB of resident
