@@ -23,6 +23,7 @@ from ember_np._registration import register_when_gymnasium_loads
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports
     from ember_np import envs
+    from ember_np._blas import kernel_threads, set_kernel_threads
     from ember_np.checkpoint import CheckpointError
     from ember_np.dqn.agent import DqnAgent
     from ember_np.dqn.config import DqnConfig
@@ -56,6 +57,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
 
 #: Where each public name lives (imported on first access).
 _HOMES = {
+    "kernel_threads": "ember_np._blas",
+    "set_kernel_threads": "ember_np._blas",
     "CheckpointError": "ember_np.checkpoint",
     "DqnAgent": "ember_np.dqn.agent",
     "DqnConfig": "ember_np.dqn.config",
@@ -148,6 +151,8 @@ __all__ = [
     "TrainingRun",
     "VecEncoder",
     "OneHotEncoder",
+    "kernel_threads",
+    "set_kernel_threads",
     "train_seeds",
     "transition_dtype",
 ]

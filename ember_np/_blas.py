@@ -7,8 +7,9 @@ into every process that imports NumPy, so the kernels call its
 ``cblas_sgemm`` / ``cblas_dgemm`` directly instead:
 
 * at import, :func:`_register` finds a CBLAS library (NumPy's bundled OpenBLAS,
-  else SciPy's bundled OpenBLAS file, else a system BLAS), and registers the
-  addresses of its ``?gemm`` entry points with LLVM under fixed names;
+  else SciPy's bundled OpenBLAS file, else a system BLAS), loads the kernels'
+  own copy of it (see Threads, below), and registers the addresses of the
+  copy's ``?gemm`` entry points with LLVM under fixed names;
 * compiled code calls those names (an external symbol, like numba's own
   helper functions), so kernels stay cacheable: the address is resolved when
   a cached kernel is loaded, never baked into it.
@@ -16,15 +17,51 @@ into every process that imports NumPy, so the kernels call its
 Integer arguments are passed as 64-bit values. That matches ILP64 builds
 (NumPy's ``scipy_openblas64``) and also LP64 ones on x86-64 and arm64, where a
 32-bit integer argument is the low half of the same register or stack slot.
+
+Threads: the kernels' products run on the calling thread. A threaded
+``sgemm`` hands part of each product to OpenBLAS's worker threads and waits
+for them; a DQN update is a string of products of a few microseconds each, so
+when another process keeps the second core busy every product waits for a
+worker that is not scheduled, and training ran 3-10x slower (issue 23). The
+mechanism is a *private copy* of the OpenBLAS library: :func:`_register`
+copies the library file once into the user's private cache directory
+(``~/.cache/ember_np/blas``, see :func:`ember_np._jit.private_dir`) and loads
+that copy, which the loader maps as a second instance with its own thread
+count and thread pool. The kernels call the copy, set to one thread;
+NumPy keeps the original and the user's setting (``OPENBLAS_NUM_THREADS``,
+threadpoolctl), untouched. :func:`set_kernel_threads` opts the kernels into
+threads (wide networks on a quiet machine) and changes the copy alone.
+
+Why not the other ways (measured with OpenBLAS 0.3.31, NumPy 2.4's wheel):
+
+* ``openblas_set_num_threads_local`` is exported but is not thread-local in
+  pthreads builds such as NumPy's: called on one thread, it changed the count
+  every thread sees (it calls the global setter);
+* a compiled loop under a size threshold ran the network's products 2.7-10x
+  slower than OpenBLAS's kernels on one thread (128x64x64: 92 us against 9);
+* switching the process's count around each call is cheap (setting 1 then 2
+  took 1 us through ctypes, mostly ctypes' own cost) but process-wide: the
+  user's NumPy on other threads would run on one thread meanwhile, and two
+  threads training at once would restore each other's saved count in the
+  wrong order.
+
+The copy costs about 25 MB of disk once per NumPy build (kept in the cache
+directory, keyed by the source's size and time), about 2 MB of resident
+memory and a few milliseconds at import. When it cannot be made (no private
+writable directory, a BLAS other than OpenBLAS, a loader that returns the
+already-loaded library), the kernels call the process's BLAS as before and
+:data:`KERNEL_BLAS` says why; their thread count is then the process's.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import llvmlite.binding as ll
 import numpy as np
@@ -33,9 +70,9 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ember_np._jit import kernel
+from ember_np._jit import kernel, private_dir
 
-__all__ = ["BLAS_LIBRARY", "gemm"]
+__all__ = ["BLAS_LIBRARY", "KERNEL_BLAS", "gemm", "kernel_threads", "set_kernel_threads"]
 
 _SYMBOLS = {"s": "ember_np_cblas_sgemm", "d": "ember_np_cblas_dgemm"}
 # Exported names of cblas_?gemm, most specific first: NumPy >= 2 wheels
@@ -67,8 +104,40 @@ def _library_files() -> Iterator[str]:
             yield found
 
 
-def _register() -> str:
-    """Find a CBLAS with sgemm and dgemm and register both; returns the library path."""
+class _ThreadSwitch(NamedTuple):
+    """OpenBLAS's runtime thread count of one loaded library instance."""
+
+    set: Callable[[int], None]
+    get: Callable[[], int]
+    address: int
+    """Where the setter is mapped: two instances of one library differ here."""
+
+
+#: OpenBLAS's runtime thread switch and count, by build (NumPy >= 2 wheels first).
+_THREAD_SWITCHES = (
+    ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+    ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
+    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+    ("openblas_set_num_threads", "openblas_get_num_threads"),
+)
+
+
+def _thread_switch(lib: ctypes.CDLL) -> _ThreadSwitch | None:
+    """The library's thread switch, or None if it has none (not OpenBLAS)."""
+    for set_name, get_name in _THREAD_SWITCHES:
+        setter, getter = getattr(lib, set_name, None), getattr(lib, get_name, None)
+        if setter is not None and getter is not None:
+            setter.argtypes = [ctypes.c_int64 if set_name.endswith("64_") else ctypes.c_int]
+            setter.restype = None
+            getter.argtypes = []
+            getter.restype = ctypes.c_int
+            address = ctypes.cast(setter, ctypes.c_void_p).value or 0
+            return _ThreadSwitch(setter, getter, address)
+    return None
+
+
+def _find() -> tuple[str, str, ctypes.CDLL]:
+    """The first CBLAS with sgemm and dgemm: (path, symbol pattern, the loaded library)."""
     tried = []
     for path in _library_files():
         tried.append(path)
@@ -77,11 +146,8 @@ def _register() -> str:
         except OSError:
             continue
         for pattern in _CANDIDATES:
-            fns = {p: getattr(lib, pattern.format(p), None) for p in "sd"}
-            if all(fn is not None for fn in fns.values()):
-                for prefix, fn in fns.items():
-                    ll.add_symbol(_SYMBOLS[prefix], ctypes.cast(fn, ctypes.c_void_p).value)
-                return f"{path}:{pattern.format('s')}"
+            if all(getattr(lib, pattern.format(p), None) is not None for p in "sd"):
+                return path, pattern, lib
     raise ImportError(
         "ember_np could not find a CBLAS library with cblas_sgemm (looked in NumPy's and "
         f"SciPy's bundled OpenBLAS and the system: {tried or 'nothing found'}); install "
@@ -89,8 +155,125 @@ def _register() -> str:
     )
 
 
-#: The library (and symbol) the kernels' matrix products call.
-BLAS_LIBRARY = _register()
+def _private_copy(path: str, shared: _ThreadSwitch) -> tuple[ctypes.CDLL | None, str]:
+    """Load a second instance of the library at ``path`` from a copy of the file.
+
+    Returns (the copy, its path), or (None, why not). The copy is named by the
+    source's size and modification time, so a new NumPy gets a new copy; it
+    is written under a temporary name and renamed, so concurrent imports
+    never load a half-written file.
+    """
+    directory = private_dir("blas")
+    if directory is None:
+        return None, "no private writable cache directory for a copy"
+    st = os.stat(path)
+    target = directory / f"kernels-{st.st_size}-{st.st_mtime_ns}-{Path(path).name}"
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        if not target.is_file() or target.stat().st_size != st.st_size:
+            with open(path, "rb") as src, open(tmp, "wb") as dst:
+                while chunk := src.read(1 << 22):
+                    dst.write(chunk)
+            os.replace(tmp, target)
+        # a noexec directory or a loader that refuses the file raises OSError too
+        lib = ctypes.CDLL(str(target), mode=ctypes.RTLD_LOCAL)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        return None, f"the copy could not be made or loaded ({exc})"
+    switch = _thread_switch(lib)
+    if switch is None or switch.address == shared.address:
+        return None, "the loader returned the already-loaded library for the copy"
+    return lib, str(target)
+
+
+class _Kernels(NamedTuple):
+    """What the kernels' products call."""
+
+    description: str
+    threads: _ThreadSwitch | None
+    """The thread switch of the kernels' own library instance; None when shared."""
+    shared: _ThreadSwitch | None
+    """The process's OpenBLAS thread switch (None if the BLAS is not OpenBLAS)."""
+
+
+def _register() -> tuple[str, _Kernels]:
+    """Find a CBLAS, load the kernels' copy of it, and register its sgemm and dgemm.
+
+    Returns the source library (``path:symbol``) and what the kernels call.
+    """
+    path, pattern, lib = _find()
+    shared = _thread_switch(lib)
+    if shared is None:
+        kernels = _Kernels(f"shared: {path} (not OpenBLAS: no thread switch to copy)", None, None)
+    else:
+        copy, where = _private_copy(path, shared)
+        if copy is None:
+            kernels = _Kernels(f"shared: {path} ({where})", None, shared)
+        else:
+            lib = copy
+            kernels = _Kernels(f"private copy: {where}", _thread_switch(copy), shared)
+            assert kernels.threads is not None
+            kernels.threads.set(1)
+    for prefix in "sd":
+        fn = getattr(lib, pattern.format(prefix))
+        ll.add_symbol(_SYMBOLS[prefix], ctypes.cast(fn, ctypes.c_void_p).value)
+    return f"{path}:{pattern.format('s')}", kernels
+
+
+#: The library (and symbol) NumPy loaded, whose code the kernels' products run.
+BLAS_LIBRARY, _KERNELS = _register()
+
+#: Which instance the kernels call: ``"private copy: <path>"`` (their own
+#: thread count, 1 unless :func:`set_kernel_threads` says otherwise), or
+#: ``"shared: <path> (why)"`` (the process's BLAS and its thread count).
+KERNEL_BLAS = _KERNELS.description
+
+
+def set_kernel_threads(n: int) -> None:
+    """Let the kernels' matrix products use ``n`` threads (default 1: the calling thread).
+
+    Changes the kernels' own copy of OpenBLAS (see :data:`KERNEL_BLAS`), never
+    the thread count of NumPy or of the rest of the process. More than one
+    thread pays for wide networks (256 units and up) on an otherwise idle
+    machine; on a machine whose other cores are busy it slows training several
+    fold, since every product waits for a descheduled worker. Results can
+    differ in the last bits between thread counts.
+
+    Parameters
+    ----------
+    n : int
+        Threads per product, >= 1; OpenBLAS caps it at its build's maximum.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not a whole number >= 1.
+    RuntimeError
+        If the kernels share the process's BLAS (no private copy could be
+        made; :data:`KERNEL_BLAS` says why): set the process's count then.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(
+            f"set_kernel_threads needs a whole number of threads >= 1 (got {n!r}); "
+            "1, the default, runs every product on the calling thread"
+        )
+    if _KERNELS.threads is None:
+        raise RuntimeError(
+            f"ember_np's kernels use the process's BLAS ({KERNEL_BLAS}), so their thread "
+            "count is the process's: set it with threadpoolctl or OPENBLAS_NUM_THREADS"
+        )
+    _KERNELS.threads.set(int(n))
+
+
+def kernel_threads() -> int:
+    """How many threads the kernels' matrix products may use.
+
+    Their own count (1 unless :func:`set_kernel_threads` changed it), or, when
+    they share the process's BLAS, the process's OpenBLAS count (1 if that
+    BLAS is not OpenBLAS and cannot say).
+    """
+    switch = _KERNELS.threads or _KERNELS.shared
+    return int(switch.get()) if switch is not None else 1
 
 
 @intrinsic
@@ -188,36 +371,20 @@ def _leading_dim(x: np.ndarray) -> int:
     return max(x.strides[0] // x.itemsize, x.shape[1], 1)
 
 
-#: OpenBLAS's runtime thread switch, by build (NumPy >= 2 wheels first).
-_THREAD_SWITCHES = (
-    "scipy_openblas_set_num_threads64_",
-    "scipy_openblas_set_num_threads",
-    "openblas_set_num_threads64_",
-    "openblas_set_num_threads",
-)
-
-
 def set_blas_threads(n: int) -> bool:
-    """Make the BLAS the kernels call use ``n`` threads; False if it has no such switch.
+    """Make the process's BLAS (NumPy's) use ``n`` threads; False if it has no such switch.
 
     The command line runs on one thread (``ember-np train``, ``resume`` and
     every worker of ``--seeds``): a multi-threaded ``sgemm`` may sum a 256-wide
     product in another order, so a run's numbers would depend on the core
     count; with one thread, ``--seed s`` alone and seed s of ``--seeds`` are
-    the same run on any machine. (threadpoolctl does this for every BLAS it
-    knows, but is not a dependency of the library; this is the one call it
-    would make here.)
+    the same run on any machine. The kernels run on one thread anyway when
+    they have their private copy (:data:`KERNEL_BLAS`); this covers the
+    shared case and NumPy's own products. (threadpoolctl does this for every
+    BLAS it knows, but is not a dependency of the library; this is the one
+    call it would make here.)
     """
-    path = BLAS_LIBRARY.rsplit(":", 1)[0]
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError:
+    if _KERNELS.shared is None:
         return False
-    for name in _THREAD_SWITCHES:
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.argtypes = [ctypes.c_int64 if name.endswith("64_") else ctypes.c_int]
-            fn.restype = None
-            fn(int(n))
-            return True
-    return False
+    _KERNELS.shared.set(int(n))
+    return True

@@ -95,7 +95,13 @@ def _private(directory: Path) -> bool:
     return os.path.isdir(directory) and not os.path.islink(directory)
 
 
-def _fallback_candidates() -> list[Path]:
+def user_cache_dirs(name: str) -> list[Path]:
+    """Where ember_np may keep ``name`` files of the user's own, best first.
+
+    ``$XDG_CACHE_HOME/ember_np/<name>`` (or ``~/.cache/ember_np/<name>``), then
+    ``<tempdir>/ember_np-<name>-<uid>``. Use one only once :func:`private_dir`
+    accepts it.
+    """
     out = []
     base = os.environ.get("XDG_CACHE_HOME")
     if not base:
@@ -104,10 +110,20 @@ def _fallback_candidates() -> list[Path]:
         except (RuntimeError, KeyError):  # no HOME and no password entry
             base = None
     if base:
-        out.append(Path(base) / "ember_np" / "numba")
+        out.append(Path(base) / "ember_np" / name)
     uid = os.getuid() if hasattr(os, "getuid") else "user"
-    out.append(Path(tempfile.gettempdir()) / f"ember_np-numba-{uid}")
+    out.append(Path(tempfile.gettempdir()) / f"ember_np-{name}-{uid}")
     return out
+
+
+def private_dir(name: str) -> Path | None:
+    """The first of :func:`user_cache_dirs` that is (or was just made) the user's own
+    directory, writable by no one else; None if there is none."""
+    return next((d for d in user_cache_dirs(name) if _private(d)), None)
+
+
+def _fallback_candidates() -> list[Path]:
+    return user_cache_dirs("numba")
 
 
 def cache_plan(
