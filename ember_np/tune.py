@@ -70,6 +70,7 @@ from ember_np.cli import (
     _with_env_masks,
 )
 from ember_np.dqn.config import DqnConfig
+from ember_np.training.multiseed import check_workers, default_workers
 
 __all__ = [
     "INSTALL_HINT",
@@ -749,12 +750,6 @@ def _worker_main() -> int:
     return 130 if _STOP.requested else 0
 
 
-def _cores() -> int:
-    """Cores this process may run on (the default worker count)."""
-    affinity = getattr(os, "sched_getaffinity", None)  # Linux
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
-
-
 def _spawn_workers(spec: dict[str, Any], n: int) -> list[subprocess.Popen]:
     """W worker processes, each with one BLAS thread (set before NumPy loads in it).
 
@@ -951,6 +946,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.show:  # the study named in the tune directory, unless named here.
         return show(tune_dir, args.storage, args.study or (None if is_tune_dir(tune_dir) else name))
     settings = _settings(args)  # bad arguments fail before anything is created
+    try:
+        workers = check_workers(args.workers) if args.workers else default_workers()
+    except ValueError as exc:
+        raise UsageError(f"--{exc}") from None
     if args.storage:
         _check_storage(args.storage)
     try:
@@ -964,7 +963,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         tune_dir / "tune.json",
         {"study": name, "storage": _masked(storage_url), "settings": settings.to_dict()},
     )
-    workers = args.workers or _cores()
     print(
         f"study {name!r} in {_masked(storage_url)}: {args.trials} trials, {settings.seeds} "
         f"seeds x {settings.steps:,} steps on {settings.train_env_id}, {workers} workers"

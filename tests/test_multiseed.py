@@ -277,6 +277,28 @@ def test_too_many_seeds_at_the_command_line_is_one_line_and_makes_nothing(tmp_pa
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("command", ["train", "tune"])
+def test_too_many_workers_is_one_line_and_makes_nothing(tmp_path, capsys, command):
+    from ember_np.training.multiseed import WORKERS_PER_CORE, default_workers
+
+    limit = WORKERS_PER_CORE * default_workers()
+    args = (["train", "CartPole-v1", "--seeds", "3", "--root", str(tmp_path / "runs")]
+            if command == "train" else ["tune", "CartPole-v1", "--dir", str(tmp_path / "t")])
+    assert main([*args, "--workers", str(limit + 1)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"at most {limit}" in err and f"got {limit + 1}" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_train_seeds_refuses_too_many_workers_before_making_a_directory(tmp_path):
+    from ember_np.training.multiseed import WORKERS_PER_CORE, default_workers
+
+    with pytest.raises(ValueError, match="workers must be at most"):
+        train_seeds("CartPole-v1", [0], steps=10,
+                    workers=WORKERS_PER_CORE * default_workers() + 1, root=tmp_path)  # fmt: skip
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(
     "seeds, shown",
     [

@@ -50,6 +50,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ember_np.checkpoint import atomic_write_text
 from ember_np.dqn.config import DqnConfig
 from ember_np.training.run import DirectoryLock
@@ -401,6 +403,26 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
+#: Worker processes allowed per core: the seeds are CPU-bound, so more workers
+#: than cores only share them; a few per core is room for a machine whose
+#: affinity mask undercounts, not a reason to start thousands of processes.
+WORKERS_PER_CORE = 4
+
+
+def check_workers(workers: Any) -> int:
+    """``workers`` as an int in 1 .. WORKERS_PER_CORE x cores, or ValueError saying why."""
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    limit = WORKERS_PER_CORE * default_workers()
+    if workers > limit:
+        raise ValueError(
+            f"workers must be at most {limit} ({WORKERS_PER_CORE} per core on "
+            f"{default_workers()} cores), got {workers}: each worker trains on one core, "
+            "so more only share the cores; leave --workers out for one per core"
+        )
+    return int(workers)
+
+
 def train_seeds(
     env_id: str,
     seeds: Iterable[int],
@@ -472,8 +494,8 @@ def train_seeds(
         if getattr(spec, option) < minimum:
             raise ValueError(f"{option} must be an integer >= {minimum}, got "
                              f"{getattr(spec, option)}")  # fmt: skip
-    if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if workers is not None:
+        workers = check_workers(workers)
     parent = _make_parent(root, spec.name, spec.version)
     with parent_lock(parent):  # one writer: a `resume PARENT` meanwhile is refused
         atomic_write_text(parent / SPEC_FILE, json.dumps({"spec": spec.to_dict(),
@@ -659,9 +681,7 @@ def _run(
     parent: Path, spec: SeedSpec, seeds: list[int], workers: int | None, progress: bool
 ) -> MultiSeedResult:
     t0 = time.perf_counter()
-    workers = default_workers() if workers is None else int(workers)
-    if workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers}")
+    workers = default_workers() if workers is None else check_workers(workers)
     _Pool(parent, spec, seeds, min(workers, len(seeds)), progress).run()
     result = load_multiseed(parent)
     result.wall_seconds = time.perf_counter() - t0
