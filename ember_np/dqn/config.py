@@ -8,6 +8,8 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ember_np._jit import kernel
 
 __all__ = ["DqnConfig", "linear_epsilon"]
@@ -33,6 +35,18 @@ def _is_int(value: Any) -> bool:
 
 def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with NumPy scalars as Python ones (np.bool_ -> bool, np.integer -> int,
+    np.floating -> float), so that a config serialises to JSON whatever built it."""
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
 
 
 _linear_epsilon = linear_epsilon.py_func  # the same function, run by Python
@@ -147,6 +161,10 @@ class DqnConfig:
     way. ``ember-np train`` turns it on for envs that give masks. Default False."""
 
     def __post_init__(self) -> None:
+        # NumPy scalars (np.int64(32), np.float32(0.99), np.True_) become Python ones
+        # here, so to_dict() is JSON-safe and run files and checkpoints can be written.
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _plain(getattr(self, f.name)))
         object.__setattr__(self, "hidden_sizes", self._hidden(self.hidden_sizes))
         self._validate()
 
