@@ -269,6 +269,11 @@ def load_preset_file(path: str | Path) -> Preset:
         raise ValueError(f"cannot read preset file {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"preset file {path} is not valid JSON: {exc}") from None
+    except RecursionError:  # json recurses once per level: 200,000 nested brackets
+        raise ValueError(
+            f"preset file {path} nests its JSON too deeply to be a preset: a preset is an "
+            'object of DqnConfig fields, e.g. {"gamma": 0.99}'
+        ) from None
     if not isinstance(data, dict):
         raise ValueError(f"preset file {path} must hold a JSON object, got {type(data).__name__}")
     body = data.get("dqn", data)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ember_np._jit import kernel
+from ember_np._validate import INT64_MAX, too_big_rule
 
 __all__ = ["DqnConfig", "linear_epsilon"]
 
@@ -176,7 +177,7 @@ class DqnConfig:
                 f"got {value!r}"
             )
         sizes = tuple(value)
-        if not all(_is_int(s) and s >= 1 for s in sizes):
+        if not all(_is_int(s) and 1 <= s <= INT64_MAX for s in sizes):
             raise ValueError(
                 "hidden_sizes must be a sequence of positive integers, e.g. (64, 64), "
                 f"got {value!r}"
@@ -186,6 +187,12 @@ class DqnConfig:
     def _validate(self) -> None:
         def fail(name: str, rule: str) -> None:
             raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
+
+        # Every integer field reaches the kernels as an int64 (counts, sizes, steps).
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if _is_int(v) and v > INT64_MAX:
+                fail(f.name, f"at most {too_big_rule(INT64_MAX)}")
 
         for name in ("gamma", "epsilon_start", "epsilon_end"):
             v = getattr(self, name)

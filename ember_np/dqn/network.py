@@ -47,6 +47,7 @@ from ember_np._arrays import as_f32, as_i64
 from ember_np._blas import gemm
 from ember_np._jit import entry_point, kernel
 from ember_np._masks import check_action_masks
+from ember_np._memory import check_network_memory
 from ember_np.checkpoint import (
     architecture_name,
     dueling_flag,
@@ -1209,6 +1210,7 @@ class QNetwork:
                 "layer_norm needs hidden layers of width >= 2 to normalise (over one unit "
                 f"LayerNorm outputs its bias alone), got layer_sizes {sizes}"
             )
+        check_network_memory(sizes, 1, bool(dueling), bool(layer_norm))  # before allocating
         self._init_storage(sizes, bool(dueling), bool(layer_norm))
         rng = seed if isinstance(seed, Rng) else Rng(seed)
         for w, b in zip(self.weights, self.biases):
