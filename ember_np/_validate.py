@@ -10,13 +10,33 @@ as a type it cannot compile (an 80-line TypingError) or wrap around.
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
-__all__ = ["INT64_MAX", "check_int", "int_rule", "too_big_rule"]
+import numpy as np
+
+__all__ = ["F32_RULE", "INT64_MAX", "check_int", "int_rule", "positive_in_f32", "too_big_rule"]
 
 #: The largest integer a setting may take: the kernels' int64.
 INT64_MAX = 2**63 - 1
+
+
+#: How :func:`positive_in_f32`'s rule reads in a message.
+F32_RULE = (
+    "finite and > 0 in float32, the precision the kernels apply it in (between 1.4e-45 and "
+    "3.4e+38)"
+)
+
+
+def positive_in_f32(value: float) -> bool:
+    """Whether ``value`` stays finite and > 0 once rounded to float32, the precision
+    the kernels apply it in (a learning rate of 1e39 is finite in float64, inf in
+    float32, and turns every weight into NaN; one of 1e-50 rounds to 0 and never
+    moves them)."""
+    with np.errstate(over="ignore", under="ignore"):
+        f = float(np.float32(value))
+    return math.isfinite(f) and f > 0.0
 
 
 def int_rule(minimum: int) -> str:

@@ -48,6 +48,7 @@ from ember_np._blas import gemm
 from ember_np._jit import entry_point, kernel
 from ember_np._masks import check_action_masks
 from ember_np._memory import check_network_memory
+from ember_np._validate import F32_RULE, positive_in_f32
 from ember_np.checkpoint import (
     architecture_name,
     dueling_flag,
@@ -1067,6 +1068,8 @@ def _check_positive_float(name: str, value: Any) -> float:
         raise ValueError(f"{name} must be a positive number, got {value!r}") from None
     if not (v > 0.0 and math.isfinite(v)):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    if not positive_in_f32(v):  # applied to float32 weights
+        raise ValueError(f"{name} must be {F32_RULE}, got {value!r}")
     return v
 
 
