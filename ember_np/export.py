@@ -52,7 +52,9 @@ def _onnx() -> Any:
     return onnx
 
 
-def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
+def policy_to_onnx(
+    policy: DqnPolicy, source: str = "", action_masks: bool | None = None
+) -> Any:
     """The ONNX model (``onnx.ModelProto``) computing ``policy``'s Q-values.
 
     Parameters
@@ -60,6 +62,11 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
     policy : DqnPolicy
     source : str
         Where the weights came from, recorded in the metadata.
+    action_masks : bool, optional
+        Whether the policy was trained with action masks (then a caller must pass
+        each state's mask and take the argmax over legal actions only), recorded
+        as the ``action_masks`` metadata. None: read from the checkpoint at
+        ``source`` (its config's ``action_masks``), False without one.
 
     Raises
     ------
@@ -147,6 +154,9 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
             "layer_sizes": json.dumps(list(sizes)),
             "dueling": json.dumps(policy.dueling),
             "layer_norm": json.dumps(policy.layer_norm),
+            "action_masks": json.dumps(
+                _trained_with_masks(source) if action_masks is None else bool(action_masks)
+            ),
             "encoder": json.dumps(encoder, sort_keys=True),
             "action_mapper": json.dumps(describe(mapper), sort_keys=True),
             "greedy_action": "action_offset + argmax(q_values, axis=1), first maximum on ties",
@@ -155,6 +165,21 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
     )
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _trained_with_masks(source: str) -> bool:
+    """The ``action_masks`` setting of the config saved in the checkpoint ``source``
+    (False when ``source`` is not a checkpoint file or its config does not say)."""
+    from ember_np.checkpoint import AgentKeys, Reader
+    from ember_np.dqn.policy import _NOT_READ
+
+    if not source or not os.path.isfile(source):
+        return False
+    try:
+        config = Reader(source, skip=_NOT_READ).json(AgentKeys.CONFIG)
+    except (CheckpointError, OSError):
+        return False
+    return isinstance(config, dict) and config.get("action_masks") is True
 
 
 def _layer_norm_nodes(helper: Any, z: str, gain: str, bias: str, out: str, l: int) -> list:

@@ -298,3 +298,50 @@ def test_sum_tree_invariants_hold_at_the_float64_extremes(data, capacity):
     with pytest.raises(ValueError, match="priorities must be <="):
         tree.set([0], [np.nextafter(top, np.inf)])
     assert_tree_invariants(tree.tree, capacity)
+
+
+# -- issue 23 item 16: preset files and ONNX metadata ----------------------------------------
+
+
+def test_a_preset_file_for_another_env_is_refused_naming_both(tmp_path, capsys):
+    from ember_np.presets import get_preset
+
+    path = tmp_path / "acrobot.json"
+    path.write_text(json.dumps({"env_id": "Acrobot-v1", "steps": 100, "dqn": {"gamma": 0.9}}))
+    with pytest.raises(ValueError, match=r"made for env_id 'Acrobot-v1', not 'CartPole-v1'"):
+        get_preset(str(path), "CartPole-v1")
+    assert get_preset(str(path), "ember_np/Acrobot-v1").config.gamma == 0.9
+    assert load_preset_file(path).env_id == "Acrobot-v1"  # no env to compare with
+    code = main(["train", "CartPole-v1", "--steps", "10", "--root", str(tmp_path), "--quiet",
+                 "--preset", str(path)])  # fmt: skip
+    line = one_error_line(capsys)
+    assert code == 2 and "Acrobot-v1" in line and str(path) in line and "env_id" in line
+
+
+def test_a_preset_file_with_unknown_top_level_keys_is_refused_naming_them(tmp_path):
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps({"dqn": {"gamma": 0.9}, "stpes": 5000, "env_id": "CartPole-v1"}))
+    with pytest.raises(ValueError, match=rf"preset file {path}: unknown top-level key\(s\) \['stpes'\]"):
+        load_preset_file(path)
+
+
+def test_a_non_utf8_preset_file_is_refused_naming_the_file(tmp_path, capsys):
+    path = tmp_path / "latin1.json"
+    path.write_bytes('{"dqn": {"gamma": 0.9}, "source": "café"}'.encode("latin-1"))
+    with pytest.raises(ValueError, match=f"preset file {path} is not UTF-8"):
+        load_preset_file(path)
+    code = main(["train", "CartPole-v1", "--steps", "10", "--root", str(tmp_path), "--quiet",
+                 "--preset", str(path)])  # fmt: skip
+    assert code == 2 and str(path) in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("masks", [True, False])
+def test_onnx_metadata_records_whether_the_policy_was_trained_with_masks(tmp_path, masks):
+    pytest.importorskip("onnx")
+    from ember_np.export import export_onnx
+
+    config = DqnConfig(hidden_sizes=(8,), min_replay_size=32, buffer_capacity=64,
+                       action_masks=masks)  # fmt: skip
+    agent = DqnAgent(VecEncoder(4), IndexActionMapper(3), config, seed=0)
+    meta = export_onnx(agent.save(tmp_path / "a.npz"), tmp_path / "a.onnx")
+    assert meta["action_masks"] == json.dumps(masks)
