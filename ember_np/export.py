@@ -14,12 +14,12 @@ output is stored in the model's ``metadata_props``: ``obs_size``,
 ``action_offset``, ``layer_sizes``, the ``encoder`` and ``action_mapper``
 descriptions (JSON) and the source checkpoint.
 
-The file is written atomically (``checkpoint.atomic_write``): on any error,
+The file is written atomically (``_files.write_output``): on any error,
 including a corrupted or foreign checkpoint (:class:`CheckpointError`), no
 partial ``.onnx`` is left and an existing file is untouched. The output is a
 new or replaced regular file only: a symbolic link, FIFO, device node,
-directory or the checkpoint being exported is refused (``_files.write_output``). Needs the
-``onnx`` extra: ``pip install "ember-np[onnx]"``.
+directory or the checkpoint being exported is refused. Needs the ``onnx``
+extra: ``pip install "ember-np[onnx]"``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ember_np._files import check_output, write_output
 from ember_np.checkpoint import CheckpointError
+from ember_np.dqn.forward import LN_EPS
 from ember_np.dqn.policy import DqnPolicy
 from ember_np.encoding import IndexActionMapper, describe
 from ember_np.training.run import checkpoint_file_name
@@ -53,7 +56,9 @@ def _onnx() -> Any:
     return onnx
 
 
-def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
+def policy_to_onnx(
+    policy: DqnPolicy, source: str = "", action_masks: bool | None = None
+) -> Any:
     """The ONNX model (``onnx.ModelProto``) computing ``policy``'s Q-values.
 
     Parameters
@@ -61,6 +66,11 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
     policy : DqnPolicy
     source : str
         Where the weights came from, recorded in the metadata.
+    action_masks : bool, optional
+        Whether the policy was trained with action masks (then a caller must pass
+        each state's mask and take the argmax over legal actions only), recorded
+        as the ``action_masks`` metadata. None: read from the checkpoint at
+        ``source`` (its config's ``action_masks``), False without one.
 
     Raises
     ------
@@ -95,16 +105,23 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
         # Gemm: Y = alpha * A @ B + beta * C with alpha = beta = 1, no transposes.
         nodes.append(helper.make_node("Gemm", [h, f"w{l}", f"b{l}"], [z], name=f"dense{l}"))
         if not last:
-            if norms:  # Linear -> LayerNorm (opset 17, over the last axis) -> ReLU
+            if norms:  # Linear -> LayerNorm (over the last axis) -> ReLU
                 g, beta = norms[l]
                 initializers += [numpy_helper.from_array(g, f"ln_g{l}"),
                                  numpy_helper.from_array(beta, f"ln_b{l}")]  # fmt: skip
-                nodes.append(helper.make_node("LayerNormalization", [z, f"ln_g{l}", f"ln_b{l}"],
-                                              [f"n{l}"], axis=-1, epsilon=1e-5,
-                                              name=f"layer_norm{l}"))  # fmt: skip
+                nodes += _layer_norm_nodes(helper, z, f"ln_g{l}", f"ln_b{l}", f"n{l}", l)
                 z = f"n{l}"
             h = f"h{l}"
             nodes.append(helper.make_node("Relu", [z], [h], name=f"relu{l}"))
+    if norms:  # the scalars of _layer_norm_nodes
+        f32 = np.float32
+        initializers += [
+            numpy_helper.from_array(np.array(v, f32), name) for name, v in (
+                ("ln_one", 1.0), ("ln_two", 2.0), ("ln_zero", 0.0), ("ln_max_exp", 127.0),
+                ("ln_inv_log2", 1.0 / np.log(2.0)), ("ln_eps", LN_EPS),
+                ("ln_tiny", np.finfo(f32).tiny),
+            )
+        ]  # fmt: skip
     if policy.dueling:  # Q = V + (A - mean_a A); V (batch, 1) broadcasts over actions
         nodes += [
             helper.make_node("ReduceMean", ["advantage"], ["advantage_mean"], axes=[1],
@@ -141,6 +158,9 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
             "layer_sizes": json.dumps(list(sizes)),
             "dueling": json.dumps(policy.dueling),
             "layer_norm": json.dumps(policy.layer_norm),
+            "action_masks": json.dumps(
+                _trained_with_masks(source) if action_masks is None else bool(action_masks)
+            ),
             "encoder": json.dumps(encoder, sort_keys=True),
             "action_mapper": json.dumps(describe(mapper), sort_keys=True),
             "greedy_action": "action_offset + argmax(q_values, axis=1), first maximum on ties",
@@ -149,6 +169,63 @@ def policy_to_onnx(policy: DqnPolicy, source: str = "") -> Any:
     )
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _trained_with_masks(source: str) -> bool:
+    """The ``action_masks`` setting of the config saved in the checkpoint ``source``
+    (False when ``source`` is not a checkpoint file or its config does not say)."""
+    from ember_np.checkpoint import AgentKeys, Reader
+    from ember_np.dqn.policy import _NOT_READ
+
+    if not source or not os.path.isfile(source):
+        return False
+    try:
+        config = Reader(source, skip=_NOT_READ).json(AgentKeys.CONFIG)
+    except (CheckpointError, OSError):
+        return False
+    return isinstance(config, dict) and config.get("action_masks") is True
+
+
+def _layer_norm_nodes(helper: Any, z: str, gain: str, bias: str, out: str, l: int) -> list:
+    """LayerNorm of ``z`` (batch, n) over its last axis, as forward.py's NumPy pass computes it.
+
+    ONNX's LayerNormalization would square ``z`` in float32, which overflows from
+    |z| ~ 1.8e19 (then every Q-value is NaN). As the compiled and NumPy passes, the
+    row is first divided by s = 2^clip(floor(log2 max|z|) + 1, 0, 127) (exact: a
+    power of two; forward.ln_scales), then
+
+        xhat = (y - mean(y)) / sqrt(max(var(y) + eps / s^2, tiny)),  y = z / s
+        out = gain * xhat + bias
+    """
+    p = f"ln{l}_"
+
+    def node(op: str, inputs: list[str], name: str, **attrs: Any) -> Any:
+        return helper.make_node(op, inputs, [p + name], name=p + name, **attrs)
+
+    return [
+        node("Abs", [z], "abs"),
+        node("ReduceMax", [p + "abs"], "max", axes=[1], keepdims=1),
+        node("Log", [p + "max"], "log"),  # -inf for a row of zeros: clipped to s = 1
+        node("Mul", [p + "log", "ln_inv_log2"], "log2"),
+        node("Floor", [p + "log2"], "floor"),
+        node("Add", [p + "floor", "ln_one"], "exp"),
+        node("Clip", [p + "exp", "ln_zero", "ln_max_exp"], "exp_clipped"),
+        node("Pow", ["ln_two", p + "exp_clipped"], "scale"),
+        node("Div", [z, p + "scale"], "y"),
+        node("ReduceMean", [p + "y"], "mean", axes=[1], keepdims=1),
+        node("Sub", [p + "y", p + "mean"], "centered"),
+        node("Mul", [p + "centered", p + "centered"], "squares"),
+        node("ReduceMean", [p + "squares"], "var", axes=[1], keepdims=1),
+        node("Div", ["ln_eps", p + "scale"], "eps_1"),
+        node("Div", [p + "eps_1", p + "scale"], "eps_scaled"),
+        node("Add", [p + "var", p + "eps_scaled"], "var_eps"),
+        node("Max", [p + "var_eps", "ln_tiny"], "var_floor"),
+        node("Sqrt", [p + "var_floor"], "std"),
+        node("Reciprocal", [p + "std"], "rstd"),
+        node("Mul", [p + "centered", p + "rstd"], "xhat"),
+        node("Mul", [p + "xhat", gain], "scaled"),
+        helper.make_node("Add", [p + "scaled", bias], [out], name=f"layer_norm{l}"),
+    ]
 
 
 def resolve_checkpoint(path: str | os.PathLike[str], which: str | None = None) -> Path:

@@ -229,7 +229,7 @@ def get_preset(name: str, env_id: str | None = None) -> Preset:
     on another env). Anything else raises ValueError saying what exists.
     """
     if name.endswith(".json"):
-        return load_preset_file(name)
+        return load_preset_file(name, env_id)
     if name in PRESETS:  # the old spelling: an env id meant its RL Zoo preset
         return PRESETS[name]["zoo"]
     if env_id is not None and name in PRESETS.get(env_id, {}):
@@ -258,19 +258,42 @@ def _listing() -> str:
     return "; ".join(f"{env_id}: {', '.join(p)}" for env_id, p in PRESETS.items())
 
 
-def load_preset_file(path: str | Path) -> Preset:
+#: The top-level keys of a preset file that holds a "dqn" object (what ``ember-np tune`` writes).
+PRESET_FILE_KEYS = ("dqn", "env_id", "format", "source", "steps")
+
+
+def load_preset_file(path: str | Path, env_id: str | None = None) -> Preset:
     """A preset from a JSON file: ``{"dqn": {DqnConfig fields}, "env_id": ..., "steps": N}``
-    (what ``ember-np tune`` writes; ``env_id`` and ``steps`` optional) or a plain
-    ``DqnConfig.to_dict()``. Anything else raises ValueError naming the file."""
+    (what ``ember-np tune`` writes; ``env_id``, ``steps``, ``source`` and ``format``
+    optional) or a plain ``DqnConfig.to_dict()``. Anything else raises ValueError naming
+    the file: unknown top-level keys, a file that is not UTF-8 JSON, and, when
+    ``env_id`` is given (the env about to be trained), a file made for another env."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise ValueError(f"cannot read preset file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"preset file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it "
+            "as UTF-8 JSON"
+        ) from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"preset file {path} is not valid JSON: {exc}") from None
+    except RecursionError:  # json recurses once per level: 200,000 nested brackets
+        raise ValueError(
+            f"preset file {path} nests its JSON too deeply to be a preset: a preset is an "
+            'object of DqnConfig fields, e.g. {"gamma": 0.99}'
+        ) from None
     if not isinstance(data, dict):
         raise ValueError(f"preset file {path} must hold a JSON object, got {type(data).__name__}")
+    if "dqn" in data:
+        unknown = sorted(set(data) - set(PRESET_FILE_KEYS))
+        if unknown:
+            raise ValueError(
+                f"preset file {path}: unknown top-level key(s) {unknown}; a preset file has "
+                f"{list(PRESET_FILE_KEYS)}, with the DqnConfig fields inside \"dqn\""
+            )
     body = data.get("dqn", data)
     steps = data.get("steps", 100_000) if "dqn" in data else 100_000
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
@@ -279,5 +302,13 @@ def load_preset_file(path: str | Path) -> Preset:
         config = DqnConfig.from_dict(body)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"preset file {path}: {exc}") from None
-    env_id = data.get("env_id", "") if "dqn" in data else ""
-    return Preset(path.stem, str(env_id), config, steps, str(data.get("source", path)))
+    file_env = data.get("env_id", "") if "dqn" in data else ""
+    if not isinstance(file_env, str):
+        raise ValueError(f"preset file {path}: env_id must be a string, got {file_env!r}")
+    plain = file_env.removeprefix("ember_np/")
+    if env_id is not None and plain and plain != env_id.removeprefix("ember_np/"):
+        raise ValueError(
+            f"preset file {path} was made for env_id {file_env!r}, not {env_id!r}: train "
+            f"{file_env}, or remove or change \"env_id\" in the file to use it on {env_id}"
+        )
+    return Preset(path.stem, file_env, config, steps, str(data.get("source", path)))

@@ -96,3 +96,27 @@ def test_replace_validates():
     assert c.replace(gamma=0.5).gamma == 0.5
     with pytest.raises(ValueError, match="gamma"):
         c.replace(gamma=2.0)
+
+
+def test_numpy_scalars_become_python_types_so_runs_and_checkpoints_serialise(tmp_path):
+    import numpy as np
+
+    from ember_np import DqnAgent, IndexActionMapper, TrainingRun, VecEncoder
+
+    c = DqnConfig(
+        batch_size=np.int64(32), gamma=np.float64(0.99), learning_rate=np.float32(1e-3),
+        hidden_sizes=np.array([8, 8]), dueling=np.True_, min_replay_size=np.int32(32),
+        max_grad_norm=np.float16(10), learning_rate_end=np.float64(1e-5), n_step=np.uint8(2),
+    )  # fmt: skip
+    for f in dataclasses.fields(c):
+        v = getattr(c, f.name)
+        assert not isinstance(v, np.generic), (f.name, type(v))
+    assert type(c.batch_size) is int and type(c.gamma) is float and c.dueling is True
+    assert c.hidden_sizes == (8, 8) and all(type(s) is int for s in c.hidden_sizes)
+    assert DqnConfig.from_dict(json.loads(json.dumps(c.to_dict()))) == c
+    run = TrainingRun.create("np_scalars", "v1", root=tmp_path)
+    run.write_config(c.to_dict())
+    assert run.read_config() == c.to_dict()
+    agent = DqnAgent(VecEncoder(3), IndexActionMapper(2), c, seed=np.int64(1))
+    loaded = DqnAgent.from_checkpoint(agent.save(tmp_path / "a.npz"))
+    assert loaded.config == c

@@ -364,5 +364,93 @@ def test_onnx_export_matches_onnxruntime(tmp_path, dueling):
     import onnx
 
     model = onnx.load(str(path))
-    assert sum(n.op_type == "LayerNormalization" for n in model.graph.node) == 2
+    # one LayerNorm per hidden layer, computed as forward.py's NumPy pass (no
+    # LayerNormalization op: it squares in float32, which overflows from |z| ~ 1.8e19)
+    assert sorted(n.name for n in model.graph.node if n.name.startswith("layer_norm")) == [
+        "layer_norm0", "layer_norm1",
+    ]  # fmt: skip
+    assert not any(n.op_type == "LayerNormalization" for n in model.graph.node)
     assert max(o.version for o in model.opset_import if o.domain == "") >= 17
+
+
+# -- the float32 extremes (issue 23) -------------------------------------------------------------
+
+
+def extreme_inputs(scale, n=200, seed=0):
+    """Observations of magnitude ``scale``: random signs and factors in [0.5, 1], one
+    coordinate of each row at full scale and the others up to 1/8 of it (so that
+    x @ W0 stays below float32's 3.4e38 even for scale 3e38)."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0.5, 1.0, (n, 4)) * rng.choice([-1.0, 1.0], (n, 4)) * scale
+    x[:, 1:] /= 8.0
+    return x.astype(np.float32)
+
+
+EXTREMES = [1e19, 1e30, 3e38, 1e-38, 1e-44, 1.0]
+EXTREME_IDS = ["1e19", "1e30", "3e38", "1e-38", "denormal", "ordinary"]
+
+
+@pytest.fixture(scope="module")
+def rainbow_net():
+    """The CartPole rainbow preset's network (4, 64, 64, 2), dueling and LayerNorm."""
+    net = QNetwork((4, 64, 64, 2), seed=5, dueling=True, layer_norm=True)
+    randomize_norms(net, 6)
+    return net
+
+
+@pytest.mark.parametrize("scale", EXTREMES, ids=EXTREME_IDS)
+def test_every_backend_agrees_with_float64_at_the_float32_extremes(rainbow_net, scale):
+    from ember_np import IndexActionMapper, VecEncoder
+
+    net = rainbow_net
+    x = extreme_inputs(scale)
+    expected = naive.network_forward(net.params, net.layer_sizes, True, True, x)
+    assert np.isfinite(expected).all()
+    tol = dict(rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(net.forward(x), expected, **tol)  # the training forward
+    policies = [DqnPolicy(net.layer_sizes, net.params.copy(), VecEncoder(4), IndexActionMapper(2),
+                          backend, dueling=True, layer_norm=True)
+                for backend in ("numpy", "numba")]  # fmt: skip
+    actions = net.greedy_actions(x)
+    np.testing.assert_array_equal(actions, np.argmax(expected, axis=1))
+    for policy in policies:
+        q = policy.q_values_batch(x)
+        assert np.isfinite(q).all()
+        np.testing.assert_allclose(q, expected, **tol)
+        np.testing.assert_array_equal(policy.act_batch(x), actions)
+        assert [policy.act(row) for row in x[:20]] == actions[:20].tolist()
+        np.testing.assert_allclose(policy.q_values(x[0]), expected[0], **tol)
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from ember_np.export import policy_to_onnx
+
+    model = policy_to_onnx(policies[0])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (q,) = session.run(["q_values"], {"obs": x})
+    assert np.isfinite(q).all()
+    np.testing.assert_allclose(q, expected, **tol)
+    np.testing.assert_array_equal(np.argmax(q, axis=1), actions)
+    np.testing.assert_allclose(q, policies[0].q_values_batch(x), rtol=2e-6, atol=2e-6)
+
+
+def test_a_row_of_equal_huge_values_normalises_to_zero_everywhere(rainbow_net):
+    """z all equal and huge: var 0 and eps / s^2 underflowing in float32; xhat is 0."""
+    net = QNetwork((2, 4, 2), seed=1, layer_norm=True)
+    net.weights[0][...] = 1.0
+    net.biases[0][...] = 0.0
+    randomize_norms(net, 2)
+    x = np.array([[3e38, 0.0], [1e30, 0.0], [0.0, 0.0]], np.float32)
+    expected = naive.network_forward(net.params, net.layer_sizes, False, True, x)
+    assert np.isfinite(expected).all()
+    np.testing.assert_allclose(net.forward(x), expected, rtol=1e-5, atol=1e-5)
+    for backend in ("numpy", "numba"):
+        policy = net_policy(net, backend)
+        np.testing.assert_allclose(policy.q_values_batch(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def net_policy(net, backend):
+    from ember_np import IndexActionMapper, VecEncoder
+
+    return DqnPolicy(net.layer_sizes, net.params.copy(), VecEncoder(net.layer_sizes[0]),
+                     IndexActionMapper(net.layer_sizes[-1]), backend, dueling=net.dueling,
+                     layer_norm=net.layer_norm)  # fmt: skip

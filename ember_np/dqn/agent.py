@@ -25,6 +25,7 @@ import numpy as np
 from ember_np._arrays import as_f32
 from ember_np._jit import entry_point, kernel
 from ember_np._masks import ALL_LEGAL, check_action_mask
+from ember_np._memory import check_network_memory
 from ember_np._validate import check_int
 from ember_np.checkpoint import (
     AGENT_FORMAT,
@@ -491,6 +492,8 @@ class DqnAgent:
         init_rng, self._replay_rng, self._explore_rng = Rng.streams(seed, 3)  # checks the seed
         self.seed = int(seed)  # any size: saved losslessly (see _seed_array)
         sizes = (obs_size, *config.hidden_sizes, n_actions)
+        # online and target networks, Adam and one batch's activations, before allocating
+        check_network_memory(sizes, config.batch_size, config.dueling, config.layer_norm, 2)
         self.online = QNetwork(sizes, init_rng, dueling=config.dueling,
                                layer_norm=config.layer_norm)  # fmt: skip
         self._obs_shape = (obs_size,)

@@ -8,7 +8,10 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ember_np._jit import kernel
+from ember_np._validate import F32_RULE, INT64_MAX, positive_in_f32, too_big_rule
 
 __all__ = ["DqnConfig", "linear_epsilon"]
 
@@ -33,6 +36,18 @@ def _is_int(value: Any) -> bool:
 
 def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with NumPy scalars as Python ones (np.bool_ -> bool, np.integer -> int,
+    np.floating -> float), so that a config serialises to JSON whatever built it."""
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
 
 
 _linear_epsilon = linear_epsilon.py_func  # the same function, run by Python
@@ -147,6 +162,10 @@ class DqnConfig:
     way. ``ember-np train`` turns it on for envs that give masks. Default False."""
 
     def __post_init__(self) -> None:
+        # NumPy scalars (np.int64(32), np.float32(0.99), np.True_) become Python ones
+        # here, so to_dict() is JSON-safe and run files and checkpoints can be written.
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _plain(getattr(self, f.name)))
         object.__setattr__(self, "hidden_sizes", self._hidden(self.hidden_sizes))
         self._validate()
 
@@ -158,7 +177,7 @@ class DqnConfig:
                 f"got {value!r}"
             )
         sizes = tuple(value)
-        if not all(_is_int(s) and s >= 1 for s in sizes):
+        if not all(_is_int(s) and 1 <= s <= INT64_MAX for s in sizes):
             raise ValueError(
                 "hidden_sizes must be a sequence of positive integers, e.g. (64, 64), "
                 f"got {value!r}"
@@ -169,14 +188,27 @@ class DqnConfig:
         def fail(name: str, rule: str) -> None:
             raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
 
+        def positive(name: str, rule: str) -> None:
+            """The rule ``rule`` (a positive finite number...), then in float32: the
+            kernels apply these settings to float32 weights."""
+            v = getattr(self, name)
+            if not _is_real(v) or not (v > 0 and math.isfinite(v)):
+                fail(name, rule)
+            if not positive_in_f32(v):
+                fail(name, F32_RULE)
+
+        # Every integer field reaches the kernels as an int64 (counts, sizes, steps).
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if _is_int(v) and v > INT64_MAX:
+                fail(f.name, f"at most {too_big_rule(INT64_MAX)}")
+
         for name in ("gamma", "epsilon_start", "epsilon_end"):
             v = getattr(self, name)
             if not _is_real(v) or not 0.0 <= v <= 1.0:
                 fail(name, "a number in [0, 1]")
         for name in ("learning_rate", "huber_delta"):
-            v = getattr(self, name)
-            if not _is_real(v) or not (v > 0 and math.isfinite(v)):
-                fail(name, "a positive finite number")
+            positive(name, "a positive finite number")
         for name in (
             "batch_size",
             "buffer_capacity",
@@ -204,11 +236,8 @@ class DqnConfig:
                 "dueling=True needs at least one hidden layer to feed its two heads "
                 "(set hidden_sizes, e.g. (64, 64)), got hidden_sizes ()"
             )
-        if self.learning_rate_end is not None and (
-            not _is_real(self.learning_rate_end)
-            or not (self.learning_rate_end > 0 and math.isfinite(self.learning_rate_end))
-        ):
-            fail("learning_rate_end", "a positive finite number or None (no annealing)")
+        if self.learning_rate_end is not None:
+            positive("learning_rate_end", "a positive finite number or None (no annealing)")
         if not _is_int(self.learning_rate_decay_steps) or self.learning_rate_decay_steps < 1:
             fail("learning_rate_decay_steps", "a positive integer")
         if not isinstance(self.layer_norm, bool):
@@ -233,11 +262,9 @@ class DqnConfig:
             fail("per_eps", "a positive finite number")
         if not _is_real(self.tau) or not 0.0 < self.tau <= 1.0:
             fail("tau", "a number in (0, 1]")
-        if self.max_grad_norm is not None and (
-            not _is_real(self.max_grad_norm)
-            or not (self.max_grad_norm > 0 and math.isfinite(self.max_grad_norm))
-        ):
-            fail("max_grad_norm", "a positive finite number or None")
+        positive("tau", "a number in (0, 1]")
+        if self.max_grad_norm is not None:
+            positive("max_grad_norm", "a positive finite number or None")
         if self.min_replay_size < self.batch_size:
             raise ValueError(
                 f"min_replay_size must be >= batch_size "

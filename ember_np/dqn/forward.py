@@ -37,10 +37,26 @@ __all__ = [
     "greedy_indices",
     "greedy_legal",
     "layer_views",
+    "ln_scales",
     "norm_views",
 ]
 
 LN_EPS = 1e-5  # network.LN_EPS, torch.nn.LayerNorm's default (not imported: no numba here)
+_F32_TINY = np.float32(np.finfo(np.float32).tiny)
+
+
+def ln_scales(z: np.ndarray) -> np.ndarray:
+    """LayerNorm's row scale of each row of ``z`` (..., n), float32 (..., 1): 2^e for
+    max|z| = f * 2^e, e clipped to [0, 127] (1 for rows below 1, or of NaN or inf).
+
+    LayerNorm divides the row by it before squaring (exact: a power of two), so
+    rows of pre-activations up to 3.4e38 stay finite; the variance's floor at
+    float32's smallest normal only acts on rows of equal values scaled by
+    s > 2^54 (whose eps / s^2 underflows), where xhat is 0 either way.
+    """
+    with np.errstate(invalid="ignore"):
+        e = np.frexp(np.abs(z).max(axis=-1, keepdims=True))[1]
+    return np.ldexp(np.float32(1.0), np.clip(e, 0, 127)).astype(np.float32, copy=False)
 
 
 def greedy_index(q: np.ndarray) -> int:
@@ -201,9 +217,12 @@ class NumpyForward:
         for w, b, gain, beta in self._norm_layers:
             z = np.dot(h, w)
             z += b
+            s = ln_scales(z)
+            z /= s  # exact (a power of two): squares below can no longer overflow
             z -= z.mean(axis=-1, keepdims=True)
-            rstd = 1.0 / np.sqrt(np.mean(z * z, axis=-1, keepdims=True) + np.float32(LN_EPS))
-            z *= rstd
+            eps = np.float32(LN_EPS) / s / s  # eps / s^2, 0 when s is huge: hence the floor
+            var = np.maximum(np.mean(z * z, axis=-1, keepdims=True) + eps, _F32_TINY)
+            z *= 1.0 / np.sqrt(var)
             z *= gain
             z += beta
             h = np.maximum(z, 0.0, out=z)

@@ -47,6 +47,8 @@ from ember_np._arrays import as_f32, as_i64
 from ember_np._blas import gemm
 from ember_np._jit import entry_point, kernel
 from ember_np._masks import check_action_masks
+from ember_np._memory import check_network_memory
+from ember_np._validate import F32_RULE, positive_in_f32
 from ember_np.checkpoint import (
     architecture_name,
     dueling_flag,
@@ -161,6 +163,13 @@ def _layer_norm_relu(
     on return. gain, beta : float (n,). xhat : float (B, n) and rstd : float (B,),
     written for the backward pass: xhat = (z - mean) * rstd, rstd = 1 / sqrt(var + eps),
     mean and (biased) var over the row. Sums run in float64.
+
+    The float32 passes (forward.py's NumPy pass, the ONNX graph of export.py) first
+    divide the row by a power of two s (forward.ln_scales) so that no square
+    overflows float32 (|z| from 1.8e19), and use eps / s^2. Dividing by 2^k commutes
+    with rounding, so that is this very formula, bit for bit, wherever it is finite;
+    here the float64 sums cannot overflow for any float32 z, so the scale would
+    change no bit and is skipped (it cost 15% of a LayerNorm update).
     """
     n = z.shape[1]
     inv_n = 1.0 / n
@@ -1066,6 +1075,8 @@ def _check_positive_float(name: str, value: Any) -> float:
         raise ValueError(f"{name} must be a positive number, got {value!r}") from None
     if not (v > 0.0 and math.isfinite(v)):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    if not positive_in_f32(v):  # applied to float32 weights
+        raise ValueError(f"{name} must be {F32_RULE}, got {value!r}")
     return v
 
 
@@ -1209,6 +1220,7 @@ class QNetwork:
                 "layer_norm needs hidden layers of width >= 2 to normalise (over one unit "
                 f"LayerNorm outputs its bias alone), got layer_sizes {sizes}"
             )
+        check_network_memory(sizes, 1, bool(dueling), bool(layer_norm))  # before allocating
         self._init_storage(sizes, bool(dueling), bool(layer_norm))
         rng = seed if isinstance(seed, Rng) else Rng(seed)
         for w, b in zip(self.weights, self.biases):

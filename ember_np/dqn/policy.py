@@ -105,6 +105,8 @@ class DqnPolicy:
             )
         self.dueling = bool(dueling)
         self._params = as_f32(params, "params")
+        if not np.isfinite(self._params).all():
+            raise ValueError(_nonfinite_weights())
         n = sum(a * b + b for a, b in zip(self.layer_sizes[:-1], self.layer_sizes[1:]))
         if dueling:
             n += self.layer_sizes[-2] + 1  # the value head
@@ -187,14 +189,20 @@ class DqnPolicy:
         shapes = [(n_in, n_out) for n_in, n_out in zip(sizes[:-1], sizes[1:])]
         if dueling and len(sizes) >= 3:
             shapes.append((sizes[-2], 1))  # the value head
-        parts = []
+        keyed = []  # (key, dtype, shape) of each parameter array, in the flat layout order
         for i, (n_in, n_out) in enumerate(shapes):
-            parts.append(reader.array(K.weight(K.ONLINE, i), np.float32, (n_in, n_out)).ravel())
-            parts.append(reader.array(K.bias(K.ONLINE, i), np.float32, (n_out,)))
+            keyed.append((K.weight(K.ONLINE, i), np.float32, (n_in, n_out)))
+            keyed.append((K.bias(K.ONLINE, i), np.float32, (n_out,)))
         layer_norm = reader.layer_norm()
         for i, width in enumerate(sizes[1:-1] if layer_norm else ()):
             for key in (f"ln_g{i}", f"ln_b{i}"):
-                parts.append(reader.array(K.ONLINE + key, np.float32, (width,)))
+                keyed.append((K.ONLINE + key, np.float32, (width,)))
+        parts = []
+        for key, dtype, shape in keyed:
+            arr = reader.array(key, dtype, shape)
+            if not np.isfinite(arr).all():  # a diverged run: act() would always return 0
+                raise reader.error(_nonfinite_weights(key))
+            parts.append(arr.ravel())
         try:
             if encoder is None:
                 encoder = encoder_from_description(reader.json(K.ENCODER))
@@ -282,6 +290,16 @@ class DqnPolicy:
         duel = ", dueling=True" if self.dueling else ""
         duel += ", layer_norm=True" if self.layer_norm else ""
         return f"DqnPolicy(layer_sizes={self.layer_sizes}{duel}, backend={self.backend!r})"
+
+
+def _nonfinite_weights(key: str = "") -> str:
+    """The message for weights holding NaN or inf: a diverged run (every action would be 0)."""
+    what = f"{key!r} holds" if key else "the network's weights hold"
+    return (
+        f"{what} NaN or infinite values: the run that wrote them diverged (e.g. a learning "
+        "rate too large); use an earlier checkpoint (best.npz, step_N.npz) or retrain with a "
+        "smaller learning_rate"
+    )
 
 
 def _unpickle(

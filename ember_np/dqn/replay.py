@@ -65,7 +65,7 @@ from ember_np._arrays import as_f32
 from ember_np._jit import entry_point, kernel
 from ember_np._masks import ALL_LEGAL, check_action_mask, packed_mask_bytes
 from ember_np._validate import check_int
-from ember_np.dqn.sumtree import _sample_stratified, _set_one
+from ember_np.dqn.sumtree import _sample_stratified, _set_one, clamp_priority, max_priority
 from ember_np.rng import Rng, next_below
 from ember_np.types import Batch, EpisodeStatus
 
@@ -423,13 +423,18 @@ def _draw_prioritized(buf: ReplayState, rng_state: np.ndarray, beta: float, indi
 def _update_priorities(buf: ReplayState, indices: np.ndarray, td_errors: np.ndarray) -> None:
     """Set p_i = (|td_i| + eps)^alpha for each sampled slot; track the largest priority.
 
+    Each p_i is clamped to [MIN_PRIORITY, max_priority(leaves)] (sumtree.py's
+    :func:`clamp_priority`), so the tree's total stays finite and positive.
+
     buf : ReplayState with a sum tree (updated in place, the largest priority
         in tree[0] too). indices : int64 (B,) in [0, capacity); td_errors :
         float32 (B,), finite. A slot sampled twice in the batch keeps its last priority.
     """
     tree = buf.tree
+    leaves = tree.shape[0] // 2
     for k in range(indices.shape[0]):
-        p = (abs(td_errors[k]) + buf.eps) ** buf.alpha
+        # clamped: (|td| + eps)^alpha may overflow (alpha 1000) or underflow (eps 1e-300)
+        p = clamp_priority((abs(td_errors[k]) + buf.eps) ** buf.alpha, leaves)
         _set_one(tree, indices[k], p)
         if p > tree[_MAX_PRIORITY]:
             tree[_MAX_PRIORITY] = p
@@ -1176,6 +1181,11 @@ class PrioritizedBuffer(CircularBuffer):
                 )
             if not (np.isfinite(arr).all() and (arr.min(initial=1.0) > 0.0)):
                 raise ValueError(f"replay buffer {key!r} must be finite and > 0")
+            top = max_priority.py_func(self._tree.shape[0] // 2)
+            if arr.max(initial=0.0) > top:
+                raise ValueError(
+                    f"replay buffer {key!r} must be <= {top:.6g} (its total would overflow)"
+                )
         return pos, n
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:

@@ -15,7 +15,11 @@ setting one priority and drawing one index each cost O(log capacity):
 
 The tree is float64 and every inner node is recomputed as the sum of its two
 children (never adjusted by a difference), so rounding errors do not pile up
-over millions of updates. A zero-priority leaf is never drawn.
+over millions of updates. A zero-priority leaf is never drawn. No priority
+exceeds :func:`max_priority` ``(size)`` = float64 max / (2 * size), so no
+sum, the total included, overflows; prioritized replay also keeps each
+priority >= :data:`MIN_PRIORITY` (:func:`clamp_priority`), so it never
+vanishes.
 
 Reading map (call order): :meth:`SumTree.set` -> ``_set_many`` -> ``_set_one``;
 :meth:`SumTree.sample` -> ``_sample_stratified`` -> ``_find``.
@@ -32,7 +36,36 @@ from ember_np._jit import kernel
 from ember_np._validate import check_int
 from ember_np.rng import Rng, next_double
 
-__all__ = ["SumTree"]
+__all__ = ["MIN_PRIORITY", "SumTree", "clamp_priority", "max_priority"]
+
+#: The smallest priority prioritized replay gives a transition: float64's
+#: smallest normal number (an underflow to 0 would make it never drawn).
+MIN_PRIORITY = float(np.finfo(np.float64).tiny)
+_F64_MAX = float(np.finfo(np.float64).max)
+
+
+@kernel
+def max_priority(size: int) -> float:
+    """The largest priority a tree of ``size`` leaves takes: float64 max / (2 * size).
+
+    The sum of ``size`` such leaves stays below half of float64's largest
+    value, so no inner node (the total included) overflows, rounding and all.
+    """
+    return _F64_MAX / (2.0 * size)
+
+
+@kernel
+def clamp_priority(p: float, size: int) -> float:
+    """``p`` clamped to [:data:`MIN_PRIORITY`, :func:`max_priority` (size)] (NaN: the top).
+
+    PER's p = (|td| + eps)^alpha overflows to inf for a large alpha (alpha=1000)
+    and underflows to 0 for a tiny eps (alpha=2, eps=1e-300, td=0); clamped, the
+    tree's total stays finite and positive and every transition can be drawn.
+    """
+    top = max_priority(size)
+    if not p <= top:  # also NaN
+        return top
+    return p if p >= MIN_PRIORITY else MIN_PRIORITY
 
 
 @kernel
@@ -200,6 +233,12 @@ class SumTree:
         if p.size and not (np.all(np.isfinite(p)) and p.min() >= 0.0):
             raise ValueError(
                 "priorities must be finite and >= 0 (got a negative or non-finite one)"
+            )
+        top = max_priority.py_func(self._tree.shape[0] // 2)
+        if p.size and p.max() > top:
+            raise ValueError(
+                f"priorities must be <= {top:.6g} (float64 max / (2 * {self._tree.shape[0] // 2}"
+                f" leaves), so that their total stays finite), got {p.max():.6g}"
             )
         _set_many(self._tree, idx, p)
 
