@@ -7,7 +7,7 @@ Usage (needs the ``bench`` extra: torch==2.13.0 and stable-baselines3)::
 
 Each measurement runs in a fresh subprocess, alternating ember_np and SB3
 (A B A B ...), so both see the same machine state. Both libraries get the same
-hyperparameters (ANCHORS.md S1 / S2), the same gymnasium CartPole-v1, one
+hyperparameters (S1 / S2 of bench/settings.py), the same gymnasium CartPole-v1, one
 thread each (``torch.set_num_threads(1)``; ``OPENBLAS_NUM_THREADS=1`` for
 ember_np's BLAS), and SB3's default ``max_grad_norm`` of 10.
 

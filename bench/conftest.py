@@ -13,7 +13,7 @@ from streams import fill  # noqa: E402
 
 from ember_np import CircularBuffer, Rng  # noqa: E402
 
-#: The speed-comparison settings of ANCHORS.md: S1 = ember-rl's CartPole
+#: The speed-comparison settings: S1 = ember-rl's CartPole
 #: network, S2 = the RL Zoo's CartPole network; both use batch 64.
 SETTINGS = {"S1": (4, 64, 64, 2), "S2": (4, 256, 256, 2)}
 BATCH = 64

@@ -49,7 +49,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 
-#: Bars of issue 5, and the published figures quoted in ANCHORS.md.
+#: Bars of issue 5, and the published figures of rl-baselines3-zoo's benchmark
+#: and CleanRL's DQN report.
 REFERENCE = {
     "CartPole-v1": {"bar": 475.0, "zoo": "500.0 ± 0.0", "cleanrl": "488.7 ± 16.1"},
     "Acrobot-v1": {"bar": -90.0, "zoo": "-76.6 ± 11.8", "cleanrl": "-91.5 ± 7.2"},

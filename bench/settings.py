@@ -1,8 +1,9 @@
-"""The speed-comparison settings of ANCHORS.md, as DqnConfigs.
+"""The speed-comparison settings S1 and S2, as DqnConfigs.
 
 S1 is ember-rl's CartPole config (one update per env step), the ``ember``
 preset; S2 is the RL Zoo's CartPole-v1 DQN, CartPole-v1's ``zoo`` preset.
-tests/test_presets.py checks both against ANCHORS.md's tables.
+tests/test_presets.py checks both against ember-rl's CartPole example and
+rl-baselines3-zoo's hyperparams/dqn.yml.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ the environment it was tuned for and its step budget.
 * ``zoo``: the RL Zoo's tuned rows (rl-baselines3-zoo ``hyperparams/dqn.yml``),
   SB3's arguments translated one to one (table below); the default for
   LunarLander-v3.
-* ``ember``: ember-rl's CartPole example (S1 in ANCHORS.md).
+* ``ember``: ember-rl's CartPole example (S1 of the speed comparisons).
 
 :func:`get_preset` finds one by name (and env), :func:`presets_for_env` lists
 an env's, :func:`default_preset` is the one ``ember-np train ENV_ID`` uses.

@@ -1,4 +1,4 @@
-"""Presets: named per env (rainbow, zoo, ember), the RL Zoo's rows (ANCHORS.md), ember-rl's
+"""Presets: named per env (rainbow, zoo, ember), the RL Zoo's rows (rl-baselines3-zoo hyperparams/dqn.yml), ember-rl's
 config, the lookup rules and the command line's default."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ember_np.presets import (
     presets_for_env,
 )
 
-# rl-baselines3-zoo hyperparams/dqn.yml, as listed in ANCHORS.md:
+# rl-baselines3-zoo hyperparams/dqn.yml:
 # n_timesteps, lr, batch, buffer, learning_starts, gamma, target_update, train_freq,
 # gradient_steps, exploration_fraction, exploration_final_eps
 ZOO = {

@@ -21,7 +21,7 @@ from ember_np import (
 )
 from ember_np.presets import get_preset
 
-#: ember-rl's CartPole config (S1 in ANCHORS.md; checked in test_presets.py).
+#: ember-rl's CartPole config (S1 of the speed comparisons; checked in test_presets.py).
 S1 = get_preset("ember").config
 
 FAST = S1.replace(hidden_sizes=(16,), min_replay_size=64, batch_size=16, epsilon_decay_steps=500)
