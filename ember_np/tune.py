@@ -49,10 +49,10 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -349,7 +349,9 @@ def evaluate_config(
     scores: list[float] = []
     for mark in marks:
         scores = [
-            float(train_and_evaluate(trainer, mark - done, None, settings.eval_episodes).mean_reward)
+            float(
+                train_and_evaluate(trainer, mark - done, None, settings.eval_episodes).mean_reward
+            )
             for trainer in trainers
         ]
         done = mark
@@ -407,6 +409,7 @@ def _objective(settings: TuneSettings, n_trials: int, quiet: bool) -> Callable[[
 def _say(quiet: bool, line: str) -> None:
     if not quiet:
         print(line, flush=True)
+
 
 def _sampler(kind: str, seed: int, worker: int) -> Any:
     import optuna

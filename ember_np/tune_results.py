@@ -90,12 +90,11 @@ def best_preset(study: Any) -> dict[str, Any] | None:
     settings = study.user_attrs[SETTINGS_ATTR]  # TuneSettings.to_dict()
     return {
         "format": "ember_np.preset",
-        "env_id": settings['env_id'],
-        "steps": settings['steps'],
+        "env_id": settings["env_id"],
+        "steps": settings["steps"],
         "source": (
             f"ember-np tune: study {study.study_name}, trial {t.number}, "
             f"IQM {t.value:.2f} over {settings['seeds']} seeds"
         ),
         "dqn": t.user_attrs["config"],
     }
-

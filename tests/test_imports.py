@@ -128,7 +128,9 @@ def test_the_graph_sees_imports_inside_functions_and_relative_ones():
     # cmd_train imports DqnTrainer inside the function; tune imports tune_storage at the top.
     assert "ember_np.training.trainer" in GRAPH["ember_np.training.multiseed"]
     assert "ember_np.tune_storage" in GRAPH["ember_np.tune"]
-    assert "ember_np.cli.common" in GRAPH["ember_np.cli.training"]  # from ember_np.cli import common
+    assert (
+        "ember_np.cli.common" in GRAPH["ember_np.cli.training"]
+    )  # from ember_np.cli import common
 
 
 def test_cycle_finder_finds_a_cycle_and_names_it():

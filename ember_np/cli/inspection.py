@@ -278,8 +278,13 @@ def add_dashboard_parser(sub: Any) -> None:
     p.add_argument("runs_root", nargs="?", default="runs", help="runs directory (default: runs)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument("--port", type=non_negative, default=6006, help="0 picks a free port")
-    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
-                   help="also answer requests for this host name (repeatable); others get 403")
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this host name (repeatable); others get 403",
+    )
     p.set_defaults(func=cmd_dashboard)
 
 

@@ -49,7 +49,14 @@ from ember_np.training.setup import (
     with_env_masks,
 )
 
-__all__ = ["ProgressCallback", "add_resume_parser", "add_train_parser", "cmd_resume", "cmd_train", "train_loop"]
+__all__ = [
+    "ProgressCallback",
+    "add_resume_parser",
+    "add_train_parser",
+    "cmd_resume",
+    "cmd_train",
+    "train_loop",
+]
 
 
 class ProgressCallback(LoopCallback):
@@ -244,7 +251,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 # -- many seeds ---------------------------------------------------------------------------
-
 
 
 def train_many(

@@ -122,7 +122,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:  # each worker fails its running trial before it ends
         stop_workers(procs)
-        print(f"ember-np tune: interrupted; the running trials were marked failed: run the "
+        print("ember-np tune: interrupted; the running trials were marked failed: run the "
               "same command again to finish the study", file=sys.stderr)  # fmt: skip
         raise
     bad = [f"worker {i}: status {c}" for i, c in enumerate(codes) if c != 0]
@@ -204,4 +204,3 @@ def show(tune_dir: str | Path, storage: str | None = None, study_name: str | Non
     study = open_study(open_storage(storage), study_name or info["study"], None)
     print_results(study, tune_dir)
     return 0
-

@@ -43,6 +43,7 @@ import itertools
 import json
 import os
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -115,9 +116,10 @@ def train_seed(
 
     The same run as ``ember-np train`` with ``--seed seed`` and ``spec``'s
     options: the same env, agent and trainer, the same loop
-    (:func:`~ember_np.training.loop.train_and_evaluate`), a greedy evaluation every ``spec.eval_every`` steps and a final
-    one. ``on_steps(n)`` is called after each chunk (progress). Writes
-    ``result.json`` into the run directory last.
+    (:func:`~ember_np.training.loop.train_and_evaluate`), a greedy evaluation
+    every ``spec.eval_every`` steps and a final one. ``on_steps(n)`` is
+    called after each chunk (progress). Writes ``result.json`` into the run
+    directory last.
     """
     import gymnasium as gym
 
@@ -337,6 +339,7 @@ def parent_lock(parent: str | os.PathLike[str]) -> DirectoryLock:
     naming the holder's PID.
     """
     return DirectoryLock(parent, "the multi-seed run")
+
 
 def resume_seeds(
     parent: str | os.PathLike[str], workers: int | None = None, progress: bool = True

@@ -17,8 +17,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ember_np.dqn.config import DqnConfig
 
 __all__ = [
@@ -38,6 +36,7 @@ __all__ = [
 
 SPEC_FILE = "seeds.json"
 RESULT_FILE = "result.json"
+
 
 @dataclass(frozen=True)
 class SeedSpec:
@@ -179,7 +178,7 @@ def format_seeds(seeds: Iterable[int], most: int = 12) -> str:
     if len(parts) <= most:
         return ",".join(parts)
     half = most // 2
-    return f"{','.join(parts[:half])},...,{','.join(parts[-half // 2:])} ({len(ordered):,} seeds)"
+    return f"{','.join(parts[:half])},...,{','.join(parts[-half // 2 :])} ({len(ordered):,} seeds)"
 
 
 #: The most seeds one multi-seed run trains (``--seeds``, ``train_seeds``).
