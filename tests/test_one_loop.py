@@ -130,3 +130,38 @@ def test_chunks_end_at_evaluations_and_callbacks_come_in_order():
     train_and_evaluate(trainer, 1_500, None, 1, [events])  # no periodic evaluation
     assert events.seen == [("chunk", 3_750, TRAIN_CHUNK), ("chunk", 4_250, 500), ("end", 4_250),
                            ("eval", 4_250, True)]  # fmt: skip
+
+
+def test_a_tune_trial_scores_what_the_old_interleaved_loop_scored():
+    """``evaluate_config``: K trainers side by side, each trained to every mark then evaluated.
+
+    The reference is the loop tune ran before issue 24, plainly: chunks of
+    1,000 steps up to each mark, one evaluation per trainer per mark.
+    """
+    from ember_np.dqn.config import DqnConfig
+    from ember_np.tune import TuneSettings, evaluate_config
+
+    config = DqnConfig(hidden_sizes=(32,), batch_size=32, min_replay_size=200,
+                       buffer_capacity=5_000, train_freq=4)  # fmt: skip
+    settings = TuneSettings("CartPole-v1", "ember_np/CartPole-v1", 2_500, 2, 3, 2, 0, {},
+                            config.to_dict())  # fmt: skip
+    reports: list[tuple[int, float]] = []
+    scores = evaluate_config(settings, config, [3, 4], lambda s, v: reports.append((s, v)) or False)
+
+    trainers = []
+    for seed in (3, 4):
+        env = gym.make("ember_np/CartPole-v1")
+        trainers.append(DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed))
+    done, expected = 0, []
+    for mark in (833, 1_666, 2_500):  # steps * (i + 1) // evals
+        expected = []
+        for trainer in trainers:
+            remaining = mark - done
+            while remaining > 0:
+                chunk = min(1_000, remaining)
+                trainer.train(chunk)
+                remaining -= chunk
+            expected.append(float(trainer.eval(2).mean_reward))
+        done = mark
+    assert scores == expected
+    assert [step for step, _ in reports] == [833, 1_666]  # every evaluation but the last
