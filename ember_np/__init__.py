@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         StatsTracker,
         Std,
     )
+    from ember_np.training.loop import LoopCallback, train_and_evaluate
     from ember_np.training.multiseed import MultiSeedResult, SeedResult, train_seeds
     from ember_np.training.run import TrainingRun
     from ember_np.training.trainer import DqnTrainer, StepMetrics
@@ -84,6 +85,8 @@ _HOMES = {
     "RollingMean": "ember_np.stats",
     "StatsTracker": "ember_np.stats",
     "Std": "ember_np.stats",
+    "LoopCallback": "ember_np.training.loop",
+    "train_and_evaluate": "ember_np.training.loop",
     "MultiSeedResult": "ember_np.training.multiseed",
     "SeedResult": "ember_np.training.multiseed",
     "train_seeds": "ember_np.training.multiseed",
@@ -133,6 +136,7 @@ __all__ = [
     "Experience",
     "IndexActionMapper",
     "Last",
+    "LoopCallback",
     "MultiSeedResult",
     "Max",
     "Mean",
@@ -153,6 +157,7 @@ __all__ = [
     "OneHotEncoder",
     "kernel_threads",
     "set_kernel_threads",
+    "train_and_evaluate",
     "train_seeds",
     "transition_dtype",
 ]

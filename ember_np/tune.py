@@ -40,7 +40,6 @@ here imports it at module level.
 from __future__ import annotations
 
 import _thread
-import argparse
 import contextlib
 import dataclasses
 import hashlib
@@ -50,7 +49,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import traceback
@@ -61,26 +59,29 @@ from typing import Any
 
 import numpy as np
 
-from ember_np.cli import (
-    NATIVE_IDS,
-    UsageError,
-    _int_at_least,
-    _make_env,
-    _parse_sets,
-    _with_env_masks,
-)
 from ember_np.dqn.config import DqnConfig
-from ember_np.training.multiseed import check_workers, default_workers
+from ember_np.tune_results import best_preset, importances, summary
+from ember_np.tune_storage import (
+    SETTINGS_ATTR,
+    TuneError,
+    open_storage,
+    open_study,
+)
 
 __all__ = [
+    "DEFAULT_HEARTBEAT",
     "INSTALL_HINT",
+    "TuneError",
     "TuneSettings",
-    "add_tune_parser",
     "best_preset",
+    "config_for",
     "evaluate_config",
+    "importances",
     "is_tune_dir",
     "open_storage",
-    "show",
+    "settings_for",
+    "spawn_workers",
+    "stop_workers",
     "suggest_config",
     "summary",
     "trial_seeds",
@@ -88,15 +89,9 @@ __all__ = [
 ]
 
 INSTALL_HINT = 'ember-np tune needs Optuna: pip install "ember-np[tune]"'
-SETTINGS_ATTR = "ember_np.tune"  # study user attribute holding the TuneSettings
-TRAIN_CHUNK = 1_000  # env steps per compiled call: the heartbeat thread needs the GIL between
 DEFAULT_STEPS = 100_000  # trial budget for an env without a preset
 DEFAULT_HEARTBEAT = 10  # seconds; a dead worker's trial is failed after 3x this
-MAX_RETRY = 3  # a trial whose worker died is run again at most this often
 MAX_CONSECUTIVE_FAILURES = 5  # a worker whose trials keep raising stops
-
-_positive = _int_at_least(1)
-_non_negative = _int_at_least(0)
 
 
 class _Surplus(Exception):
@@ -222,11 +217,14 @@ def suggest_config(trial: Any, settings: TuneSettings) -> DqnConfig:
     for switch in ("prioritized_replay", "dueling"):
         if searched(switch):
             values[switch] = trial.suggest_categorical(switch, [False, True])
-    return _config(settings, values)
+    return config_for(settings, values)
 
 
-def _config(settings: TuneSettings, values: Mapping[str, Any]) -> DqnConfig:
-    """base <- sampled values <- fixed values, with min_replay_size made consistent."""
+def config_for(settings: TuneSettings, values: Mapping[str, Any]) -> DqnConfig:
+    """base <- sampled ``values`` <- fixed values, with min_replay_size made consistent.
+
+    ValueError or TypeError when the result is not a valid DqnConfig.
+    """
     fixed = settings.fixed
     merged = {**settings.base, **values, **fixed}
     # batch_size <= min_replay_size <= buffer_capacity, moving only fields not fixed
@@ -242,6 +240,61 @@ def _config(settings: TuneSettings, values: Mapping[str, Any]) -> DqnConfig:
         batch = min(batch, start)  # a small fixed buffer caps the searched batch size
     merged.update(batch_size=batch, min_replay_size=start, buffer_capacity=capacity)
     return DqnConfig.from_dict(merged)
+
+
+def settings_for(
+    env_id: str,
+    budget: tuple[int | None, int, int, int],
+    seed: int,
+    sets: list[str],
+    say: Callable[[str], None] = print,
+) -> TuneSettings:
+    """The settings of a study on ``env_id``, as ``ember-np tune`` builds them.
+
+    Parameters
+    ----------
+    env_id : str
+        As given on the command line; trials train on its compiled twin
+        (``NATIVE_IDS``) where there is one, as ``ember-np train`` does.
+    budget : tuple (steps or None, seeds, evals, eval_episodes)
+        Env steps per seed (None: the env's preset budget, else
+        ``DEFAULT_STEPS``), K seeds per trial, E evaluations per seed,
+        greedy episodes per evaluation.
+    seed : int
+        The study seed.
+    sets : list of str
+        ``key=value`` DqnConfig fields fixed (not searched).
+    say : callable
+        Gets the line saying action masks were turned on.
+
+    Raises
+    ------
+    ember_np.training.setup.SetupError
+        An unknown env id or ``key``, ``evals`` > ``steps``, or fixed fields
+        no config can have.
+    """
+    from ember_np.presets import default_preset
+    from ember_np.training.setup import NATIVE_IDS, SetupError, make_env, parse_sets, with_env_masks
+
+    steps, n_seeds, evals, eval_episodes = budget
+    make_env(env_id).close()
+    train_env_id = NATIVE_IDS.get(env_id, env_id)  # the compiled twin, as ember-np train
+    preset = default_preset(env_id.removeprefix("ember_np/"))
+    base = preset.config if preset is not None else DqnConfig()
+    fixed = parse_sets(sets)
+    base = with_env_masks(base, train_env_id, fixed, say)  # as ember-np train: masks where given
+    if "hidden_sizes" in fixed and isinstance(fixed["hidden_sizes"], tuple):
+        fixed["hidden_sizes"] = list(fixed["hidden_sizes"])
+    steps = steps or (preset.steps if preset is not None else DEFAULT_STEPS)
+    if evals > steps:
+        raise SetupError(f"--evals must be <= --steps (got {evals} > {steps})")
+    settings = TuneSettings(env_id, train_env_id, steps, n_seeds, evals, eval_episodes, seed,
+                            fixed, base.to_dict())  # fmt: skip
+    try:  # what is fixed, with the searched fields adjusted to it as every trial adjusts them
+        config_for(settings, {})
+    except (ValueError, TypeError) as exc:
+        raise SetupError(f"--set: {exc}") from None
+    return settings
 
 
 def trial_seeds(study_seed: int, params: Mapping[str, Any], k: int) -> list[int]:
@@ -270,9 +323,10 @@ def evaluate_config(
     each is evaluated greedily (``settings.eval_episodes`` episodes, the mean
     reward), and ``report(step, iqm of the K means)`` is called for every
     evaluation but the last; if it returns True the trial stops
-    (``optuna.TrialPruned``). Training runs in chunks of ``TRAIN_CHUNK`` env
-    steps so other threads (Optuna's heartbeat) get the interpreter between
-    compiled calls. Results do not depend on the chunking.
+    (``optuna.TrialPruned``). Each stretch of training is the one loop
+    (:func:`ember_np.training.loop.train_and_evaluate`, its chunks let other
+    threads, Optuna's heartbeat, get the interpreter between compiled calls),
+    ending with its evaluation.
 
     Returns
     -------
@@ -283,6 +337,7 @@ def evaluate_config(
 
     from ember_np.dqn.agent import DqnAgent
     from ember_np.stats import iqm
+    from ember_np.training.loop import train_and_evaluate
     from ember_np.training.trainer import DqnTrainer
 
     trainers = []
@@ -293,14 +348,12 @@ def evaluate_config(
     done = 0
     scores: list[float] = []
     for mark in marks:
-        scores = []
-        for trainer in trainers:
-            remaining = mark - done
-            while remaining > 0:
-                chunk = min(TRAIN_CHUNK, remaining)
-                trainer.train(chunk)
-                remaining -= chunk
-            scores.append(float(trainer.eval(settings.eval_episodes).mean_reward))
+        scores = [
+            float(
+                train_and_evaluate(trainer, mark - done, None, settings.eval_episodes).mean_reward
+            )
+            for trainer in trainers
+        ]
         done = mark
         if report is not None and mark < settings.steps and report(mark, iqm(scores)):
             import optuna
@@ -356,217 +409,6 @@ def _objective(settings: TuneSettings, n_trials: int, quiet: bool) -> Callable[[
 def _say(quiet: bool, line: str) -> None:
     if not quiet:
         print(line, flush=True)
-
-
-# -- storage and study -------------------------------------------------------------
-
-
-def open_storage(storage: str, heartbeat: int | None = None) -> Any:
-    """An Optuna storage for ``storage``: an SQLAlchemy URL, or a journal file path (``.log``).
-
-    With ``heartbeat`` (seconds), an RDB storage records a heartbeat per
-    running trial; a trial whose heartbeat is older than 3x that is failed and
-    enqueued again with the same parameters (at most ``MAX_RETRY`` times).
-    Journal files have no heartbeat in Optuna: a dead worker's trial stays
-    "running" there.
-    """
-    import optuna
-    from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-    _check_storage(storage)
-    if "://" not in storage:
-        path = Path(storage)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(path)))
-    kwargs: dict[str, Any] = {}
-    if storage.startswith("sqlite"):
-        # Workers wait for each other's writes instead of failing after SQLite's 5 s.
-        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 120}}
-    else:  # a server: a silent one fails after the timeouts instead of hanging
-        kwargs["engine_kwargs"] = {"connect_args": _server_timeouts(storage)}
-    if heartbeat is not None:
-        kwargs.update(
-            heartbeat_interval=heartbeat,
-            grace_period=3 * heartbeat,
-        )
-    with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna since 2.8
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        if heartbeat is not None:
-            kwargs["heartbeat_stale_trial_callback"] = RetryHeartbeatStaleTrialCallback(
-                max_retry=MAX_RETRY
-            )
-    from sqlalchemy.exc import OperationalError
-
-    try:
-        # Commands started at once on several machines all create the tables;
-        # the losers of that race get an error from the database: try again.
-        # (Not after an OperationalError: the server is unreachable, silent or refuses us.)
-        for attempt in range(3):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    return RDBStorage(storage, **kwargs)
-            except (ImportError, ValueError, OperationalError):
-                raise
-            except Exception:
-                if attempt == 2:
-                    raise
-                time.sleep(1.0 + attempt)
-        raise AssertionError("unreachable")
-    except ImportError:
-        raise UsageError(f"cannot open {_masked(storage)}: {_driver_hint(storage)}") from None
-    except Exception as exc:  # SQLAlchemy's errors for bad URLs and unreachable servers
-        raise UsageError(f"cannot open {_masked(storage)}: {_error_line(exc)}") from None
-
-
-#: Seconds to open a connection to a database server (PostgreSQL, MySQL).
-CONNECT_TIMEOUT = 10
-#: Seconds one statement may run on a database server (as long as SQLite waits for a lock).
-STATEMENT_TIMEOUT = 120
-
-#: The pip package of each SQLAlchemy driver (the module SQLAlchemy imports for it).
-_DRIVER_PACKAGES = {
-    "psycopg2": "psycopg2-binary", "psycopg": "'psycopg[binary]'", "pg8000": "pg8000",
-    "asyncpg": "asyncpg", "pymysql": "PyMySQL", "mysqldb": "mysqlclient",
-    "mysqlconnector": "mysql-connector-python", "mariadbconnector": "mariadb",
-    "cx_oracle": "cx_Oracle", "oracledb": "oracledb", "pyodbc": "pyodbc",
-}  # fmt: skip
-
-
-def _server_timeouts(storage: str) -> dict[str, Any]:
-    """The DBAPI connect arguments that bound a connection's and a statement's wait.
-
-    Options already in the URL's query (``?connect_timeout=30``) are kept.
-    """
-    from sqlalchemy.engine import make_url
-
-    url = make_url(storage)
-    backend, driver = url.get_backend_name(), url.get_driver_name()
-    args: dict[str, Any] = {}
-    if backend == "postgresql" and driver in ("psycopg2", "psycopg"):
-        args = {"connect_timeout": CONNECT_TIMEOUT,
-                "options": f"-c statement_timeout={STATEMENT_TIMEOUT * 1000}"}  # fmt: skip
-    elif backend == "postgresql" and driver == "pg8000":
-        args = {"timeout": STATEMENT_TIMEOUT}
-    elif backend in ("mysql", "mariadb") and driver in ("pymysql", "mysqldb"):
-        args = {"connect_timeout": CONNECT_TIMEOUT, "read_timeout": STATEMENT_TIMEOUT,
-                "write_timeout": STATEMENT_TIMEOUT}  # fmt: skip
-    return {k: v for k, v in args.items() if k not in url.query}
-
-
-def _driver_hint(storage: str) -> str:
-    """What to install for a storage URL whose database driver is missing."""
-    from sqlalchemy.engine import make_url
-
-    url = make_url(storage)
-    driver = url.get_driver_name()
-    package = _DRIVER_PACKAGES.get(driver.lower(), driver)
-    backend = url.get_backend_name()
-    return (f"its driver {driver!r} is not installed: pip install {package} "
-            f"(or name another driver in the URL, {backend}+DRIVER://...)")  # fmt: skip
-
-
-def _error_line(exc: BaseException) -> str:
-    """A database error on one line: the driver's own message, without SQLAlchemy's links."""
-    inner = getattr(exc, "orig", None) or exc
-    return " ".join(str(inner).split()) or type(inner).__name__
-
-
-def _check_storage(storage: str) -> None:
-    """Refuse a storage the workers cannot share, with what to give instead."""
-    if "://" not in storage and not storage.endswith(".log"):
-        raise UsageError(
-            f"--storage must be an SQLAlchemy URL (sqlite:///FILE.db, "
-            f"postgresql+psycopg2://USER@HOST/DB, mysql+pymysql://...) or an Optuna journal "
-            f"file ending in .log, got {storage!r}"
-        )
-    if "://" not in storage:
-        return
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        url = make_url(storage)
-    except ArgumentError:
-        raise UsageError(
-            f"--storage {_masked(storage)} is not an SQLAlchemy URL: use sqlite:///FILE.db, "
-            "postgresql+psycopg2://USER@HOST/DB or mysql+pymysql://USER@HOST/DB"
-        ) from None
-    memory = url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
-    if url.get_backend_name() == "sqlite" and memory:
-        raise UsageError(
-            f"--storage {storage} is an in-memory SQLite database, which each worker process "
-            "would have its own of: give a file, e.g. sqlite:///tunes/study.db"
-        )
-
-
-def _absolute(storage: str) -> str:
-    """``storage`` with a relative SQLite or journal file made absolute (against the cwd).
-
-    A tune directory records this form, so it names the same study from any directory.
-    """
-    if "://" not in storage:
-        return str(Path(storage).resolve())
-    if not storage.startswith("sqlite"):
-        return storage
-    from sqlalchemy.engine import make_url
-
-    url = make_url(storage)
-    path = Path(url.database)
-    if path.is_absolute():
-        return storage
-    return url.set(database=str(path.resolve())).render_as_string(hide_password=False)
-
-
-def _local_file(storage: str) -> Path | None:
-    """The file an SQLite URL or a journal path names; None for a database server."""
-    if "://" not in storage:
-        return Path(storage)
-    if not storage.startswith("sqlite"):
-        return None
-    from sqlalchemy.engine import make_url
-
-    return Path(make_url(storage).database)
-
-
-def _masked(storage: str) -> str:
-    """The storage URL with any password replaced by ***."""
-    if "://" not in storage or "@" not in storage:
-        return storage
-    scheme, rest = storage.split("://", 1)
-    credentials, host = rest.rsplit("@", 1)
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}://{user}{':***' if ':' in credentials else ''}@{host}"
-
-
-def _open_study(storage: Any, name: str, settings: TuneSettings | None) -> Any:
-    """Create or join study ``name``; with ``settings``, check they match the study's."""
-    import optuna
-
-    if settings is None:
-        try:
-            study = optuna.load_study(study_name=name, storage=storage)
-        except KeyError:
-            raise UsageError(f"no study {name!r} in that storage (check --study)") from None
-    else:
-        study = optuna.create_study(
-            study_name=name, storage=storage, direction="maximize", load_if_exists=True
-        )
-        stored = study.user_attrs.get(SETTINGS_ATTR)
-        mine = settings.to_dict()
-        if stored is None:
-            study.set_user_attr(SETTINGS_ATTR, mine)
-        elif stored != mine:
-            diff = sorted(k for k in mine if stored.get(k) != mine[k])
-            details = "; ".join(f"{k}: study {stored.get(k)!r}, here {mine[k]!r}" for k in diff)
-            raise UsageError(
-                f"study {name!r} was created with other settings ({details}): run the same "
-                "command as its other workers, or choose another --study"
-            )
-    if SETTINGS_ATTR not in study.user_attrs:
-        raise UsageError(f"study {name!r} was not made by ember-np tune")
-    return study
 
 
 def _sampler(kind: str, seed: int, worker: int) -> Any:
@@ -741,7 +583,7 @@ def _worker_main() -> int:
     _watch_parent(sys.stdin.fileno())
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = open_storage(spec["storage"], spec["heartbeat"])
-    study = _open_study(storage, spec["study"], None)
+    study = open_study(storage, spec["study"], None)
     settings = TuneSettings.from_dict(study.user_attrs[SETTINGS_ATTR])
     study.sampler = _sampler(spec["sampler"], settings.seed, spec["worker"])
     study.pruner = _pruner(spec["pruner"], settings.steps)
@@ -750,7 +592,7 @@ def _worker_main() -> int:
     return 130 if _STOP.requested else 0
 
 
-def _spawn_workers(spec: dict[str, Any], n: int) -> list[subprocess.Popen]:
+def spawn_workers(spec: dict[str, Any], n: int) -> list[subprocess.Popen]:
     """W worker processes, each with one BLAS thread (set before NumPy loads in it).
 
     Each gets its spec on its stdin, which stays open: its end tells the
@@ -768,7 +610,7 @@ def _spawn_workers(spec: dict[str, Any], n: int) -> list[subprocess.Popen]:
     return procs
 
 
-def _stop_workers(procs: list[subprocess.Popen]) -> None:
+def stop_workers(procs: list[subprocess.Popen]) -> None:
     """Ask every worker to stop (each fails its running trial), then wait; kill after
     ``STOP_GRACE`` seconds or a second Ctrl-C."""
     for p in procs:
@@ -785,314 +627,9 @@ def _stop_workers(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
-# -- results -----------------------------------------------------------------------
-
-
-def _finished(study: Any) -> list[Any]:
-    from optuna.trial import TrialState
-
-    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return sorted(trials, key=lambda t: (-t.value, t.number))
-
-
-def importances(study: Any) -> dict[str, float] | None:
-    """Each searched parameter's importance (PED-ANOVA), or None with < 2 complete trials.
-
-    PED-ANOVA (``optuna.importance.PedAnovaImportanceEvaluator``) needs only
-    NumPy; Optuna's default, fANOVA, needs scikit-learn.
-    """
-    import optuna
-
-    if len(_finished(study)) < 2:
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "too few trials" notes: the caller says how many
-        evaluator = optuna.importance.PedAnovaImportanceEvaluator()
-        return optuna.importance.get_param_importances(study, evaluator=evaluator)
-
-
-def summary(study: Any, top: int = 5) -> str:
-    """The study's state, its best ``top`` trials and the hyperparameter importances."""
-    from optuna.trial import TrialState
-
-    settings = TuneSettings.from_dict(study.user_attrs[SETTINGS_ATTR])
-    trials = study.get_trials(deepcopy=False)
-    counts = {s: sum(t.state == s for t in trials) for s in TrialState}
-    surplus = sum(bool(t.user_attrs.get("surplus")) for t in trials)
-    lines = [
-        f"study {study.study_name}: {counts[TrialState.COMPLETE]} complete, "
-        f"{counts[TrialState.PRUNED]} pruned, {counts[TrialState.FAIL] - surplus} failed, "
-        f"{counts[TrialState.RUNNING]} running, {counts[TrialState.WAITING]} waiting"
-        + (f" ({surplus} surplus trials not run)" if surplus else ""),
-        f"objective: IQM of {settings.seeds} seeds' final greedy evaluations "
-        f"({settings.eval_episodes} episodes each) after {settings.steps:,} steps on "
-        f"{settings.train_env_id}",
-    ]
-    best = _finished(study)[:top]
-    if not best:
-        lines.append("no complete trial yet")
-        return "\n".join(lines)
-    lines.append(f"best {len(best)} trials:")
-    for t in best:
-        scores = ", ".join(f"{s:.1f}" for s in t.user_attrs.get("scores", []))
-        params = " ".join(f"{k}={_fmt(v)}" for k, v in sorted(t.params.items()))
-        lines.append(f"  trial {t.number:>4}  IQM {t.value:9.2f}  seeds [{scores}]")
-        lines += textwrap.wrap(params, 96, initial_indent=" " * 14, subsequent_indent=" " * 14)
-    found = importances(study)
-    if found is None:
-        lines.append("importances: need at least 2 complete trials")
-    else:
-        n = counts[TrialState.COMPLETE]
-        lines.append(f"hyperparameter importance (PED-ANOVA over {n} complete trials):")
-        for name, value in found.items():
-            lines.append(f"  {name:<26} {value:6.3f}  {'#' * round(40 * value)}")
-    return "\n".join(lines)
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def best_preset(study: Any) -> dict[str, Any] | None:
-    """The best complete trial as a preset (``ember-np train ENV --preset FILE.json``)."""
-    best = _finished(study)
-    if not best:
-        return None
-    t = best[0]
-    settings = TuneSettings.from_dict(study.user_attrs[SETTINGS_ATTR])
-    return {
-        "format": "ember_np.preset",
-        "env_id": settings.env_id,
-        "steps": settings.steps,
-        "source": (
-            f"ember-np tune: study {study.study_name}, trial {t.number}, "
-            f"IQM {t.value:.2f} over {settings.seeds} seeds"
-        ),
-        "dqn": t.user_attrs["config"],
-    }
-
-
-# -- command line ------------------------------------------------------------------
-
-
-def add_tune_parser(sub: Any) -> None:
-    """Register ``ember-np tune`` on the CLI's subparsers."""
-    p = sub.add_parser("tune", help="hyperparameter search on Optuna (needs the tune extra)")
-    p.add_argument("env_id", help="gymnasium id, e.g. CartPole-v1")
-    p.add_argument(
-        "--trials", type=_positive, default=50, help="complete + pruned trials (default 50)"
-    )
-    p.add_argument("--seeds", type=_positive, default=3, help="K seeds per trial (default 3)")
-    p.add_argument("--steps", type=_positive, help="env steps per seed (default: preset budget)")
-    p.add_argument(
-        "--workers", type=_positive, help="processes on this machine (default: one per core)"
-    )
-    p.add_argument("--storage", help="SQLAlchemy URL or journal file .log (default: SQLite)")
-    p.add_argument("--study", help="study name (default: the env id)")
-    p.add_argument("--dir", help="tune directory (default: tunes/<study>)")
-    p.add_argument("--sampler", choices=("tpe", "random"), default="tpe")
-    p.add_argument("--pruner", choices=("median", "none"), default="median")
-    p.add_argument("--timeout", type=_positive, help="seconds after which no trial starts")
-    p.add_argument("--seed", type=_non_negative, default=0, help="study seed (default 0)")
-    p.add_argument("--evals", type=_positive, default=5, help="evaluations per seed (default 5)")
-    p.add_argument("--eval-episodes", type=_positive, default=10)
-    p.add_argument(
-        "--heartbeat", type=_positive, default=DEFAULT_HEARTBEAT,
-        help="seconds between heartbeats; a silent trial is failed and retried after 3x",
-    )  # fmt: skip
-    p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="fix DqnConfig fields")
-    p.add_argument("--show", action="store_true", help="only print the study's results")
-    p.add_argument("--quiet", action="store_true", help="no line per trial")
-    p.set_defaults(func=cmd_tune)
-
-
-def _settings(args: argparse.Namespace) -> TuneSettings:
-    from ember_np.presets import default_preset
-
-    env_id = args.env_id
-    env = _make_env(env_id)
-    env.close()
-    train_env_id = NATIVE_IDS.get(env_id, env_id)  # the compiled twin, as ember-np train
-    preset = default_preset(env_id.removeprefix("ember_np/"))
-    base = preset.config if preset is not None else DqnConfig()
-    fixed = _parse_sets(args.set or [])
-    base = _with_env_masks(base, train_env_id, fixed)  # as ember-np train: masks where given
-    if "hidden_sizes" in fixed and isinstance(fixed["hidden_sizes"], tuple):
-        fixed["hidden_sizes"] = list(fixed["hidden_sizes"])
-    steps = args.steps or (preset.steps if preset is not None else DEFAULT_STEPS)
-    if args.evals > steps:
-        raise UsageError(f"--evals must be <= --steps (got {args.evals} > {steps})")
-    settings = TuneSettings(
-        env_id, train_env_id, steps, args.seeds, args.evals, args.eval_episodes, args.seed,
-        fixed, base.to_dict(),
-    )  # fmt: skip
-    try:  # what is fixed, with the searched fields adjusted to it as every trial adjusts them
-        _config(settings, {})
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"--set: {exc}") from None
-    return settings
-
-
-def cmd_tune(args: argparse.Namespace) -> int:
-    """``ember-np tune``: start or join a study, run W workers, print the results."""
-    try:
-        import optuna
-    except ImportError:
-        print(INSTALL_HINT, file=sys.stderr)
-        return 2
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    name = args.study or args.env_id
-    tune_dir = Path(args.dir) if args.dir else Path("tunes") / str(name).replace("/", "_")
-    if args.show:  # the study named in the tune directory, unless named here.
-        return show(tune_dir, args.storage, args.study or (None if is_tune_dir(tune_dir) else name))
-    settings = _settings(args)  # bad arguments fail before anything is created
-    try:
-        workers = check_workers(args.workers) if args.workers else default_workers()
-    except ValueError as exc:
-        raise UsageError(f"--{exc}") from None
-    if args.storage:
-        _check_storage(args.storage)
-    try:
-        tune_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create the tune directory {tune_dir}: {exc}") from None
-    # Absolute: tune.json then names this study from any directory.
-    storage_url = _absolute(args.storage or f"sqlite:///{tune_dir / 'study.db'}")
-    study = _open_study(open_storage(storage_url, args.heartbeat), name, settings)
-    _write_json(
-        tune_dir / "tune.json",
-        {"study": name, "storage": _masked(storage_url), "settings": settings.to_dict()},
-    )
-    print(
-        f"study {name!r} in {_masked(storage_url)}: {args.trials} trials, {settings.seeds} "
-        f"seeds x {settings.steps:,} steps on {settings.train_env_id}, {workers} workers"
-    )
-    spec = {
-        "storage": storage_url, "study": name, "trials": args.trials,
-        "timeout": args.timeout, "heartbeat": args.heartbeat, "sampler": args.sampler,
-        "pruner": args.pruner, "quiet": args.quiet,
-    }  # fmt: skip
-    procs = _spawn_workers(spec, workers)
-    try:
-        codes = [p.wait() for p in procs]
-    except KeyboardInterrupt:  # each worker fails its running trial before it ends
-        _stop_workers(procs)
-        print(f"ember-np tune: interrupted; the running trials were marked failed: run the "
-              "same command again to finish the study", file=sys.stderr)  # fmt: skip
-        raise
-    bad = [f"worker {i}: status {c}" for i, c in enumerate(codes) if c != 0]
-    if bad:
-        print(f"ember-np tune: {'; '.join(bad)}", file=sys.stderr)
-    _say_if_stuck(study, args.trials)
-    _results(study, tune_dir)
-    return 1 if bad else 0
-
-
-def _say_if_stuck(study: Any, n_trials: int) -> None:
-    """Say why a study ended short of its trials: running trials no heartbeat can fail."""
-    from optuna.trial import TrialState
-
-    states = [t.state for t in study.get_trials(deepcopy=False)]
-    done = sum(s in (TrialState.COMPLETE, TrialState.PRUNED) for s in states)
-    running = states.count(TrialState.RUNNING)
-    if done < n_trials and running:
-        print(
-            f"ember-np tune: {done} of {n_trials} trials finished; {running} are marked running "
-            "by workers this command cannot check (a journal file has no heartbeat, so a "
-            "killed worker's trial stays running): they count towards --trials until they end",
-            file=sys.stderr,
-        )
-
-
-def _results(study: Any, tune_dir: Path) -> None:
-    """Print the summary and write the best trial's preset into the tune directory."""
-    print(summary(study))
-    preset = best_preset(study)
-    if preset is not None:
-        path = tune_dir / "best_preset.json"
-        try:
-            tune_dir.mkdir(parents=True, exist_ok=True)
-            _write_json(path, preset)
-        except OSError as exc:
-            raise UsageError(f"cannot write {path}: {exc}") from None
-        print(f"best trial as a preset: {path} (ember-np train {preset['env_id']} --preset {path})")
-
-
 def is_tune_dir(path: str | Path) -> bool:
     """Whether ``path`` is a tune directory (it holds ``tune.json``)."""
     return (Path(path) / "tune.json").is_file()
-
-
-def show(tune_dir: str | Path, storage: str | None = None, study_name: str | None = None) -> int:
-    """Print a tune directory's results (``--show``; ``ember-np report TUNE_DIR``).
-
-    The study and its storage come from ``tune.json`` unless given; a storage
-    URL stored with its password masked must be given again.
-    """
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    tune_dir = Path(tune_dir)
-    info_path = tune_dir / "tune.json"
-    info: dict[str, Any] = {}
-    if storage is None or study_name is None:
-        if not info_path.is_file():
-            raise UsageError(
-                f"no tune directory at {tune_dir} (no tune.json): check --dir or --study"
-            )
-        try:
-            info = json.loads(info_path.read_text())
-            info["storage"], info["study"]  # noqa: B018  both must be there
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise UsageError(f"cannot read {info_path}: {exc!r}") from None
-    if storage is None:
-        storage = _recorded_storage(str(info["storage"]), tune_dir, info_path)
-    if "***" in storage:
-        env_id = (info.get("settings") or {}).get("env_id", "ENV_ID")
-        raise UsageError(
-            f"{info_path} names {storage} (the password is not recorded): run "
-            f"ember-np tune {env_id} --dir {tune_dir} --show --storage FULL_URL"
-        )
-    _check_storage(storage)
-    local = _local_file(storage)
-    if local is not None and not local.is_file():  # opening it would create an empty one
-        raise UsageError(
-            f"no study database at {local}"
-            + (f" (named in {info_path})" if info else "")
-            + ": check the path, or run ember-np tune first"
-        )
-    study = _open_study(open_storage(storage), study_name or info["study"], None)
-    _results(study, tune_dir)
-    return 0
-
-
-def _recorded_storage(stored: str, tune_dir: Path, info_path: Path) -> str:
-    """The storage a tune.json names, independent of the current directory.
-
-    Since this version tune.json holds absolute paths. Older versions wrote
-    their default ``sqlite:///<--dir as given>/study.db`` relative to the
-    directory tune ran in: that one is found in the tune directory itself when
-    the tune directory's path ends with the recorded one; any other relative
-    path is refused (it would name whatever file the current directory has).
-    """
-    local = _local_file(stored)
-    if local is None or local.is_absolute():
-        return stored
-    here = tune_dir.resolve()
-    recorded = local.parent.parts
-    if (stored.startswith("sqlite") and local.name == "study.db" and recorded
-            and here.parts[-len(recorded):] == recorded):  # fmt: skip
-        return f"sqlite:///{here / local.name}"
-    raise UsageError(
-        f"{info_path} names {stored}, relative to the directory tune ran in, which is not "
-        f"known: write the file's absolute path into {info_path}"
-    )
-
-
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    from ember_np.checkpoint import atomic_write_text
-
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 if __name__ == "__main__":
@@ -1100,6 +637,6 @@ if __name__ == "__main__":
         raise SystemExit(_worker_main())
     except KeyboardInterrupt:  # stopped before it started a trial
         raise SystemExit(130) from None
-    except UsageError as exc:
+    except TuneError as exc:
         print(f"ember-np tune: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -460,10 +460,11 @@ def test_update_takes_a_whole_masked_batch():
 
 def test_cli_trains_and_evaluates_taxi_with_masks(tmp_path, capsys, monkeypatch):
     from ember_np import cli
+    from ember_np.cli import common
 
-    real_make = cli._make_env
+    real_make = common.make_env
     # every action the CLI's trainer (and its eval env, rebuilt from the spec) takes is checked
-    monkeypatch.setattr(cli, "_make_env", lambda env_id: LegalOnly(real_make(env_id)))
+    monkeypatch.setattr(common, "make_env", lambda env_id: LegalOnly(real_make(env_id)))
     monkeypatch.setattr(LegalOnly, "checked", 0)
     env_id = taxi_id()
     assert cli.main(["train", env_id, "--steps", "300", "--eval-every", "300", "--eval-episodes",

@@ -140,12 +140,12 @@ def test_progress_bar_shows_the_loss_of_the_chunk_it_reports(capsys):
     """Each redraw carries the values after that chunk (it once showed the chunk before's)."""
     from types import SimpleNamespace
 
-    from ember_np.cli import _Progress
+    from ember_np.cli.common import Progress
 
     agent = SimpleNamespace(epsilon=0.5, last_loss=float("nan"))
     trainer = SimpleNamespace(agent=agent)
     recent = SimpleNamespace(value=lambda: 20.0)
-    bar = _Progress(3_000, 0, disable=False)
+    bar = Progress(3_000, 0, disable=False)
     bar.bar.mininterval, bar.bar.miniters, bar.bar.dynamic_miniters = 0, 1, False  # redraw always
     bar.update(trainer, 1_000, recent)
     agent.last_loss, agent.epsilon = 0.25, 0.1

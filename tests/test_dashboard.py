@@ -716,10 +716,10 @@ def test_a_series_page_holds_only_what_was_appended_after_its_cursor(served, roo
 
 
 def test_series_pages_are_bounded_and_a_log_is_parsed_once(root, monkeypatch):
-    from ember_np.dashboard import logs
+    from ember_np.dashboard import logs, tails
 
     page_bytes = 2048
-    monkeypatch.setattr(logs, "PAGE_BYTES", page_bytes)
+    monkeypatch.setattr(tails, "PAGE_BYTES", page_bytes)
     run_dir = only_run_dir(root)
     run_id = run_id_of(run_dir)
     log = run_dir / "train_episodes.jsonl"

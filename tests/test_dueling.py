@@ -165,10 +165,10 @@ def test_agent_trains_dueling_on_both_loops_identically(trained_pair):
 
 def test_config_field_and_cli_override():
     from ember_np import DqnConfig
-    from ember_np.cli import _parse_sets
+    from ember_np.training.setup import parse_sets
 
     assert DqnConfig().dueling is False
-    assert DqnConfig(**_parse_sets(["dueling=true"])).dueling is True
+    assert DqnConfig(**parse_sets(["dueling=true"])).dueling is True
     assert DqnConfig.from_dict(DqnConfig(dueling=True).to_dict()).dueling is True
     with pytest.raises(ValueError, match="dueling must be True or False, got 'yes'"):
         DqnConfig(dueling="yes")

@@ -273,10 +273,10 @@ def test_agent_trains_on_both_loops_identically(trained):
 
 
 def test_config_field_cli_and_setter():
-    from ember_np.cli import _parse_sets
+    from ember_np.training.setup import parse_sets
 
     assert DqnConfig().layer_norm is False
-    assert DqnConfig(**_parse_sets(["layer_norm=true"])).layer_norm is True
+    assert DqnConfig(**parse_sets(["layer_norm=true"])).layer_norm is True
     assert DqnConfig.from_dict(AGENT_CONFIG.to_dict()) == AGENT_CONFIG
     with pytest.raises(ValueError, match="layer_norm must be True or False, got 1"):
         DqnConfig(layer_norm=1)

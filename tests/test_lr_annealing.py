@@ -14,7 +14,7 @@ import pytest
 
 import ember_np.envs  # noqa: F401  (registers ember_np/CartPole-v1)
 from ember_np import DqnAgent, DqnConfig, DqnTrainer
-from ember_np.cli import _parse_sets
+from ember_np.training.setup import parse_sets
 from ember_np.rng import Rng
 
 BASE = dict(
@@ -43,7 +43,7 @@ def test_config_fields_defaults_validation_and_cli():
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="learning_rate_decay_steps must be a positive"):
             DqnConfig(learning_rate_decay_steps=bad)
-    cli = DqnConfig(**_parse_sets(["learning_rate_end=1e-5", "learning_rate_decay_steps=5000"]))
+    cli = DqnConfig(**parse_sets(["learning_rate_end=1e-5", "learning_rate_decay_steps=5000"]))
     assert cli.learning_rate_end == 1e-5 and cli.learning_rate_decay_steps == 5_000
     assert DqnConfig.from_dict(ANNEALED.to_dict()) == ANNEALED
 

@@ -76,14 +76,15 @@ def test_cli_train_with_masks_off_trains_and_evaluates_taxi(tmp_path, capsys):
 def test_tune_builds_taxi_configs_as_train_does_and_its_trials_run(capsys):
     pytest.importorskip("optuna")
     from ember_np.cli import build_parser
-    from ember_np.tune import _config, _settings, evaluate_config
+    from ember_np.cli.tune import settings_from_args
+    from ember_np.tune import config_for, evaluate_config
 
     tiny = ["--steps", "200", "--seeds", "1", "--evals", "1", "--eval-episodes", "1", "--set",
             "hidden_sizes=[16]", "batch_size=16", "min_replay_size=32", "buffer_capacity=1000"]
     for sets, masks in [([], True), (["action_masks=false"], False)]:
         args = build_parser().parse_args(["tune", taxi_id(), *tiny, *sets])
-        settings = _settings(args)
-        config = _config(settings, {})
+        settings = settings_from_args(args)
+        config = config_for(settings, {})
         assert config.action_masks is masks  # train turns them on for Taxi too
         assert ("training with action masks" in capsys.readouterr().out) is masks
         (score,) = evaluate_config(settings, config, [0])  # a trial's training and evaluation

@@ -266,13 +266,13 @@ def test_bad_arguments_fail_with_one_line_before_anything_is_created(tmp_path, c
 
 
 def test_storage_passwords_are_never_printed_or_stored():
-    from ember_np.tune import _masked
+    from ember_np.tune_storage import masked
 
-    assert _masked("postgresql+psycopg2://tune:s3cr:et@db.example:5432/t") == (
+    assert masked("postgresql+psycopg2://tune:s3cr:et@db.example:5432/t") == (
         "postgresql+psycopg2://tune:***@db.example:5432/t"
     )
-    assert _masked("postgresql://tune@db/t") == "postgresql://tune@db/t"
-    assert _masked("sqlite:///tunes/x/study.db") == "sqlite:///tunes/x/study.db"
+    assert masked("postgresql://tune@db/t") == "postgresql://tune@db/t"
+    assert masked("sqlite:///tunes/x/study.db") == "sqlite:///tunes/x/study.db"
 
 
 def test_journal_file_storage(tmp_path):

@@ -16,7 +16,8 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
-from ember_np import tune as tune_module  # noqa: E402
+from ember_np import tune_storage  # noqa: E402
+from ember_np.training.setup import SetupError  # noqa: E402
 from ember_np.cli import build_parser, main  # noqa: E402
 
 TINY = ["--steps", "3000", "--seeds", "2", "--evals", "3", "--eval-episodes", "3",
@@ -104,11 +105,12 @@ def test_a_missing_driver_names_its_own_package(tmp_path, capsys):
 def test_fixing_a_small_buffer_is_checked_against_the_search_not_the_defaults():
     from optuna.samplers import RandomSampler
 
-    from ember_np.tune import _settings, suggest_config
+    from ember_np.cli.tune import settings_from_args
+    from ember_np.tune import suggest_config
 
     # FrozenLake has no preset: DqnConfig's default min_replay_size (10,000) is searched
     args = build_parser().parse_args(["tune", "FrozenLake-v1", "--set", "buffer_capacity=500"])
-    settings = _settings(args)
+    settings = settings_from_args(args)
     assert settings.fixed == {"buffer_capacity": 500}
     study = optuna.create_study(sampler=RandomSampler(seed=0))
     for _ in range(200):  # every sample is a valid config with the fixed buffer
@@ -120,8 +122,8 @@ def test_fixing_a_small_buffer_is_checked_against_the_search_not_the_defaults():
     # what is fixed is still checked
     bad = build_parser().parse_args(["tune", "FrozenLake-v1", "--set", "buffer_capacity=500",
                                      "min_replay_size=600"])  # fmt: skip
-    with pytest.raises(tune_module.UsageError, match="min_replay_size"):
-        _settings(bad)
+    with pytest.raises(SetupError, match="min_replay_size"):
+        settings_from_args(bad)
 
 
 def test_a_database_server_that_never_answers_fails_with_one_line(tmp_path, monkeypatch,
@@ -140,7 +142,7 @@ def test_a_database_server_that_never_answers_fails_with_one_line(tmp_path, monk
                 return
 
     threading.Thread(target=accept_and_say_nothing, daemon=True).start()
-    monkeypatch.setattr(tune_module, "CONNECT_TIMEOUT", 1, raising=False)
+    monkeypatch.setattr(tune_storage, "CONNECT_TIMEOUT", 1)
     port = server.getsockname()[1]
     url = f"postgresql+psycopg2://tune:hunter2@127.0.0.1:{port}/t"
     result = []

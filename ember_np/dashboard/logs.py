@@ -9,19 +9,17 @@ A run's id is ``"<name>/<version>/<run_id>"``. Only directories found by
 walking the root are ever read: a directory or log file that is a symlink
 resolving outside the root is ignored, so no request can reach outside it.
 
-Each log file is read incrementally (:class:`JsonlTail`): the byte offset of
-the last complete line is kept, and a refresh reads only what was appended
-after it, in reads of at most :data:`PAGE_BYTES` (a longer line is skipped as
-malformed). A file whose (inode, size) is unchanged is not opened again; one
-that shrank or was replaced is read again from the start. A last line without
-its newline (a writer mid-``write``) stays unread until it is completed; a
-line that is not a JSON object with the expected numbers is skipped.
+Each log file is read incrementally (:class:`JsonlTail`, in
+:mod:`ember_np.dashboard.tails`): only what was appended since the last
+read, in reads of at most :data:`~ember_np.dashboard.tails.PAGE_BYTES`; a
+file that shrank or was replaced is read again from the start; a torn or
+malformed line is skipped.
 
 What is kept of a log is its columns (:class:`TrainLog`: five float64 arrays
 and each row's end offset; :class:`EvalLog`: one mean per evaluation step),
 never its rows, so a log is parsed once, and a series request can send only
 the rows after a byte offset (the client's cursor), at most
-:data:`PAGE_BYTES` of log per request.
+:data:`~ember_np.dashboard.tails.PAGE_BYTES` of log per request.
 
 Every number sent is finite: non-finite values, and numbers beyond float64
 (``total_reward`` 1e400) or, for counts (steps, lengths, episodes), beyond
@@ -48,330 +46,41 @@ root, never while a log is parsed.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import sys
 import threading
 import time
-from array import array
-from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ember_np.dashboard import tails
+from ember_np.dashboard.tails import (
+    EvalLog,
+    JsonlTail,
+    TrainLog,
+    count,
+    power_of_two_above,
+    real,
+    unscale,
+)
 from ember_np.stats import iqm_curve
 
-__all__ = ["LIVE_WINDOW", "PAGE_BYTES", "JsonlTail", "TrainLog", "EvalLog", "RunStore"]
+__all__ = ["LIVE_WINDOW", "EvalLog", "JsonlTail", "RunStore", "TrainLog"]
 
 LIVE_WINDOW = 60.0  # seconds since the last write for a run without a lock to count as live
 SMOOTH_EPISODES = 20  # episodes in each seed's moving mean before the IQM across seeds
 IQM_POINTS = 200  # env-step grid of the multi-seed reward curve
 BOOTSTRAP_RESAMPLES = 1_000
 CONFIDENCE = 0.95
-PAGE_BYTES = 4 << 20  # log bytes read, and sent as columns, per file per series request
 
 _SEED_DIR = re.compile(r"^seed_(\d+)$")
 _JSON_NUMBERS = frozenset((int, float))  # exact types: a JSON true/false (bool) is not a number
 _MAX_FLOAT = sys.float_info.max
 _MAX_COUNT = 2**53  # whole numbers a browser's JSON.parse reads exactly
-
-
-def _real(v: Any) -> float | None:
-    """``v`` as a finite float64; None for anything else (bool, NaN, inf, an int beyond float64)."""
-    t = type(v)
-    if t is float:
-        return v if v - v == 0 else None  # v - v is NaN for inf and NaN
-    if t is int:
-        return float(v) if -_MAX_FLOAT <= v <= _MAX_FLOAT else None
-    return None
-
-
-def _count(v: Any) -> int | None:
-    """``v`` as a whole number within +-2**53 (a float is truncated); None for anything else."""
-    t = type(v)
-    if (t is int or t is float) and -_MAX_COUNT <= v <= _MAX_COUNT:  # False for NaN
-        return int(v)
-    return None
-
-
-def _json_floats(values: array) -> list[float | None]:
-    """Float64 column values as JSON: NaN (a missing value) as None."""
-    return [None if v != v else v for v in values.tolist()]
-
-
-def _power_of_two_above(a: np.ndarray) -> int:
-    """``e`` with ``|a| * 2**-e < 1`` everywhere (0 for an empty or all-zero ``a``).
-
-    Scaling by a power of two is exact, so statistics of ``a * 2**-e`` scaled
-    back equal those of ``a`` wherever the latter do not overflow.
-    """
-    top = float(np.max(np.abs(a))) if a.size else 0.0
-    return math.frexp(top)[1] if top > 0 else 0
-
-
-def _unscale(a: np.ndarray, e: int) -> np.ndarray:
-    return np.clip(np.ldexp(a, e), -_MAX_FLOAT, _MAX_FLOAT)  # rounding at the very top of float64
-
-
-# -- incremental JSONL ------------------------------------------------------------
-
-
-class JsonlTail:
-    """The rows of a growing JSONL file, read incrementally.
-
-    :meth:`refresh` reads only the bytes appended since the last call. A file
-    that shrank or was replaced (another inode: ``TrainingRun.rewind_logs``
-    rewrites the logs atomically) is read again from the start, and
-    ``generation`` goes up so that whatever was built from the old rows is
-    rebuilt. With ``root``, a file that resolves outside it (a symlink out)
-    reads as absent. Each parsed object goes to :meth:`_take` (here: appended
-    to ``rows``; the column readers keep columns instead). Callers that share
-    one reader between threads hold its ``lock``.
-    """
-
-    def __init__(self, path: Path, root: Path | None = None) -> None:
-        self.path = path
-        self.root = root
-        self.rows: list[dict[str, Any]] = []
-        self.offset = 0  # bytes up to the end of the last complete line read
-        self.skipped = 0  # malformed lines seen
-        self.generation = 0
-        self.mtime = 0.0
-        self.more = False  # complete lines are left unread (the last refresh had a budget)
-        self.inode: int | None = None
-        self.lock = threading.Lock()
-
-    def _reset(self, inode: int | None) -> None:
-        if self.rows or self.offset:
-            self.generation += 1
-        self.rows, self.offset, self.skipped, self.inode = [], 0, 0, inode
-
-    def sync(self) -> int:
-        """Notice a replaced, shrunk or vanished file (and reset); returns the file's size."""
-        try:
-            if self.root is not None and not self.path.resolve().is_relative_to(self.root):
-                raise FileNotFoundError(self.path)
-            st = os.stat(self.path)
-        except OSError:
-            if self.inode is not None or self.offset:
-                self._reset(None)  # the file is gone: so are its rows
-            self.mtime, self.more = 0.0, False
-            return 0
-        self.mtime = st.st_mtime
-        if st.st_ino != self.inode or st.st_size < self.offset:
-            self._reset(st.st_ino)
-        return st.st_size
-
-    def refresh(self, max_bytes: int | None = None) -> None:
-        """Read the complete lines appended since the last call (at most ``max_bytes`` of them)."""
-        self.read(self.sync(), max_bytes)
-
-    def read(self, size: int, max_bytes: int | None = None) -> None:
-        """Read complete lines from ``offset`` towards ``size`` (from :meth:`sync`), within budget."""
-        budget = math.inf if max_bytes is None else max_bytes
-        self.more = False
-        if size <= self.offset:
-            return
-        try:
-            with open(self.path, "rb") as f:
-                while self.offset < size:
-                    if budget <= 0:
-                        self.more = True
-                        return
-                    f.seek(self.offset)
-                    chunk = f.read(min(PAGE_BYTES, size - self.offset))
-                    end = chunk.rfind(b"\n")
-                    if end >= 0:
-                        self._parse_chunk(chunk[: end + 1])
-                        budget -= end + 1
-                    elif len(chunk) < PAGE_BYTES:
-                        return  # only a torn line so far: wait for its newline
-                    elif not self._skip_long_line(f, size):
-                        return  # a huge line still without its newline
-        except OSError:
-            return
-
-    def _skip_long_line(self, f: Any, size: int) -> bool:
-        """Skip a line longer than PAGE_BYTES (malformed: rows are ~200 bytes) without holding it."""
-        pos = self.offset + PAGE_BYTES
-        while pos < size:
-            f.seek(pos)
-            block = f.read(min(PAGE_BYTES, size - pos))
-            nl = block.find(b"\n")
-            if nl >= 0:
-                self.offset = pos + nl + 1
-                self.skipped += 1
-                return True
-            pos += len(block)
-        return False
-
-    def _parse_chunk(self, data: bytes) -> None:
-        """Parse whole lines (``data`` ends with a newline) and advance ``offset`` past them."""
-        lines, ends = [], []
-        pos = self.offset
-        for line in data.split(b"\n")[:-1]:
-            pos += len(line) + 1
-            if line.strip():
-                lines.append(line)
-                ends.append(pos)
-        rows, row_ends = self._parse(lines, ends)
-        self.offset += len(data)
-        self._take(rows, row_ends)
-
-    def _parse(self, lines: list[bytes], ends: list[int]) -> tuple[list[dict[str, Any]], list[int]]:
-        """The lines that are JSON objects, with the end offsets of their lines."""
-        # Whole lines that each look like one object are parsed in one call (a
-        # few times faster than a call per line); any doubt, and each line is
-        # parsed on its own, the malformed ones skipped.
-        if all(line.lstrip()[:1] == b"{" and line.rstrip()[-1:] == b"}" for line in lines):
-            try:
-                rows = json.loads(b"[" + b",".join(lines) + b"]")
-            except (ValueError, UnicodeDecodeError, RecursionError):
-                rows = None
-            if rows is not None and len(rows) == len(lines):
-                if all(isinstance(r, dict) for r in rows):
-                    return rows, ends
-        out, out_ends = [], []
-        for line, end in zip(lines, ends):
-            try:
-                row = json.loads(line)
-            except (ValueError, UnicodeDecodeError, RecursionError):
-                self.skipped += 1
-                continue
-            if isinstance(row, dict):
-                out.append(row)
-                out_ends.append(end)
-            else:
-                self.skipped += 1
-        return out, out_ends
-
-    def _take(self, rows: list[dict[str, Any]], ends: list[int]) -> None:
-        self.rows.extend(rows)
-
-
-class TrainLog(JsonlTail):
-    """The training log as columns; rows without a numeric reward and a count length are skipped.
-
-    Columns (float64 arrays, NaN for a missing value): ``steps`` (the row's
-    ``total_steps``, or the running sum of lengths for logs written without
-    it), ``reward`` (missing when not finite, e.g. 1e400), ``length``,
-    ``epsilon``, ``loss``; ``ends``: each kept row's end offset in the file.
-    """
-
-    COLUMNS = ("steps", "reward", "length", "epsilon", "loss")
-
-    def __init__(self, path: Path, root: Path | None = None) -> None:
-        super().__init__(path, root)
-        self._clear()
-
-    def _clear(self) -> None:
-        self.ends = array("q")
-        self.cols = {name: array("d") for name in self.COLUMNS}
-        self._total = 0
-
-    def _reset(self, inode: int | None) -> None:
-        super()._reset(inode)
-        self._clear()
-
-    def _take(self, rows: list[dict[str, Any]], ends: list[int]) -> None:
-        nan = math.nan
-        steps, reward, length, epsilon, loss, kept = [], [], [], [], [], []
-        for row, end in zip(rows, ends):
-            r, n = row.get("total_reward"), _count(row.get("length"))
-            if type(r) not in _JSON_NUMBERS or n is None:
-                continue
-            self._total += n
-            s = _count(row.get("total_steps"))
-            steps.append(self._total if s is None else s)
-            r = _real(r)
-            reward.append(nan if r is None else r)
-            length.append(n)
-            extras = row.get("extras")
-            if type(extras) is dict:
-                e, q = _real(extras.get("epsilon")), _real(extras.get("loss"))
-                epsilon.append(nan if e is None else e)
-                loss.append(nan if q is None else q)
-            else:
-                epsilon.append(nan)
-                loss.append(nan)
-            kept.append(end)
-        for name, values in zip(self.COLUMNS, (steps, reward, length, epsilon, loss)):
-            self.cols[name].extend(values)
-        self.ends.extend(kept)
-
-    def __len__(self) -> int:
-        return len(self.ends)
-
-    def to_dict(self, start: int = 0, stop: int | None = None) -> dict[str, Any]:
-        """Rows ``start:stop`` as JSON columns (steps and lengths as ints, missing as None)."""
-        c = {name: col[start:stop] for name, col in self.cols.items()}
-        return {"from": start,
-                "steps": [int(v) for v in c["steps"].tolist()],
-                "reward": _json_floats(c["reward"]),
-                "length": [int(v) for v in c["length"].tolist()],
-                "epsilon": _json_floats(c["epsilon"]),
-                "loss": _json_floats(c["loss"])}  # fmt: skip
-
-    def rows_up_to(self, offset: int) -> int:
-        """How many kept rows end at or before byte ``offset``."""
-        return bisect_right(self.ends, offset)
-
-
-class EvalLog(JsonlTail):
-    """Mean greedy reward at each evaluation step (episodes grouped by ``total_steps_at_eval``).
-
-    Points are kept in the order their step first appears in the log (the
-    order training writes them). Each mean is updated as
-    ``m += r/n - m/n``: no sum is kept, so 1e308 twice averages to 1e308.
-    """
-
-    def __init__(self, path: Path, root: Path | None = None) -> None:
-        super().__init__(path, root)
-        self._clear()
-
-    def _clear(self) -> None:
-        self._index: dict[int, int] = {}
-        self.steps: list[int] = []
-        self.mean: list[float] = []
-        self.count: list[int] = []
-        self.last: list[int] = []  # end offset of the last row counted in each point
-
-    def _reset(self, inode: int | None) -> None:
-        super()._reset(inode)
-        self._clear()
-
-    def _take(self, rows: list[dict[str, Any]], ends: list[int]) -> None:
-        for row, end in zip(rows, ends):
-            s, r = _count(row.get("total_steps_at_eval")), _real(row.get("total_reward"))
-            if s is None or r is None:
-                continue
-            i = self._index.get(s)
-            if i is None:
-                self._index[s] = len(self.steps)
-                self.steps.append(s)
-                self.mean.append(r)
-                self.count.append(1)
-                self.last.append(end)
-                continue
-            n = self.count[i] + 1
-            m = self.mean[i]
-            self.mean[i] = min(max(m - m / n + r / n, -_MAX_FLOAT), _MAX_FLOAT)
-            self.count[i] = n
-            self.last[i] = end
-
-    def changed_after(self, offset: int) -> int:
-        """The first point that a row after byte ``offset`` created or changed (len: none)."""
-        return next((i for i, end in enumerate(self.last) if end > offset), len(self.last))
-
-    def means(self) -> dict[int, float]:
-        return dict(zip(self.steps, self.mean))
-
-    def to_dict(self, start: int = 0) -> dict[str, Any]:
-        return {"from": start, "steps": self.steps[start:], "reward": self.mean[start:],
-                "episodes": self.count[start:]}  # fmt: skip
 
 
 def _lock_held(lock_files: list[Path]) -> bool | None:
@@ -462,7 +171,7 @@ class SeedRun:
 
     def refresh_eval(self) -> None:
         with self.eval.lock:
-            self.eval.refresh(PAGE_BYTES)
+            self.eval.refresh(tails.PAGE_BYTES)
 
     def _read_train_tail(self) -> None:
         path = self.train.path
@@ -488,8 +197,8 @@ class SeedRun:
     def train_page(self, cursor: tuple[int, int] | None) -> tuple[dict[str, Any], list[int], bool]:
         """The training rows after ``cursor`` ((inode, byte offset) from an earlier page).
 
-        Reads at most :data:`PAGE_BYTES` more of the log and sends the rows of
-        at most that many log bytes. A cursor into another file (a rewound
+        Reads at most :data:`~ember_np.dashboard.tails.PAGE_BYTES` more of the
+        log and sends the rows of at most that many log bytes. A cursor into another file (a rewound
         log) or beyond what was read (a restarted server) counts as none: the
         page then starts at row 0 (``from``), and the client starts over.
         Returns the columns, the next cursor and whether rows are left.
@@ -500,9 +209,9 @@ class SeedRun:
             start = 0
             if cursor is not None and cursor[0] == log.inode and cursor[1] <= log.offset:
                 start = cursor[1]
-            log.read(size, start + PAGE_BYTES - log.offset)
+            log.read(size, start + tails.PAGE_BYTES - log.offset)
             k = log.rows_up_to(start)
-            m = max(log.rows_up_to(start + PAGE_BYTES), min(k + 1, len(log)))
+            m = max(log.rows_up_to(start + tails.PAGE_BYTES), min(k + 1, len(log)))
             cols = log.to_dict(k, m)
             end = log.ends[m - 1] if m < len(log) else log.offset
             more = m < len(log) or log.more
@@ -512,7 +221,7 @@ class SeedRun:
         """The evaluation points created or changed after ``cursor``; as :meth:`train_page`."""
         log = self.eval
         with log.lock:
-            log.refresh(PAGE_BYTES)
+            log.refresh(tails.PAGE_BYTES)
             start = 0
             if cursor is not None and cursor[0] == log.inode and cursor[1] <= log.offset:
                 start = log.changed_after(cursor[1])
@@ -529,8 +238,8 @@ class SeedRun:
 
     def _from_last_row_or_metadata(self, row_key: str, meta_key: str, offset: int) -> int:
         row = self._last_train_row or {}
-        logged = _count(row.get(row_key))
-        meta = _count(self.metadata.get(meta_key))
+        logged = count(row.get(row_key))
+        meta = count(self.metadata.get(meta_key))
         return max(logged + offset if logged is not None else 0, meta or 0)
 
     def episodes(self) -> int:
@@ -553,7 +262,7 @@ class SeedRun:
         return now - self.last_update() < LIVE_WINDOW
 
     def best_eval(self) -> float | None:
-        best = _real(self.metadata.get("best_eval_reward"))
+        best = real(self.metadata.get("best_eval_reward"))
         evals = list(self.eval_means().values())
         if evals:
             top = max(evals)
@@ -574,10 +283,10 @@ def _iqm_band(table: np.ndarray) -> dict[str, list[float]] | None:
     """
     if not np.all(np.isfinite(table)):
         return None
-    e = _power_of_two_above(table)
+    e = power_of_two_above(table)
     band = iqm_curve(np.ldexp(table.T, -e), confidence=CONFIDENCE, reps=BOOTSTRAP_RESAMPLES)
-    return {"iqm": _unscale(band.value, e).tolist(), "lo": _unscale(band.low, e).tolist(),
-            "hi": _unscale(band.high, e).tolist()}  # fmt: skip
+    return {"iqm": unscale(band.value, e).tolist(), "lo": unscale(band.low, e).tolist(),
+            "hi": unscale(band.high, e).tolist()}  # fmt: skip
 
 
 def _moving_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -586,11 +295,11 @@ def _moving_mean(values: np.ndarray, window: int) -> np.ndarray:
     values : ndarray of float64, finite. The running sums are taken of the
     values scaled by a power of two (at most 1 in size), so they cannot overflow.
     """
-    e = _power_of_two_above(values)
+    e = power_of_two_above(values)
     c = np.cumsum(np.concatenate(([0.0], np.ldexp(values, -e))))
     idx = np.arange(1, values.size + 1)
     start = np.maximum(idx - window, 0)
-    return _unscale((c[idx] - c[start]) / (idx - start), e)
+    return unscale((c[idx] - c[start]) / (idx - start), e)
 
 
 def _iqm_curves(seeds: list[SeedRun]) -> dict[str, Any]:
@@ -647,7 +356,11 @@ def _parse_cursor(raw: str | None) -> dict[str, tuple[int, int, int, int]]:
         return {}
     out = {}
     for key, value in data.items():
-        if type(value) is list and len(value) == 4 and all(type(v) is int and v >= 0 for v in value):
+        if (
+            type(value) is list
+            and len(value) == 4
+            and all(type(v) is int and v >= 0 for v in value)
+        ):
             out[key] = tuple(value)
     return out
 

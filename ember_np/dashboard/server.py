@@ -21,7 +21,7 @@ the next page, which then holds only rows read after it; ``more``: whether
 rows are left (ask again at once); ``multi_seed``; and for a multi-seed run's
 last page ``iqm``: ``train`` and ``eval`` curves with ``iqm``, ``lo``, ``hi``
 (95% bootstrap band over seeds). A page holds at most
-:data:`ember_np.dashboard.logs.PAGE_BYTES` of each log. Missing values are
+:data:`ember_np.dashboard.tails.PAGE_BYTES` of each log. Missing values are
 ``null``; every number is finite.
 
 Every request whose ``Host`` header does not name this server gets 403, so a
@@ -46,10 +46,10 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Iterable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 

@@ -50,7 +50,8 @@ except ImportError:  # pragma: no cover - Windows: no advisory locks, runs are n
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
-    "DirectoryLock", "RunLockedError", "RunLogWarning", "TrainingRun", "checkpoint_file_name",
+    "DirectoryLock", "RunLockedError", "RunLogWarning", "TrainingRun", "check_name",
+    "checkpoint_file_name",
 ]  # fmt: skip
 
 _RUN_ID = re.compile(r"^(\d{8}_\d{6})(?:_(\d+))?$")
@@ -157,7 +158,11 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _check_name(kind: str, value: str) -> str:
+def check_name(kind: str, value: str) -> str:
+    """``value`` when it can name a run's directory level (``kind``: "name" or "version").
+
+    ValueError when it is empty, ``.``/``..`` or holds a path separator.
+    """
     if (
         not isinstance(value, str)
         or not value
@@ -196,8 +201,8 @@ class TrainingRun:
         (``..._1``, ``..._2``). An unwritable root raises ``OSError`` naming
         the path, before any training happens.
         """
-        _check_name("name", name)
-        _check_name("version", str(version))
+        check_name("name", name)
+        check_name("version", str(version))
         parent = Path(root) / name / str(version)
         try:
             parent.mkdir(parents=True, exist_ok=True)
@@ -224,8 +229,8 @@ class TrainingRun:
         For runs grouped under one directory, such as the seeds of a
         multi-seed run (``<parent>/seed_<s>/``); ``run_id`` is the directory's name.
         """
-        _check_name("name", name)
-        _check_name("version", str(version))
+        check_name("name", name)
+        check_name("version", str(version))
         directory = Path(directory)
         directory.mkdir()  # FileExistsError if taken: never mix two runs' files
         return cls._init(directory, name, str(version), directory.name)

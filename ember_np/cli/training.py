@@ -1,0 +1,397 @@
+"""``ember-np train`` and ``ember-np resume``, single runs and multi-seed runs.
+
+Both build their trainer and hand it to the one training loop
+(:func:`ember_np.training.loop.train_and_evaluate`) with a progress bar
+and a line per evaluation as callbacks; ``--seeds`` hands the same options
+to :func:`ember_np.training.multiseed.train_seeds`, whose workers run the
+same loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ember_np.cli import common
+from ember_np.cli.common import (
+    DEFAULT_EVAL_EPISODES,
+    DEFAULT_EVAL_EVERY,
+    Progress,
+    UsageError,
+    non_negative,
+    open_run,
+    positive,
+    read_config,
+    seeds_argument,
+)
+from ember_np.dqn.config import DqnConfig
+from ember_np.stats import EvalReport
+from ember_np.training.loop import LoopCallback, train_and_evaluate
+from ember_np.training.multiseed import (
+    default_workers,
+    format_seeds,
+    is_multiseed,
+    load_multiseed,
+    parent_lock,
+    resume_seeds,
+    train_seeds,
+)
+from ember_np.training.setup import (
+    NATIVE_IDS,
+    check_checkpoint_env,
+    check_replay_memory,
+    native_to_plain,
+    parse_sets,
+    run_name,
+    with_env_masks,
+)
+
+__all__ = [
+    "ProgressCallback",
+    "add_resume_parser",
+    "add_train_parser",
+    "cmd_resume",
+    "cmd_train",
+    "train_loop",
+]
+
+
+class ProgressCallback(LoopCallback):
+    """The command line's view of the loop: a tqdm bar and a line per periodic evaluation.
+
+    It also keeps the rolling mean of the last 100 training rewards the bar shows.
+    """
+
+    def __init__(self, trainer: Any, steps: int, quiet: bool) -> None:
+        from ember_np.stats import RollingMean
+
+        self.recent = RollingMean(100)
+        trainer.stats.add("recent_reward", "reward", self.recent)
+        self.progress = Progress(steps, trainer.agent.total_steps, disable=quiet)
+        self.steps = steps
+        self.t0 = time.perf_counter()
+        self.ended = False
+
+    def on_chunk(self, trainer: Any, steps: int) -> None:
+        """Advance the bar."""
+        self.progress.update(trainer, steps, self.recent)
+
+    def on_eval(self, trainer: Any, report: EvalReport, final: bool) -> None:
+        """Write the step, the evaluation and the best so far above the bar."""
+        if not final:
+            self.progress.bar.write(
+                f"step {trainer.agent.total_steps:>9,}  eval reward {report.mean_reward:9.2f}  "
+                f"best {trainer.best_eval_reward:9.2f}"
+            )
+
+    def on_training_end(self, trainer: Any) -> None:
+        """Close the bar and say how fast training went."""
+        self.ended = True
+        self.progress.close()
+        elapsed = time.perf_counter() - self.t0
+        print(f"trained {self.steps:,} steps in {elapsed:.1f} s "
+              f"({self.steps / max(elapsed, 1e-9):,.0f} steps/s)")  # fmt: skip
+
+
+def train_loop(trainer: Any, steps: int, eval_every: int, eval_episodes: int, quiet: bool) -> None:
+    """Train and evaluate (the one loop) with the progress bar; print the final evaluation.
+
+    A full disk while training is one line naming the file and what to do; Ctrl-C
+    saves a checkpoint (with a run) before the interrupt goes on.
+    """
+    callback = ProgressCallback(trainer, steps, quiet)
+    agent = trainer.agent
+    try:
+        report = train_and_evaluate(trainer, steps, eval_every, eval_episodes, [callback])
+    except OSError as exc:  # a full disk: the files written so far are intact
+        callback.progress.close()
+        if callback.ended:  # the final evaluation: as any other command's error
+            raise
+        where = f" {exc.filename}" if exc.filename else ""
+        run = trainer.run
+        then = (
+            f"then `ember-np resume {run.dir}`"
+            if run is not None and run.latest_checkpoint_path().exists()
+            else "then train again (no checkpoint was written yet)"
+        )
+        raise UsageError(
+            f"cannot write{where}: {exc.strerror or exc}; stopped at step {agent.total_steps:,}, "
+            f"the checkpoints written before are intact: free space, {then}"
+        ) from None
+    except KeyboardInterrupt:
+        callback.progress.close()
+        if trainer.run is not None and not callback.ended:
+            trainer.checkpoint()
+            print(
+                f"interrupted at step {agent.total_steps:,}; saved {trainer.run.dir}",
+                file=sys.stderr,
+            )
+        raise
+    report.print()
+    print(f"best eval reward {trainer.best_eval_reward:.2f}; run directory: {trainer.run.dir}")
+
+
+def env_id_and_sets(env_id: str | None, sets: list[str]) -> tuple[str, list[str]]:
+    """``train --set k=v ENV_ID``: argparse gives the id to ``--set``; take it back."""
+    if env_id is None and sets and "=" not in sets[-1]:
+        return sets[-1], sets[:-1]
+    if env_id is None:
+        raise UsageError("the following arguments are required: env_id")
+    return env_id, sets
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """``ember-np train``: one run (or ``--seeds``: many) with a preset and overrides."""
+    from ember_np import DqnAgent, DqnTrainer, TrainingRun
+    from ember_np._blas import set_blas_threads
+    from ember_np.presets import default_preset, get_preset
+
+    set_blas_threads(1)  # the same numbers on any core count (and in --seeds workers)
+    args.env_id, args.set = env_id_and_sets(args.env_id, args.set or [])
+    env_id = args.env_id
+    if not args.gymnasium_env and env_id in NATIVE_IDS:
+        env_id = NATIVE_IDS[env_id]
+        print(f"{args.env_id}: training on {env_id}, the compiled env (bit for bit "
+              "gymnasium's); --gymnasium-env uses gymnasium's own")  # fmt: skip
+    env = common.make_env(env_id)
+    if args.preset is not None:
+        try:
+            preset = get_preset(args.preset, native_to_plain(args.env_id))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    else:
+        preset = default_preset(native_to_plain(args.env_id))
+    config = preset.config if preset is not None else DqnConfig()
+    overrides = parse_sets(args.set or [])
+    if overrides:
+        try:
+            config = config.replace(**overrides)
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"--set: {exc}") from None
+    config = with_env_masks(config, env_id, overrides)
+    steps = args.steps if args.steps is not None else (preset.steps if preset else 100_000)
+    try:
+        check_replay_memory(env, config)
+        agent = DqnAgent.for_env(env, config, seed=args.seed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    name = args.name or run_name(args.env_id)
+    version = args.version or (preset.name if preset else "default")
+    if args.seeds is not None:
+        return train_many(args, env_id, preset.name if preset else None, config,
+                          (steps, name, version))  # fmt: skip
+    try:
+        run = TrainingRun.create(name, version, root=args.root)
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    run.write_config(
+        {
+            "env_id": env_id,
+            "preset": preset.name if preset else None,
+            "seed": args.seed,
+            "steps": steps,
+            "eval_every": args.eval_every,
+            "eval_episodes": args.eval_episodes,
+            "checkpoint_freq": args.checkpoint_freq,
+            "keep": args.keep,
+            "dqn": config.to_dict(),
+        }
+    )
+    print(f"run directory: {run.dir}")
+    print(f"{args.env_id}: preset {preset.name if preset else '(none: DqnConfig defaults)'}, "
+          f"{steps:,} steps, seed {args.seed}")  # fmt: skip
+    trainer = DqnTrainer(
+        env, agent, seed=args.seed, run=run,
+        checkpoint_freq=args.checkpoint_freq, keep_checkpoints=args.keep,
+    )  # fmt: skip
+    train_loop(trainer, steps, args.eval_every, args.eval_episodes, args.quiet)
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """``ember-np resume``: continue a run from latest.npz, or finish a multi-seed run."""
+    from ember_np import CheckpointError, DqnAgent, DqnTrainer
+    from ember_np._blas import set_blas_threads
+    from ember_np.training.run import RunLockedError
+    from ember_np.training.trainer import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP_CHECKPOINTS
+
+    if is_multiseed(args.run_path):
+        return resume_many(args)
+    if args.steps is None:
+        raise UsageError("the following arguments are required: --steps")
+    set_blas_threads(1)  # as train: the same numbers on any core count
+    run = open_run(args.run_path)
+    try:
+        run.lock()  # before anything is read: one writer per run
+    except (RunLockedError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    saved = read_config(run)
+    env = common.make_env(saved["env_id"])
+    latest = run.latest_checkpoint_path()
+    try:
+        agent = DqnAgent.from_checkpoint(latest)
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    check_checkpoint_env(env, saved["env_id"], agent.encoder, agent.action_mapper, latest)
+    seed = int(saved.get("seed", 0)) + agent.total_steps  # a fresh episode stream
+    trainer = DqnTrainer(
+        env, agent, seed=seed, run=run,
+        checkpoint_freq=int(saved.get("checkpoint_freq", DEFAULT_CHECKPOINT_FREQ)),
+        keep_checkpoints=int(saved.get("keep", DEFAULT_KEEP_CHECKPOINTS)),
+    )  # fmt: skip
+    eval_every = int(saved.get("eval_every", DEFAULT_EVAL_EVERY))
+    eval_episodes = int(saved.get("eval_episodes", DEFAULT_EVAL_EPISODES))
+    print(f"resuming {run.dir} at step {agent.total_steps:,} (epsilon {agent.epsilon:.3f}, "
+          f"{len(agent.buffer):,} transitions in the replay buffer)")  # fmt: skip
+    train_loop(trainer, args.steps, eval_every, eval_episodes, args.quiet)
+    return 0
+
+
+# -- many seeds ---------------------------------------------------------------------------
+
+
+def train_many(
+    args: Any,
+    env_id: str,
+    preset: str | None,
+    config: DqnConfig,
+    where: tuple[int, str, str],
+) -> int:
+    """``ember-np train ENV_ID --seeds K``: the options ``cmd_train`` resolved; exit status.
+
+    ``where`` is (steps per seed, run name, run version).
+    """
+    from ember_np.training.run import RunLockedError
+
+    steps, name, version = where
+
+    workers = args.workers or default_workers()
+    seeds = args.seeds
+    started: list[Path] = []
+
+    def announce(parent: Path) -> None:
+        started.append(parent)
+        print(f"{len(seeds)} seeds ({format_seeds(seeds)}) of {env_id}, preset "
+              f"{preset or '(none: DqnConfig defaults)'}, {steps:,} steps each, on "
+              f"{min(workers, len(seeds))} worker processes; runs: {parent}/seed_<s>/")  # fmt: skip
+        sys.stdout.flush()
+
+    try:
+        result = train_seeds(
+            env_id, seeds, config=config, steps=steps, workers=workers, root=args.root,
+            name=name, version=version, preset=preset, eval_every=args.eval_every,
+            eval_episodes=args.eval_episodes, checkpoint_freq=args.checkpoint_freq,
+            keep=args.keep, progress=not args.quiet, on_start=announce,
+        )  # fmt: skip
+    except (RunLockedError, OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        if started:
+            say_interrupted(started[0])
+        raise
+    print(result.summary())
+    return 1 if result.failed else 0
+
+
+def resume_many(args: Any) -> int:
+    """``ember-np resume PARENT``: train the seeds that did not finish; exit status."""
+
+    if args.steps is not None:
+        raise UsageError(
+            f"{args.run_path} is a multi-seed run: resume trains its unfinished seeds to their "
+            "budget, so drop --steps (to train longer, start a new run with --steps)"
+        )
+    from ember_np.training.run import RunLockedError
+
+    try:
+        with parent_lock(args.run_path):  # refused before anything is printed or moved
+            before = load_multiseed(args.run_path)
+            if before.failed:
+                print(f"{before.parent}: {len(before.runs)} seeds finished; training seeds "
+                      f"{format_seeds(before.failed)} again from the start")  # fmt: skip
+            else:
+                print(f"{before.parent}: all {len(before.runs)} seeds already finished")
+            sys.stdout.flush()
+            result = resume_seeds(args.run_path, workers=args.workers, progress=not args.quiet)
+    except (RunLockedError, OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        say_interrupted(Path(args.run_path))
+        raise
+    print(result.summary())
+    return 1 if result.failed else 0
+
+
+def say_interrupted(parent: Path) -> None:
+    """Ctrl-C: which seeds finished, where the runs are and how to go on (one line, stderr).
+
+    Said once the workers have stopped, from the files on disk: a seed counts
+    as finished when its ``result.json`` is there.
+    """
+    how = f"runs: {parent}/seed_<s>/; `ember-np resume {parent}` trains the unfinished seeds"
+    try:
+        state = load_multiseed(parent)
+    except ValueError:  # seeds.json not written yet, or damaged: say where to look
+        print(f"interrupted; {how}", file=sys.stderr)
+        return
+    n = len(state.runs) + len(state.failed)
+    done = format_seeds(r.seed for r in state.runs) or "none"
+    lost = f", {format_seeds(state.failed)} did not" if state.failed else ""
+    print(f"interrupted: {len(state.runs)} of {n} seeds finished ({done}){lost}; {how}",
+          file=sys.stderr)  # fmt: skip
+
+
+# -- parsers ------------------------------------------------------------------------------
+
+
+def add_train_parser(sub: Any) -> None:
+    """Register ``train`` on the command line's subparsers."""
+    from ember_np.training.trainer import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP_CHECKPOINTS
+
+    p = sub.add_parser("train", help="train DQN on a gymnasium env, with a TrainingRun")
+    p.add_argument(
+        "env_id", nargs="?", help="gymnasium id, e.g. CartPole-v1, ember_np/CartPole-v1, module:Id"
+    )
+    p.add_argument(
+        "--preset",
+        help="rainbow, zoo or ember (ember_np.presets; the env's own) or a preset FILE.json, "
+        "e.g. from ember-np tune (default: rainbow where the env has one, else zoo)",
+    )
+    p.add_argument("--steps", type=positive, help="env steps (default: the preset's budget)")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=non_negative, default=0)
+    seeds.add_argument(
+        "--seeds", type=seeds_argument,
+        help="many seeds: 20, 0-19 or 1,4,7 (at most 10,000 seeds, each 0..2**63-1)",
+    )  # fmt: skip
+    p.add_argument("--workers", type=positive, help="processes for --seeds (default: cores)")
+    p.add_argument("--gymnasium-env", action="store_true",
+                   help="train on gymnasium's env even where a compiled one exists")  # fmt: skip
+    p.add_argument("--name", help="run name (default: the env id)")
+    p.add_argument("--version", help="run version (default: the preset name)")
+    p.add_argument("--root", default="runs", help="runs directory (default: runs)")
+    p.add_argument("--eval-every", type=positive, default=DEFAULT_EVAL_EVERY)
+    p.add_argument("--eval-episodes", type=positive, default=DEFAULT_EVAL_EPISODES)
+    p.add_argument("--checkpoint-freq", type=positive, default=DEFAULT_CHECKPOINT_FREQ)
+    p.add_argument(
+        "--keep", type=non_negative, default=DEFAULT_KEEP_CHECKPOINTS,
+        help="numbered checkpoints kept",
+    )  # fmt: skip
+    p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="override DqnConfig fields")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+
+def add_resume_parser(sub: Any) -> None:
+    """Register ``resume`` on the command line's subparsers."""
+    p = sub.add_parser(
+        "resume", help="continue a run from latest.npz, or finish a multi-seed run's seeds"
+    )
+    p.add_argument("run_path")
+    p.add_argument("--steps", type=positive, help="more env steps (a single run)")
+    p.add_argument("--workers", type=positive, help="processes (a multi-seed run)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_resume)

@@ -1,0 +1,116 @@
+"""The one training loop: compiled chunks, periodic greedy evaluation, callbacks.
+
+Everything that trains calls :func:`train_and_evaluate`: ``ember-np train``
+and ``resume`` (``ember_np.cli.training``), each seed of a multi-seed run
+(:func:`ember_np.training.multiseed.train_seed`) and each seed of a tune
+trial (:func:`ember_np.tune.evaluate_config`). What varies between them goes
+in as callbacks (SB3's ``BaseCallback``, trimmed to the events this loop has):
+a progress bar, an evaluation curve, a line per evaluation.
+
+What the loop writes is what :class:`~ember_np.DqnTrainer` writes:
+``trainer.train(n)`` logs training episodes, writes numbered checkpoints
+every ``checkpoint_freq`` steps (rotating to ``keep_checkpoints``) and keeps
+``latest.npz`` current; ``trainer.eval(k)`` logs the greedy episodes and
+saves ``best.npz`` when the mean reward beats the best so far.
+
+Reading map, in call order::
+
+    train_and_evaluate            this module: chunk sizes, when to evaluate
+      DqnTrainer.train(chunk)     training/trainer.py: fused compiled loop or
+                                  the Python step loop (same numbers either way)
+      DqnTrainer.eval(k)          training/trainer.py: greedy episodes, best.npz
+      callbacks                   on_chunk, on_eval, on_training_end
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ember_np.stats import EvalReport
+
+__all__ = ["TRAIN_CHUNK", "LoopCallback", "first_eval_step", "train_and_evaluate"]
+
+#: Env steps per ``trainer.train`` call: between two calls the progress bar is
+#: redrawn and other threads (Optuna's heartbeat) get the interpreter. The
+#: numbers a run writes do not depend on it.
+TRAIN_CHUNK = 1_000
+
+
+class LoopCallback:
+    """What a caller of :func:`train_and_evaluate` is told; every method does nothing here.
+
+    Subclass and override the events you need (SB3 ``callbacks.BaseCallback``).
+    """
+
+    def on_chunk(self, trainer: Any, steps: int) -> None:
+        """After ``trainer.train(steps)``: ``steps`` more env steps were trained."""
+
+    def on_eval(self, trainer: Any, report: EvalReport, final: bool) -> None:
+        """After a greedy evaluation; ``final`` for the one after the last chunk."""
+
+    def on_training_end(self, trainer: Any) -> None:
+        """After the last chunk, before the final evaluation."""
+
+
+def first_eval_step(total_steps: int, eval_every: int) -> int:
+    """The first multiple of ``eval_every`` after ``total_steps`` (a resumed run keeps its grid)."""
+    return (total_steps // eval_every + 1) * eval_every
+
+
+def train_and_evaluate(
+    trainer: Any,
+    steps: int,
+    eval_every: int | None,
+    eval_episodes: int,
+    callbacks: Sequence[LoopCallback] = (),
+) -> EvalReport:
+    """Train ``steps`` more env steps in chunks, evaluating on the way and at the end.
+
+    Chunks are at most :data:`TRAIN_CHUNK` steps and end at every multiple
+    of ``eval_every`` (counted in the agent's total steps), where
+    ``trainer.eval(eval_episodes)`` runs; after the last chunk a final
+    evaluation runs (also when the last periodic one was at the same step:
+    both are logged, as since the first release).
+
+    Parameters
+    ----------
+    trainer : DqnTrainer
+        What trains: its ``agent.total_steps``, ``train(n)`` and ``eval(k)``
+        are used.
+    steps : int
+        Env steps to train, >= 0.
+    eval_every : int or None
+        Env steps between periodic evaluations; None: only the final one.
+    eval_episodes : int
+        Greedy episodes per evaluation, >= 1.
+    callbacks : sequence of LoopCallback
+        Told of every chunk and evaluation, in order.
+
+    Returns
+    -------
+    EvalReport
+        The final evaluation.
+    """
+    agent = trainer.agent
+    end = agent.total_steps + steps
+    next_eval = first_eval_step(agent.total_steps, eval_every) if eval_every else None
+    while agent.total_steps < end:
+        total = agent.total_steps
+        chunk = min(TRAIN_CHUNK, end - total)
+        if next_eval is not None:
+            chunk = min(chunk, next_eval - total)
+        trainer.train(chunk)
+        for callback in callbacks:
+            callback.on_chunk(trainer, chunk)
+        if next_eval is not None and eval_every and agent.total_steps >= next_eval:
+            report = trainer.eval(eval_episodes)
+            for callback in callbacks:
+                callback.on_eval(trainer, report, False)
+            next_eval += eval_every
+    for callback in callbacks:
+        callback.on_training_end(trainer)
+    report = trainer.eval(eval_episodes)
+    for callback in callbacks:
+        callback.on_eval(trainer, report, True)
+    return report

@@ -1,0 +1,195 @@
+"""What a run is built from, read from ids and strings: the library side of ``ember-np train``.
+
+The command line (``ember_np.cli``), the multi-seed engine and ``tune`` all
+build their env and config here, so the three build the same thing from the
+same words. Every refusal is a :class:`SetupError` (a ``ValueError``) with a
+one-line message; the command line prints it and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "NATIVE_IDS",
+    "SetupError",
+    "check_checkpoint_env",
+    "check_replay_memory",
+    "gives_masks",
+    "make_env",
+    "native_to_plain",
+    "one_line",
+    "parse_sets",
+    "run_name",
+    "with_env_masks",
+]
+
+#: gymnasium ids that have a compiled twin: ``train`` uses it unless --gymnasium-env.
+NATIVE_IDS = {e: f"ember_np/{e}" for e in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")}
+
+
+class SetupError(ValueError):
+    """A setting that cannot be used (an unknown env id, a bad ``key=value``, ...).
+
+    Its message is one line that names the setting and says what to do.
+    """
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line (its type's name when it has none)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def make_env(env_id: str) -> Any:
+    """``gym.make(env_id)``: any id gymnasium takes, ``module:EnvId`` included.
+
+    gymnasium's own message is kept (its "Did you mean ...?" and "use v1
+    instead" hints), on one line.
+
+    Raises
+    ------
+    SetupError
+        When gymnasium cannot make ``env_id``.
+    """
+    import gymnasium as gym
+
+    try:
+        with warnings.catch_warnings(record=True) as said:  # repeated only if make succeeds
+            warnings.simplefilter("always")
+            env = gym.make(env_id)
+        for w in said:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return env
+    except (gym.error.NameNotFound, gym.error.NamespaceNotFound) as exc:
+        raise SetupError(f"unknown environment {env_id!r}: {one_line(exc)}") from None
+    except Exception as exc:  # a bad version, a missing optional dependency such as box2d
+        raise SetupError(f"cannot make {env_id!r}: {one_line(exc)}") from None
+
+
+def native_to_plain(env_id: str) -> str:
+    """The gymnasium id a native or ``module:`` id stands for (its presets' key)."""
+    env_id = env_id.rpartition(":")[2]
+    return env_id[len("ember_np/") :] if env_id.startswith("ember_np/") else env_id
+
+
+def run_name(env_id: str) -> str:
+    """A run-directory name for an env id: path separators (and ``:``) become ``_``."""
+    return re.sub(r"[/\\:]", "_", env_id)
+
+
+def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` as DqnConfig overrides (``--set``).
+
+    A value is read as JSON (``64``, ``[64, 64]``, ``true``), as ``A ** B``
+    for an integer power, else as the string itself; a list becomes a tuple.
+
+    Raises
+    ------
+    SetupError
+        A pair without ``=`` or a key that is not a DqnConfig field.
+    """
+    from ember_np.dqn.config import DqnConfig
+
+    fields = set(DqnConfig().to_dict())
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise SetupError(f"--set expects key=value, got {pair!r}")
+        if key not in fields:
+            raise SetupError(f"unknown config key {key!r}; valid keys: {', '.join(sorted(fields))}")
+        power = re.fullmatch(r"\s*(\d+)\s*\*\*\s*(\d{1,3})\s*", raw)
+        try:
+            value = int(power[1]) ** int(power[2]) if power else json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        if isinstance(value, list):
+            value = tuple(value)
+        out[key] = value
+    return out
+
+
+def gives_masks(env_id: str, make: Callable[[str], Any] = make_env) -> bool:
+    """Whether a fresh ``env_id`` env puts an ``action_mask`` in the info of its reset."""
+    from ember_np.training.trainer import action_mask_of
+
+    probe = make(env_id)
+    try:
+        _, info = probe.reset(seed=0)
+        return action_mask_of(info) is not None
+    finally:
+        probe.close()
+
+
+def with_env_masks(
+    config: Any,
+    env_id: str,
+    overrides: dict[str, Any],
+    say: Callable[[str], None] = print,
+    make: Callable[[str], Any] = make_env,
+) -> Any:
+    """``config`` with action masks on when ``env_id`` gives them, unless ``overrides`` chose.
+
+    The one place ``train`` and ``tune`` decide it, so both build the same
+    config. ``say`` gets the one line that says masks were turned on.
+    """
+    if "action_masks" in overrides or config.action_masks or not gives_masks(env_id, make):
+        return config
+    say(f"{env_id}: the env gives info['action_mask']: training with action masks "
+        "(--set action_masks=false turns this off)")  # fmt: skip
+    return config.replace(action_masks=True)
+
+
+def check_replay_memory(env: Any, config: Any) -> None:
+    """Refuse a replay buffer that does not fit in the memory available, before allocating it.
+
+    Raises
+    ------
+    SetupError
+        ``config.buffer_capacity`` rows of ``env``'s transitions need more
+        bytes than the machine has available.
+    """
+    from ember_np._memory import available_memory, format_bytes
+    from ember_np.dqn.replay import transition_dtype
+    from ember_np.encoding import IndexActionMapper, encoder_for_space
+
+    obs_size = encoder_for_space(env.observation_space).obs_size
+    n_actions = IndexActionMapper.for_space(env.action_space).num_actions
+    per_row = transition_dtype(obs_size, n_actions).itemsize
+    need = config.buffer_capacity * per_row
+    free = available_memory()
+    if free is not None and need > free:
+        raise SetupError(
+            f"buffer_capacity={config.buffer_capacity} needs {format_bytes(need)} for the replay "
+            f"buffer ({per_row} bytes a transition), more than the {format_bytes(free)} of "
+            f"memory available: use --set buffer_capacity=N with N <= {free // per_row:,}"
+        )
+
+
+def check_checkpoint_env(env: Any, env_id: str, encoder: Any, mapper: Any, path: Path) -> None:
+    """Refuse an env whose spaces differ from the ones the checkpoint was trained on.
+
+    Raises
+    ------
+    SetupError
+        ``env``'s observation or action space is not ``encoder``'s / ``mapper``'s.
+    """
+    from ember_np.encoding import IndexActionMapper, describe, encoder_for_space
+
+    try:
+        want = (describe(encoder_for_space(env.observation_space)),
+                describe(IndexActionMapper.for_space(env.action_space)))  # fmt: skip
+    except ValueError as exc:
+        raise SetupError(f"{env_id!r}: {exc}") from None
+    have = (describe(encoder), describe(mapper))
+    if want != have:
+        raise SetupError(
+            f"{path} was trained on {have[0]} and {have[1]}, but config.json's env {env_id!r} "
+            f"has {want[0]} and {want[1]}: set env_id in config.json to the env the run "
+            "trained on"
+        )

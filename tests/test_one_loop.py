@@ -1,0 +1,167 @@
+"""The one training loop writes, byte for byte, what the loop it replaced wrote.
+
+``reference_train`` below is the loop ``ember-np train`` ran before issue 24
+(``cli._train_loop`` and the final evaluation), written plainly on the public
+API only: ``DqnTrainer.train(n)`` in chunks of 1,000 steps that end at every
+evaluation step, ``DqnTrainer.eval(k)`` there and once more at the end, a
+``TrainingRun`` for the files. The command line now runs
+:func:`ember_np.training.loop.train_and_evaluate`; both runs must leave the
+same files with the same bytes. The one exception is ``metadata.json``'s
+``run_id``, ``started_at`` and ``last_updated``, wall-clock times (compared
+without them; every other field of it is compared).
+
+No golden hashes: floating-point bits differ between machines (BLAS
+kernels), so both runs happen here, on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+from ember_np import DqnAgent, DqnTrainer, TrainingRun
+from ember_np.cli import main
+from ember_np.presets import get_preset
+from ember_np.stats import RollingMean
+from ember_np.training.loop import TRAIN_CHUNK, LoopCallback, train_and_evaluate
+
+#: metadata.json fields that are times of day (run_id is the start time, YYYYMMDD_HHMMSS)
+WALL_CLOCK = ("run_id", "started_at", "last_updated")
+
+
+def reference_train(env_id: str, preset_name: str, options: dict, root: Path) -> Path:
+    """The pre-issue-24 ``ember-np train`` loop on the compiled twin of ``env_id``."""
+    preset = get_preset(preset_name, env_id)
+    seed, steps, every, episodes = (options[k] for k in ("seed", "steps", "every", "episodes"))
+    env = gym.make(f"ember_np/{env_id}")
+    agent = DqnAgent.for_env(env, preset.config, seed=seed)
+    run = TrainingRun.create("reference", preset.name, root=root)
+    run.write_config({
+        "env_id": f"ember_np/{env_id}", "preset": preset.name, "seed": seed, "steps": steps,
+        "eval_every": every, "eval_episodes": episodes, "checkpoint_freq": options["freq"],
+        "keep": options["keep"], "dqn": preset.config.to_dict(),
+    })  # fmt: skip
+    trainer = DqnTrainer(env, agent, seed=seed, run=run, checkpoint_freq=options["freq"],
+                         keep_checkpoints=options["keep"])  # fmt: skip
+    trainer.stats.add("recent_reward", "reward", RollingMean(100))
+    next_eval = every
+    while agent.total_steps < steps:
+        chunk = min(1_000, steps - agent.total_steps, next_eval - agent.total_steps)
+        trainer.train(chunk)
+        if agent.total_steps >= next_eval:
+            trainer.eval(episodes)
+            next_eval += every
+    trainer.eval(episodes)
+    return run.dir
+
+
+def files_of(run_dir: Path) -> dict[str, bytes]:
+    """Every file under ``run_dir`` by relative path (metadata.json without its times)."""
+    out = {}
+    for path in sorted(p for p in run_dir.rglob("*") if p.is_file() and p.name != ".lock"):
+        data = path.read_bytes()
+        if path.name == "metadata.json":
+            meta = json.loads(data)
+            for key in WALL_CLOCK:
+                assert key in meta  # the exclusion names fields that exist
+                meta.pop(key)
+            data = json.dumps(meta, sort_keys=True).encode()
+        out[path.relative_to(run_dir).as_posix()] = data
+    return out
+
+
+@pytest.mark.parametrize(
+    "env_id, preset, steps",
+    [("CartPole-v1", "rainbow", 2_500), ("Acrobot-v1", "zoo", 1_500)],
+    ids=["default-preset-cartpole", "zoo-acrobot"],
+)
+def test_train_writes_the_files_the_old_loop_wrote(tmp_path, capsys, env_id, preset, steps):
+    options = {"seed": 3, "steps": steps, "every": 700, "episodes": 2, "freq": 600, "keep": 2}
+    args = ["train", env_id, "--preset", preset, "--seed", "3", "--steps", str(steps),
+            "--eval-every", "700", "--eval-episodes", "2", "--checkpoint-freq", "600",
+            "--keep", "2", "--root", str(tmp_path / "new"), "--name", "reference", "--quiet"]
+    assert main(args) == 0  # fmt: skip
+    (new,) = (tmp_path / "new" / "reference" / preset).iterdir()
+    old = reference_train(env_id, preset, options, tmp_path / "old")
+    new_files, old_files = files_of(new), files_of(old)
+    assert "checkpoints/best.npz" in new_files and "eval_episodes.jsonl" in new_files
+    # rotation kept the last 2 numbered checkpoints of steps // 600
+    assert sorted(f for f in new_files if "step_" in f) == sorted(
+        f"checkpoints/step_{s}.npz" for s in range(600, steps + 1, 600)[-2:]
+    )
+    assert sorted(new_files) == sorted(old_files)
+    different = [name for name in new_files if new_files[name] != old_files[name]]
+    assert not different, f"files that differ: {different}"
+
+
+class Events(LoopCallback):
+    """Records the loop's calls, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple] = []
+
+    def on_chunk(self, trainer, steps):
+        self.seen.append(("chunk", trainer.agent.total_steps, steps))
+
+    def on_eval(self, trainer, report, final):
+        self.seen.append(("eval", report.total_steps, final))
+
+    def on_training_end(self, trainer):
+        self.seen.append(("end", trainer.agent.total_steps))
+
+
+def test_chunks_end_at_evaluations_and_callbacks_come_in_order():
+    env = gym.make("ember_np/CartPole-v1")
+    config = get_preset("ember", "CartPole-v1").config
+    trainer = DqnTrainer(env, DqnAgent.for_env(env, config, seed=0), seed=0)
+    trainer.train(300)  # a resumed run keeps the multiples of eval_every
+    events = Events()
+    report = train_and_evaluate(trainer, 2_450, 1_200, 1, [events])
+    assert events.seen == [
+        ("chunk", 1_200, 900), ("eval", 1_200, False),
+        ("chunk", 2_200, TRAIN_CHUNK), ("chunk", 2_400, 200), ("eval", 2_400, False),
+        ("chunk", 2_750, 350), ("end", 2_750), ("eval", 2_750, True),
+    ]  # fmt: skip
+    assert report.total_steps == 2_750
+    events.seen.clear()
+    train_and_evaluate(trainer, 1_500, None, 1, [events])  # no periodic evaluation
+    assert events.seen == [("chunk", 3_750, TRAIN_CHUNK), ("chunk", 4_250, 500), ("end", 4_250),
+                           ("eval", 4_250, True)]  # fmt: skip
+
+
+def test_a_tune_trial_scores_what_the_old_interleaved_loop_scored():
+    """``evaluate_config``: K trainers side by side, each trained to every mark then evaluated.
+
+    The reference is the loop tune ran before issue 24, plainly: chunks of
+    1,000 steps up to each mark, one evaluation per trainer per mark.
+    """
+    from ember_np.dqn.config import DqnConfig
+    from ember_np.tune import TuneSettings, evaluate_config
+
+    config = DqnConfig(hidden_sizes=(32,), batch_size=32, min_replay_size=200,
+                       buffer_capacity=5_000, train_freq=4)  # fmt: skip
+    settings = TuneSettings("CartPole-v1", "ember_np/CartPole-v1", 2_500, 2, 3, 2, 0, {},
+                            config.to_dict())  # fmt: skip
+    reports: list[tuple[int, float]] = []
+    scores = evaluate_config(settings, config, [3, 4], lambda s, v: reports.append((s, v)) or False)
+
+    trainers = []
+    for seed in (3, 4):
+        env = gym.make("ember_np/CartPole-v1")
+        trainers.append(DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed))
+    done, expected = 0, []
+    for mark in (833, 1_666, 2_500):  # steps * (i + 1) // evals
+        expected = []
+        for trainer in trainers:
+            remaining = mark - done
+            while remaining > 0:
+                chunk = min(1_000, remaining)
+                trainer.train(chunk)
+                remaining -= chunk
+            expected.append(float(trainer.eval(2).mean_reward))
+        done = mark
+    assert scores == expected
+    assert [step for step, _ in reports] == [833, 1_666]  # every evaluation but the last
