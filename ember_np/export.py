@@ -175,12 +175,12 @@ def _trained_with_masks(source: str) -> bool:
     """The ``action_masks`` setting of the config saved in the checkpoint ``source``
     (False when ``source`` is not a checkpoint file or its config does not say)."""
     from ember_np.checkpoint import AgentKeys, Reader
-    from ember_np.dqn.policy import _NOT_READ
+    from ember_np.dqn.policy import NOT_READ
 
     if not source or not os.path.isfile(source):
         return False
     try:
-        config = Reader(source, skip=_NOT_READ).json(AgentKeys.CONFIG)
+        config = Reader(source, skip=NOT_READ).json(AgentKeys.CONFIG)
     except (CheckpointError, OSError):
         return False
     return isinstance(config, dict) and config.get("action_masks") is True

@@ -13,7 +13,7 @@
      QNetwork.copy_from); or
    * ``x`` names a module M imported (or a name assigned such a module) and
      ``_name`` is one of that module's top-level names (a private kernel
-     imported for compiled callers, ``network._update``), or one of a
+     imported for compiled callers, ``network.dqn_update``), or one of a
      NamedTuple's public ``_fields``, ``_replace``, ``_asdict``, ``_make``.
 
    Only attributes that some ember_np class defines are checked: the rule

@@ -40,8 +40,8 @@ def test_settings_of_any_values_compile_one_agent_step():
             agent.observe(Experience(obs, int(rng.integers(2)), 1.0, nxt, EpisodeStatus(0)))
             agent.act_epsilon_greedy(nxt)
         assert agent.n_updates > 0
-        counts.append((len(agent_mod._agent_step.signatures),
-                       len(agent_mod._act_explore.signatures)))  # fmt: skip
+        counts.append((len(agent_mod.agent_step.signatures),
+                       len(agent_mod.act_explore.signatures)))  # fmt: skip
     # other tests in the process may have compiled other observation sizes:
     # what matters is that these variants added nothing after the first
     assert counts == [counts[0]] * len(variants), counts
@@ -54,10 +54,10 @@ def test_update_settings_are_typed_the_same_whatever_the_arguments():
     net, target = QNetwork((3, 4, 2), seed=0), QNetwork((3, 4, 2), seed=1)
     batch = (np.zeros((2, 3)), np.array([0, 1]), np.ones(2), np.zeros((2, 3)), np.ones(2))
     net.update(*batch, target, gamma=1, learning_rate=1, huber_delta=1, max_grad_norm=None)
-    n = len(nw._checked_update.signatures)
+    n = len(nw.checked_update.signatures)
     net.update(*batch, target, gamma=0.5, learning_rate=1e-3, double_dqn=True, max_grad_norm=3)
     net.update(*batch, target, gamma=0.5, learning_rate=1e-3, weights=[1.0, 2.0])
-    assert len(nw._checked_update.signatures) == n
+    assert len(nw.checked_update.signatures) == n
 
 
 def test_kernel_state_views_are_live():
