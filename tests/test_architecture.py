@@ -13,8 +13,8 @@
      QNetwork.copy_from); or
    * ``x`` names a module M imported (or a name assigned such a module) and
      ``_name`` is one of that module's top-level names (a private kernel
-     imported for compiled callers, ``network.dqn_update``), or one of a
-     NamedTuple's public ``_fields``, ``_replace``, ``_asdict``, ``_make``.
+     (rule 3 then reports it), or one of a NamedTuple's public ``_fields``,
+     ``_replace``, ``_asdict``, ``_make``.
 
    Only attributes that some ember_np class defines are checked: the rule
    guards the boundaries between ember_np's own classes. (A third-party
@@ -26,6 +26,11 @@
    types: ``y._x`` passes in a module whose own class has an ``_x``, whatever
    ``y`` is. It is a guard against the trainer-reads-the-agent's-internals
    kind of coupling, not a type checker.
+3. A leading underscore means private to its module: no ``from ember_np.x
+   import _name`` and no ``module._name`` of another ember_np module (a private
+   module such as ``ember_np._jit`` may be imported, its public names used).
+4. The kernel layer (dqn/, envs/, training/_fused.py, the private helper
+   modules) has no import cycle, imports inside functions included.
 """
 
 from __future__ import annotations
