@@ -113,13 +113,17 @@ def state64(params, target, sizes):
                        np.zeros(n), np.zeros(n), np.zeros(1, np.int64))  # fmt: skip
 
 
-NO_PER_SAMPLE = nw.PerSample(np.empty(0), np.empty(0), np.empty(0))
+NO_PER_SAMPLE = nw.PerSample(np.empty(0), np.empty(0))
 
 
-def kernel_loss_and_grads(net, target, batch, gamma, delta, double, per=NO_PER_SAMPLE):
-    data = Batch(*(np.ascontiguousarray(a) for a in batch))
+def kernel_loss_and_grads(net, target, batch, gamma, delta, double, per=NO_PER_SAMPLE,
+                          discounts=None):  # fmt: skip
+    """The kernels' loss and gradient; the batch carries ``discounts`` (default gamma * masks)."""
+    arrays = [np.ascontiguousarray(a) for a in batch]
+    arrays.append(gamma * arrays[4] if discounts is None else discounts)
+    data = Batch(*arrays)
     state = state64(flat64(net), flat64(target), net.layer_sizes)
-    hp = nw.update_settings(gamma, 1e-3, delta, double, None)
+    hp = nw.update_settings(1e-3, delta, double, None)
     loss = nw.loss_and_grads(state, data, per, hp)
     return loss, state.grads
 
@@ -252,8 +256,8 @@ def test_update_equals_reference_step(double):
     for step in range(3):
         expected_loss = loss_fn(ref_params)
         state = state64(ref_params, flat64(target), sizes)
-        hp = nw.update_settings(0.99, 1e-3, 1.0, double, 10.0)
-        nw.loss_and_grads(state, Batch(*batch64), NO_PER_SAMPLE, hp)
+        hp = nw.update_settings(1e-3, 1.0, double, 10.0)
+        nw.loss_and_grads(state, Batch(*batch64, 0.99 * batch64[4]), NO_PER_SAMPLE, hp)
         ref_params = ref_adam.step(ref_params, naive.clip_grad_norm(state.grads, 10.0))
         loss = net.update(
             *batch, target, gamma=0.99, learning_rate=1e-3, double_dqn=double, max_grad_norm=10.0
@@ -470,7 +474,7 @@ def test_per_sample_gradients_match_finite_differences_and_reference(sizes, doub
     discounts, weights = per_sample(12, seed=1, dtype=np.float64)
     td = np.zeros(12)
     loss, grads = kernel_loss_and_grads(
-        net, target, batch, 0.9, 0.5, double, nw.PerSample(discounts, weights, td)
+        net, target, batch, 0.9, 0.5, double, nw.PerSample(weights, td), discounts
     )
     tw, tb = naive.unflatten(flat64(target), sizes)
     obs, actions, rewards, next_obs, masks = batch
@@ -493,7 +497,7 @@ def test_per_sample_gradients_match_finite_differences_and_reference(sizes, doub
     # the masks are not used once discounts are given
     flipped = (obs, actions, rewards, next_obs, 1.0 - masks)
     again, _ = kernel_loss_and_grads(
-        net, target, flipped, 0.9, 0.5, double, nw.PerSample(discounts, weights, np.zeros(12))
+        net, target, flipped, 0.9, 0.5, double, nw.PerSample(weights, np.zeros(12)), discounts
     )
     assert again == loss
 

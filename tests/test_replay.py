@@ -154,10 +154,10 @@ def test_sample_into_preallocated_batch_and_determinism():
 @pytest.mark.parametrize(
     "kind, options, filled",
     [
-        ("plain", {}, set()),
+        ("plain", {}, {"discounts"}),  # every buffer hands over gamma * mask
         ("plain", {"n_step": 3}, {"discounts"}),
-        ("plain", {"action_masks": True}, {"next_action_masks"}),
-        ("prioritized", {}, {"weights", "indices"}),
+        ("plain", {"action_masks": True}, {"discounts", "next_action_masks"}),
+        ("prioritized", {}, {"discounts", "weights", "indices"}),
         ("prioritized", {"n_step": 2, "action_masks": True},
          {"discounts", "weights", "indices", "next_action_masks"}),
     ],

@@ -90,8 +90,10 @@ def _buffer_for(config: DqnConfig, obs_size: int, n_actions: int) -> CircularBuf
                           action_masks=c.action_masks)  # fmt: skip
 
 
-def _check_buffer_matches(buffer: Any, config: DqnConfig, built_in: bool) -> None:
-    """ValueError unless ``buffer`` samples what ``config`` asks for (n-step, PER).
+def _configure_buffer(buffer: Any, config: DqnConfig, built_in: bool) -> None:
+    """Hand ``config``'s returns (n_step, gamma) to the agent's own ``buffer``, their
+    one owner; ValueError for a replay the buffer cannot become (PER or not,
+    per_alpha, per_eps) or for a custom buffer asked for n-step or PER.
 
     A custom buffer computes its own returns and priorities: the agent cannot
     give it n_step > 1 or prioritized replay.
@@ -106,17 +108,17 @@ def _check_buffer_matches(buffer: Any, config: DqnConfig, built_in: bool) -> Non
                 "discounts and weights) or omit buffer="
             )
         return
-    want = (c.n_step, c.gamma if c.n_step > 1 else None, c.prioritized_replay)
-    has = (buffer.n_step, buffer.gamma if buffer.n_step > 1 else None,
-           isinstance(buffer, PrioritizedBuffer))  # fmt: skip
+    want: tuple[Any, ...] = (c.prioritized_replay,)
+    has: tuple[Any, ...] = (isinstance(buffer, PrioritizedBuffer),)
     if c.prioritized_replay and want == has:
         want += (c.per_alpha, c.per_eps)
         has += (buffer.alpha, buffer.eps)
     if want != has:
         raise ValueError(
-            f"the config's replay (n_step, gamma, prioritized_replay[, per_alpha, per_eps]) "
-            f"{want} does not match the buffer's {has}: build a new agent for another replay"
+            f"the config's replay (prioritized_replay[, per_alpha, per_eps]) {want} does not "
+            f"match the buffer's {has}: build a new agent for another replay"
         )
+    buffer.set_returns(c.n_step, c.gamma)
 
 
 def _seed_array(seed: int) -> np.ndarray:
@@ -256,7 +258,7 @@ class DqnAgent:
                 f"config.layer_norm={config.layer_norm} does not match the network, which is "
                 f"{layer_norm_name(self.online.layer_norm)}"
             )
-        _check_buffer_matches(self.buffer, config, self._fast_buffer)
+        _configure_buffer(self.buffer, config, self._fast_buffer)
         self._config = config
         self._settings = agent_settings(config)
         self._net = self.online.kernel_state(self.target)

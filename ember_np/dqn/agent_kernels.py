@@ -69,7 +69,7 @@ def agent_settings(config: DqnConfig) -> AgentSettings:
     """The kernels' view of ``config`` (the one place an AgentSettings is built)."""
     c = config
     return AgentSettings(
-        update_settings(c.gamma, c.learning_rate, c.huber_delta, c.double_dqn, c.max_grad_norm),
+        update_settings(c.learning_rate, c.huber_delta, c.double_dqn, c.max_grad_norm),
         int(c.target_update_freq), int(c.train_freq), int(c.gradient_steps_per_train),
         int(c.learning_starts), int(c.batch_size), float(c.tau), float(c.epsilon_start),
         float(c.epsilon_end), int(c.epsilon_decay_steps),
@@ -172,9 +172,8 @@ def update_settings_now(settings: AgentSettings, step: int) -> UpdateSettings:
     """``settings.update`` with the learning rate of step ``step`` (:func:`learning_rate_now`)."""
     hp = settings.update
     return UpdateSettings(
-        hp.gamma, learning_rate_now(settings, step), hp.huber_delta, hp.double_dqn,
-        hp.max_grad_norm,
-    )  # fmt: skip
+        learning_rate_now(settings, step), hp.huber_delta, hp.double_dqn, hp.max_grad_norm
+    )
 
 
 @kernel
@@ -245,25 +244,56 @@ def train_from_buffer(
     net : NetState, updated in place. n_steps, batch_size : int >= 1.
     hp : UpdateSettings. beta : float in [0, 1], PER's importance exponent.
 
-    An n-step buffer's batches carry per-sample discounts gamma^m * mask and a
-    prioritized one's importance weights; both go to the update as the
-    PerSample (length 0: gamma * mask, weight 1).
+    Every batch carries its per-sample discounts (gamma * mask, or gamma^m *
+    mask for n-step: the buffer owns gamma), which the update reads; a
+    prioritized buffer's importance weights go to it as the PerSample (length
+    0: weight 1). The discounts' dtype sets the TD target's precision:
+    float64 for one-step batches, float32 for n-step ones (as
+    :meth:`CircularBuffer.sample` hands them over); both kinds compile into
+    this one specialization, chosen at run time by ``replay.n_step``.
     """
-    n_obs = net.sizes[0]
+    if replay.n_step > 1:
+        discounts = np.empty(batch_size, dtype=np.float32)
+        batch = new_batch(replay, net.sizes[0], discounts)
+        return train_on_batches(replay, rng_state, net, n_steps, batch, hp, beta)
+    discounts64 = np.empty(batch_size, dtype=np.float64)
+    batch64 = new_batch(replay, net.sizes[0], discounts64)
+    return train_on_batches(replay, rng_state, net, n_steps, batch64, hp, beta)
+
+
+@kernel
+def new_batch(replay: ReplayState, obs_size: int, discounts: np.ndarray) -> Batch:
+    """An uninitialised Batch of ``len(discounts)`` rows for ``replay`` to fill.
+
+    discounts : float64 or float32 (B,), becomes the batch's discounts. Weights
+    and indices have B rows for a prioritized buffer (else 0), next_action_masks
+    B rows of packed bits for a masked one (else 0).
+    """
+    batch_size = discounts.shape[0]
     per_len = batch_size if replay.tree.shape[0] > 0 else 0
     masks = replay.next_action_masks  # no rows: no action masks
-    batch = Batch(
-        np.empty((batch_size, n_obs), dtype=np.float32),
+    return Batch(
+        np.empty((batch_size, obs_size), dtype=np.float32),
         np.empty(batch_size, dtype=np.int64),
         np.empty(batch_size, dtype=np.float32),
-        np.empty((batch_size, n_obs), dtype=np.float32),
+        np.empty((batch_size, obs_size), dtype=np.float32),
         np.empty(batch_size, dtype=np.float32),
-        np.empty(batch_size if replay.n_step > 1 else 0, dtype=np.float32),
+        discounts,
         np.empty(per_len, dtype=np.float32),
         np.empty(per_len, dtype=np.int64),
         np.empty((batch_size if masks.shape[0] > 0 else 0, masks.shape[1]), dtype=np.uint8),
     )
-    per = PerSample(batch.discounts, batch.weights, np.empty(per_len, dtype=np.float32))
+
+
+@kernel
+def train_on_batches(
+    replay: ReplayState, rng_state: np.ndarray, net: NetState, n_steps: int, batch: Batch,
+    hp: UpdateSettings, beta: float,
+) -> float:  # fmt: skip
+    """:func:`train_from_buffer`'s loop: ``n_steps`` times sample into ``batch``
+    (a :func:`new_batch`) and update; returns the mean loss."""
+    per_len = batch.weights.shape[0]
+    per = PerSample(batch.weights, np.empty(per_len, dtype=np.float32))
     total = 0.0
     for _ in range(n_steps):
         sample_into(replay, rng_state, batch, beta)

@@ -65,8 +65,9 @@ class CircularBuffer:
     n_step : int >= 1, keyword
         Sample n-step returns (see the module docstring); default 1.
     gamma : float in [0, 1], keyword
-        Their discount; default 0.99 (unused for ``n_step=1``: the batch's
-        ``discounts`` are then of length 0, meaning ``gamma * mask``).
+        The discount, default 0.99: sampled batches carry ``discounts``
+        ``gamma * mask`` (``gamma^m * mask`` for m-step returns). The buffer
+        is gamma's one owner: the update reads the discount from the batch.
     action_masks : bool, keyword
         Also keep each transition's next-state action mask, as packed bits
         (ceil(num_actions / 8) bytes per slot); sampled batches then carry
@@ -118,14 +119,14 @@ class CircularBuffer:
 
         A non-empty ``tree`` makes the buffer prioritized. Also sets
         ``_fills_optional``: whether sampled batches have fields beyond Batch's
-        first five (discounts, weights and indices, next_action_masks), the
+        first six (weights and indices, next_action_masks), the
         early exit of ``sample``'s plain path.
         """
         self._state = ReplayState(
             self.storage, self.finals, self._cursor, int(self._num_actions), int(self._n_step),
             float(self._gamma), tree, float(alpha), float(eps), self.next_action_masks,
         )  # fmt: skip
-        self._fills_optional = self._n_step > 1 or self._action_masks or tree.shape[0] > 0
+        self._fills_optional = self._action_masks or tree.shape[0] > 0
 
     def _options(self) -> dict[str, Any]:
         """The keyword arguments of ``__init__`` (for copies)."""
@@ -138,8 +139,29 @@ class CircularBuffer:
 
     @property
     def gamma(self) -> float:
-        """Discount of the n-step returns."""
+        """The discount the sampled batches carry (gamma * mask, gamma^m * mask)."""
         return self._gamma
+
+    def set_returns(self, n_step: int, gamma: float) -> None:
+        """Sample ``n_step``-step returns discounted by ``gamma`` from now on.
+
+        Returns are computed at every sample, so the stored transitions serve
+        any ``n_step`` and ``gamma``; a DqnAgent calls this when its config changes.
+        """
+        n = check_int("n_step", n_step)
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)):
+            raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
+        if not 0.0 <= float(gamma) <= 1.0:
+            raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
+        if (n, float(gamma)) == (self._n_step, self._gamma):
+            return
+        self._n_step, self._gamma = n, float(gamma)
+        s = self._state
+        self._set_kernel_state(s.tree, s.alpha, s.eps)
+        # the batches' discounts dtype may have changed: resolve again
+        self._push_entry = self._sample_entry = None
+        if hasattr(self, "_priority_entry"):
+            self._priority_entry = None
 
     @property
     def kernel_state(self) -> ReplayState:
@@ -330,7 +352,7 @@ class CircularBuffer:
         """Draw ``batch_size`` transitions uniformly, with replacement.
 
         With ``n_step > 1`` each is an n-step transition (module docstring)
-        and ``discounts`` holds gamma^m * mask.
+        and ``discounts`` holds gamma^m * mask (else gamma * mask).
 
         Parameters
         ----------
@@ -346,7 +368,8 @@ class CircularBuffer:
         Batch
             obs (B, obs_size) float32, actions (B,) int64, rewards (B,) float32,
             next_obs (B, obs_size) float32, masks (B,) float32, discounts (B,)
-            float32 for n_step > 1 (else (0,)); weights and indices of length 0;
+            float64 (gamma * mask), float32 for n_step > 1 (gamma^m * mask);
+            weights and indices of length 0;
             with ``action_masks`` next_action_masks (B, ceil(num_actions / 8))
             uint8 (packed bits; ``np.unpackbits(..., axis=1, count=num_actions)``
             gives the bool masks; the n-step next state's mask for n_step > 1).
@@ -417,11 +440,12 @@ class CircularBuffer:
             np.empty(b, dtype=np.float32),
             np.empty((b, self._obs_size), dtype=np.float32),
             np.empty(b, dtype=np.float32),
+            # the TD target's precision: float64 for gamma * mask, float32 for
+            # gamma^m * mask (the update computes r + discount * Q in it)
+            np.empty(b, dtype=np.float32 if self._n_step > 1 else np.float64),
         )
         if not self._fills_optional:
             return batch
-        if self._n_step > 1:
-            batch = batch._replace(discounts=np.empty(b, dtype=np.float32))
         if self._state.tree.shape[0]:  # prioritized
             batch = batch._replace(weights=np.empty(b, dtype=np.float32),
                                    indices=np.empty(b, dtype=np.int64))  # fmt: skip

@@ -73,9 +73,13 @@ class NetState(NamedTuple):
 
 
 class UpdateSettings(NamedTuple):
-    """The scalar settings of one DQN update (build with :func:`update_settings`)."""
+    """The scalar settings of one DQN update (build with :func:`update_settings`).
 
-    gamma: float
+    There is no discount here: the batch carries one per sample
+    (``Batch.discounts``, gamma * mask or gamma^m * mask, written by the replay
+    buffer, the one owner of gamma and n_step).
+    """
+
     learning_rate: float
     huber_delta: float
     double_dqn: bool
@@ -83,45 +87,39 @@ class UpdateSettings(NamedTuple):
 
 
 def update_settings(
-    gamma: float, learning_rate: float, huber_delta: float, double_dqn: bool,
-    max_grad_norm: float | None,
-) -> UpdateSettings:  # fmt: skip
+    learning_rate: float, huber_delta: float, double_dqn: bool, max_grad_norm: float | None
+) -> UpdateSettings:
     """The one place an :class:`UpdateSettings` is built: fixed Python types, so
     kernels taking it compile once (an int where a float was would compile again)."""
     clip = -1.0 if max_grad_norm is None else float(max_grad_norm)
-    return UpdateSettings(
-        float(gamma), float(learning_rate), float(huber_delta), bool(double_dqn), clip
-    )
+    return UpdateSettings(float(learning_rate), float(huber_delta), bool(double_dqn), clip)
 
 
 class PerSample(NamedTuple):
-    """Per-sample arrays of an update beyond the transitions; each may have length 0.
+    """Per-sample arrays of an update beyond the batch's transitions and discounts;
+    each may have length 0.
 
-    discounts : ndarray of float32, shape (batch,) or (0,)
-        When given, y_i = r_i + discounts_i * Q_target(s'_i, a*_i) (e.g.
-        gamma^m * mask for an m-step return); length 0: gamma * mask_i.
     weights : ndarray of float32, shape (batch,) or (0,)
         Non-negative importance weights: loss = mean_i w_i * Huber_i; length 0: all 1.
     td_errors : ndarray of float32, shape (batch,) or (0,)
         Filled with |y_i - Q(s_i, a_i)| (before the step) when of length batch.
     """
 
-    discounts: np.ndarray
     weights: np.ndarray
     td_errors: np.ndarray
 
 
 @kernel
 def td_targets(
-    net: NetState, batch: Batch, discounts: np.ndarray, hp: UpdateSettings, acts: np.ndarray,
-    y: np.ndarray,
-) -> None:  # fmt: skip
+    net: NetState, batch: Batch, hp: UpdateSettings, acts: np.ndarray, y: np.ndarray
+) -> None:
     """TD targets of a batch: y_i = r_i + discount_i * Q_target(s'_i, a*_i).
 
     net : NetState; params and target are read (any float dtype).
-    batch : Batch; obs/next_obs (B, obs_size), actions/rewards/masks (B,), float like params.
-    discounts : float (B,) or (0,); length 0 means discount_i = gamma * mask_i.
-    hp : UpdateSettings; gamma and double_dqn are read.
+    batch : Batch; obs/next_obs (B, obs_size), actions/rewards (B,), float like
+        params; discounts float64 (B,): gamma * mask_i for a one-step
+        transition, gamma^m * mask_i for an m-step one (the buffer's).
+    hp : UpdateSettings; double_dqn is read.
     acts : scratch of the params dtype, at least B * sum(sizes[1:]) values.
     y : float64 (B,), written.
 
@@ -148,13 +146,9 @@ def td_targets(
     if not hp.double_dqn:
         for i in range(batch_size):
             best[i] = argmax_packed(q_next[i], legal[i]) if masked else argmax(q_next[i])
-    if discounts.shape[0] == 0:
-        masks = batch.masks
-        for i in range(batch_size):
-            y[i] = rewards[i] + hp.gamma * masks[i] * q_next[i, best[i]]
-    else:
-        for i in range(batch_size):
-            y[i] = rewards[i] + discounts[i] * q_next[i, best[i]]
+    discounts = batch.discounts
+    for i in range(batch_size):
+        y[i] = rewards[i] + discounts[i] * q_next[i, best[i]]
 
 
 @kernel
@@ -399,7 +393,7 @@ def loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettin
     n_act = sizes[n_layers]
     acts = np.empty(acts_size(params.shape[0], sizes, batch_size), dtype=params.dtype)
     y = np.empty(batch_size, dtype=np.float64)
-    td_targets(net, batch, per.discounts, hp, acts, y)
+    td_targets(net, batch, hp, acts, y)
     q_off = forward_into(params, sizes, obs, acts)
     q = acts[q_off : q_off + batch_size * n_act].reshape((batch_size, n_act))
     dq = np.empty((batch_size, n_act), dtype=params.dtype)
@@ -519,7 +513,8 @@ def check_batch(batch: Batch, n_actions: int, per: PerSample) -> int:
     per : PerSample (arrays of length B or 0).
 
     1: an action outside [0, n_actions); 2: a non-finite observation; 3: a
-    non-finite reward, mask, discount or weight; 4: a negative weight.
+    non-finite reward, mask, discount or weight; 4: a negative weight;
+    5: ``batch.discounts`` not of length B.
     """
     actions = batch.actions
     obs = batch.obs
@@ -533,8 +528,10 @@ def check_batch(batch: Batch, n_actions: int, per: PerSample) -> int:
                 return 2
         if not np.isfinite(batch.rewards[i]) or not np.isfinite(batch.masks[i]):
             return 3
-    for i in range(per.discounts.shape[0]):
-        if not np.isfinite(per.discounts[i]):
+    if batch.discounts.shape[0] != actions.shape[0]:
+        return 5
+    for i in range(actions.shape[0]):
+        if not np.isfinite(batch.discounts[i]):
             return 3
     for i in range(per.weights.shape[0]):
         if not np.isfinite(per.weights[i]):

@@ -103,7 +103,30 @@ def _check_positive_float(name: str, value: Any) -> float:
 
 
 _NONE = np.empty(0, dtype=np.float32)  # an absent per-sample array (never written)
-_NO_PER_SAMPLE = PerSample(_NONE, _NONE, _NONE)
+_NO_PER_SAMPLE = PerSample(_NONE, _NONE)
+_F64 = np.dtype(np.float64)
+
+
+def _discounts(discounts: Any, gamma: Any, masks: np.ndarray) -> np.ndarray:
+    """The batch's per-sample discounts (batch,): given ones, else ``gamma * masks``.
+
+    Given discounts are used as float64 when they are float64 (a one-step
+    buffer's ``gamma * mask``), else read as float32, as they always were (an
+    n-step buffer's ``gamma**m * mask``); ``gamma * masks`` is float64. The
+    TD target is computed in the discounts' precision.
+    """
+    g = float(gamma)
+    if not 0.0 <= g <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+    if discounts is None:
+        return g * masks.astype(_F64)
+    if type(discounts) is np.ndarray and discounts.dtype is _F64 and discounts.flags.carray:
+        d = discounts
+    else:
+        d = as_f32(discounts, "discounts")
+    if d.shape != masks.shape:
+        raise ValueError(f"expected discounts of shape {masks.shape}, got {d.shape}")
+    return d
 
 
 def _optional_per_sample(name: str, value: Any, batch: int) -> np.ndarray:
@@ -268,9 +291,10 @@ class QNetwork:
         self._adam_m = np.zeros(n, dtype=np.float32)
         self._adam_v = np.zeros(n, dtype=np.float32)
         self._adam_t = np.zeros(1, dtype=np.int64)
-        # (target, NetState with it, compiled entry point of checked_update),
+        # (target, NetState with it, compiled entry points of checked_update by the
+        # discounts dtype),
         # resolved at the first update.
-        self._cached: tuple[Any, NetState, Any] | None = None
+        self._cached: tuple[Any, NetState, dict[np.dtype, Any]] | None = None
         self._hp: UpdateSettings | None = None  # the last update's settings, and their key
         self._hp_key: tuple[Any, ...] = ()
         self.weights: list[np.ndarray] = []
@@ -501,10 +525,13 @@ class QNetwork:
             Pick a* with the online network, evaluate it with the target.
         max_grad_norm : float > 0 or None
             Clip the global gradient norm as ``torch.nn.utils.clip_grad_norm_``.
-        discounts : array_like of float32, shape (batch,), optional
+        discounts : array_like of float32 (or ndarray of float64), shape (batch,), optional
             Per-sample discounts: the target is ``y = r + discounts * Q_target(s', a*)``
-            and ``gamma`` and ``masks`` are not used for it (an n-step buffer
-            hands over ``gamma**m * mask``). Default ``gamma * masks``.
+            and ``gamma`` and ``masks`` are not used for it (a replay buffer's
+            batch hands over ``gamma * mask`` as float64, or ``gamma**m * mask``
+            as float32 for n-step). Default ``gamma * masks``, in float64. The
+            compiled update reads the discount from the batch only, and
+            computes the target in its precision.
         weights : array_like of float32, shape (batch,), optional
             Non-negative per-sample weights: the loss is the batch mean of
             ``weight * Huber`` (importance weights of prioritized replay). Default 1.
@@ -555,17 +582,14 @@ class QNetwork:
         for name, arr in (("actions", a), ("rewards", r), ("masks", m)):
             if arr.shape != (batch,):
                 raise ValueError(f"expected {name} of shape ({batch},), got {arr.shape}")
-        if discounts is None and weights is None and td_errors_out is None:
+        if weights is None and td_errors_out is None:
             per = _NO_PER_SAMPLE
         else:
             per = PerSample(
-                _optional_per_sample("discounts", discounts, batch),
                 _optional_per_sample("weights", weights, batch),
                 _td_errors_out(td_errors_out, batch),
             )
-        g = float(gamma)
-        if not 0.0 <= g <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        d = _discounts(discounts, gamma, m)
         lr = _check_positive_float("learning_rate", learning_rate)
         delta = _check_positive_float("huber_delta", huber_delta)
         clip = (
@@ -579,27 +603,26 @@ class QNetwork:
                     f"({batch}, {(self.n_actions + 7) // 8}) (packed bits), got {bits.shape}"
                 )
             legal = np.unpackbits(bits, axis=1, count=self.n_actions).astype(bool)
-            data = Batch(x, a, r, nx, m, next_action_masks=np.packbits(check_action_masks(
+            data = Batch(x, a, r, nx, m, d, next_action_masks=np.packbits(check_action_masks(
                 legal, batch, self.n_actions, "next_action_masks"), axis=1))  # fmt: skip
         elif next_action_masks is None:
-            data = Batch(x, a, r, nx, m)
+            data = Batch(x, a, r, nx, m, d)
         else:
             legal = check_action_masks(next_action_masks, batch, self.n_actions,
                                        "next_action_masks")  # fmt: skip
-            data = Batch(x, a, r, nx, m, next_action_masks=np.packbits(legal, axis=1))
-        key = (g, lr, delta, bool(double_dqn), clip)
+            data = Batch(x, a, r, nx, m, d, next_action_masks=np.packbits(legal, axis=1))
+        key = (lr, delta, bool(double_dqn), clip)
         hp = self._hp
         if hp is None or self._hp_key != key:
             hp = self._hp = update_settings(*key)
             self._hp_key = key
         cached = self._cached
         if cached is None or cached[0] is not target:  # the NetState with this target
-            cached = self._cached = (target, self.kernel_state(target), None)
+            cached = self._cached = (target, self.kernel_state(target), {})
         net = cached[1]
-        update = cached[2]
+        update = cached[2].get(d.dtype)  # one compiled update per discounts precision
         if update is None:  # argument types are fixed by the checks above: skip dispatch
-            update = entry_point(checked_update, net, data, per, hp)
-            self._cached = (target, net, update)
+            update = cached[2][d.dtype] = entry_point(checked_update, net, data, per, hp)
         bad, loss = update(net, data, per, hp)
         if bad == 1:
             raise ValueError(

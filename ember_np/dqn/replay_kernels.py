@@ -68,7 +68,8 @@ class ReplayState(NamedTuple):
     n_step : int >= 1
         Steps of the returns :func:`sample_into` computes (1: one-step transitions).
     gamma : float in [0, 1]
-        Discount of those returns (read only when ``n_step > 1``).
+        The discount: sampled batches carry ``gamma * mask`` (one-step) or
+        ``gamma^m * mask`` (m-step) per transition. The buffer is its one owner.
     tree : ndarray of float64, shape (2 * leaves,) or (0,)
         Prioritized replay's sum tree (:mod:`ember_np.dqn.sumtree`: leaf
         ``leaves + i`` is slot i's priority); length 0 for uniform sampling.
@@ -206,8 +207,10 @@ def sample_into(buf: ReplayState, rng_state: np.ndarray, out: Batch, beta: float
     rng_state : uint64 (4,), a PCG64 state advanced in place (one draw per row).
     out : Batch of B rows, written: obs/next_obs float32 (B, obs_size),
         actions int64 (B,), rewards float32 (B,), masks float32 (B,) (0 where
-        terminated); with ``buf.n_step > 1`` also discounts (B,) (n-step
-        returns, see the module docstring); with a sum tree also indices (B,)
+        terminated), discounts (B,) (gamma * mask; gamma^m * mask for n-step
+        returns, see the module docstring; their dtype, float64 for one-step
+        batches and float32 for n-step ones, sets the TD target's precision);
+        with a sum tree also indices (B,)
         and weights (B,) (see :func:`draw_prioritized`); next_action_masks
         uint8 (B, n_bytes) from a masked buffer (else not read).
     beta : float in [0, 1], PER's importance-sampling exponent (else unused).
@@ -241,7 +244,8 @@ def gather_one_step(
 ) -> None:
     """Copy the transitions in ``slots`` (int64 (B,); may be ``out.actions``:
     row k reads slots[k] before it writes actions[k]) into ``out`` (all but
-    discounts, weights and indices; next_action_masks from a masked buffer).
+    weights and indices; discounts (B,) get gamma * mask;
+    next_action_masks from a masked buffer).
 
     With ``draw`` each row's slot is instead drawn uniformly from
     ``rng_state`` (uint64 (4,), advanced) as the row is copied, and ``slots``
@@ -259,6 +263,8 @@ def gather_one_step(
     rewards = out.rewards
     next_obs = out.next_obs
     masks = out.masks
+    discounts = out.discounts
+    gamma = buf.gamma
     n = obs.shape[1]
     capacity = storage.shape[0]
     legal = buf.next_action_masks
@@ -279,7 +285,9 @@ def gather_one_step(
                 next_obs[k, j] = finals[row, j]
         actions[k] = rec.action
         rewards[k] = rec.reward
-        masks[k] = 0.0 if rec.status == TERMINATED else 1.0
+        mask = 0.0 if rec.status == TERMINATED else 1.0
+        masks[k] = mask
+        discounts[k] = gamma * mask
         if masked:
             for j in range(legal.shape[1]):
                 legal_out[k, j] = legal[i, j]
