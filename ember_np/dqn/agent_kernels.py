@@ -126,14 +126,25 @@ def epsilon_greedy(
 ) -> int:  # fmt: skip
     """With probability epsilon a uniform random legal action index, else the greedy legal one.
 
-    params : float32 (num_params,); sizes : int64 (n_layers + 1,);
-    obs : float32 (obs_size,); epsilon : float in [0, 1];
-    rng_state : uint64 (4,), advanced in place;
-    legal : bool (n_actions,) with at least one True, or (0,): every action is legal.
-
     Draws u ~ U[0, 1) from ``rng_state`` whenever epsilon > 0, and a second
-    number for the random action when u < epsilon. Returns -1 for an
-    observation holding NaN or inf.
+    number for the random action when u < epsilon.
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    obs : ndarray of float32, shape (obs_size,)
+    epsilon : float in [0, 1]
+    rng_state : ndarray of uint64, shape (4,)
+        A PCG64 state, advanced in place.
+    legal : ndarray of bool, shape (n_actions,) or (0,)
+        At least one True; length 0: every action is legal.
+
+    Returns
+    -------
+    int
+        The action index, or -1 for an observation holding NaN or inf (no
+        random number is drawn then).
     """
     if not all_finite(obs):
         return -1  # callers raise; no random number is drawn
@@ -146,7 +157,17 @@ def epsilon_greedy(
 
 @kernel
 def epsilon_now(settings: AgentSettings, step: int) -> float:
-    """The exploration rate after ``step`` (int >= 0) env steps (:func:`linear_epsilon`)."""
+    """The exploration rate after ``step`` env steps (:func:`linear_epsilon`).
+
+    Parameters
+    ----------
+    settings : AgentSettings
+    step : int >= 0
+
+    Returns
+    -------
+    float in [0, 1]
+    """
     return linear_epsilon(
         step, settings.epsilon_start, settings.epsilon_end, settings.epsilon_decay_steps
     )
@@ -316,21 +337,32 @@ def agent_step(
 ) -> int:
     """One env step of the agent in one call.
 
-    agent : AgentState with a ReplayState; everything in it is updated in place.
-    obs, next_obs : float32 (obs_size,), C-contiguous; action : int;
-    reward : float; status : int (EpisodeStatus value): the transition,
-    validated by :func:`push_transition`.
-    act_next : bool, whether to pick the next action.
-    next_mask : bool (n_actions,) or (0,): the legal actions in ``next_obs``
-        (length 0: all legal), stored with the transition by a masked buffer
-        and obeyed by the next action.
-
     Store the transition; count the step; sync the target when due
     (:func:`target_due`); train when due (:func:`train_due`); then, if
     ``act_next``, pick the epsilon-greedy action for ``next_obs``.
-    ``agent.out`` gets [mean loss of this step's training, 1.0 if it trained else 0.0].
-    Returns the next action index (0 unless ``act_next``), or -code for a
-    rejected transition (nothing stored, counted or trained then).
+
+    Parameters
+    ----------
+    agent : AgentState
+        With a ReplayState; everything in it is updated in place. ``agent.out``
+        gets [mean loss of this step's training, 1.0 if it trained else 0.0].
+    obs, next_obs : ndarray of float32, shape (obs_size,)
+        C-contiguous.
+    action : int
+    reward : float
+    status : int
+        An EpisodeStatus value. The transition is validated by :func:`push_transition`.
+    act_next : bool
+        Whether to pick the next action.
+    next_mask : ndarray of bool, shape (n_actions,) or (0,)
+        The legal actions in ``next_obs`` (length 0: all legal), stored with the
+        transition by a masked buffer and obeyed by the next action.
+
+    Returns
+    -------
+    int
+        The next action index (0 unless ``act_next``), or -code for a rejected
+        transition (nothing stored, counted or trained then).
     """
     code = push_transition(agent.replay, obs, action, reward, next_obs, status, next_mask)
     if code != 0:

@@ -470,9 +470,27 @@ def adam_step(net: NetState, lr: float) -> None:
 def dqn_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> float:
     """One full DQN gradient step: loss and gradients, clipping, Adam.
 
-    Arguments as :func:`loss_and_grads`; ``hp.learning_rate`` > 0 and
-    ``hp.max_grad_norm`` (<= 0: no clipping) are read too. Returns the loss
-    before the step.
+    Parameters
+    ----------
+    net : NetState
+        ``params``, ``grads``, ``adam_m``, ``adam_v`` and ``adam_t`` are updated
+        in place; ``target`` is read.
+    batch : Batch
+        obs, next_obs of float32, shape (B, obs_size); actions of int64, rewards
+        and masks of float32, shape (B,); discounts of float64 (one-step) or
+        float32 (n-step), shape (B,), which set the TD target's precision;
+        next_action_masks of uint8, shape (B, ceil(n_actions / 8)) or no rows.
+        Precondition: valid (see :func:`check_batch`).
+    per : PerSample
+        Importance weights in, |TD errors| out (each of length B or 0).
+    hp : UpdateSettings
+        learning_rate > 0, huber_delta > 0, double_dqn, max_grad_norm (<= 0:
+        no clipping).
+
+    Returns
+    -------
+    float
+        The (weighted) mean Huber loss before the step.
     """
     loss = loss_and_grads(net, batch, per, hp)
     clip_grad_norm(net.grads, hp.max_grad_norm)
@@ -484,8 +502,19 @@ def dqn_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) 
 def checked_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> tuple:
     """:func:`check_batch`, then :func:`dqn_update` if the batch is valid.
 
-    Returns (code, loss): code 0 and the loss, or the check's nonzero code
-    and NaN with nothing changed. One call from Python instead of two.
+    One call from Python instead of two.
+
+    Parameters
+    ----------
+    net, batch, per, hp
+        As :func:`dqn_update` (the batch need not be valid).
+
+    Returns
+    -------
+    code : int
+        0, or :func:`check_batch`'s nonzero code (nothing changed then).
+    loss : float
+        The loss before the step, or NaN.
     """
     code = check_batch(batch, net.sizes[net.sizes.shape[0] - 1], per)
     if code != 0:
@@ -497,7 +526,13 @@ def checked_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettin
 def polyak(dst: np.ndarray, src: np.ndarray, tau: float) -> None:
     """dst <- tau * src + (1 - tau) * dst (Polyak averaging).
 
-    dst : float (n,), updated in place; src : float (n,), same dtype; tau : float in (0, 1].
+    Parameters
+    ----------
+    dst : ndarray of float32 (or float64), shape (n,)
+        Updated in place.
+    src : ndarray of dst's dtype, shape (n,)
+    tau : float
+        Precondition: ``0 < tau <= 1``.
     """
     t = dst.dtype.type(tau)
     keep = dst.dtype.type(1.0 - tau)

@@ -32,9 +32,19 @@ LN_EPS = 1e-5  # torch.nn.LayerNorm's default eps
 def layer(params: np.ndarray, sizes: np.ndarray, offset: int, l: int):  # noqa: ANN202
     """Views (W, b) of layer ``l`` whose weights start at ``offset``.
 
-    params : float (num_params,), any float dtype; sizes : int64 (n_layers + 1,);
-    offset : int, where layer ``l``'s W starts in ``params``; l : int in [0, n_layers).
-    Returns W (sizes[l], sizes[l+1]) and b (sizes[l+1],), views into ``params``.
+    Parameters
+    ----------
+    params : ndarray of float32 (or float64), shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    offset : int
+        Where layer ``l``'s W starts in ``params``.
+    l : int
+        Precondition: ``0 <= l < n_layers``.
+
+    Returns
+    -------
+    W : ndarray, shape (sizes[l], sizes[l+1]), a view into ``params``
+    b : ndarray, shape (sizes[l+1],), a view into ``params``
     """
     n_in = sizes[l]
     n_out = sizes[l + 1]
@@ -69,6 +79,17 @@ def layout(n_params: int, sizes: np.ndarray) -> tuple:
     sum of hidden widths; LayerNorm needs every hidden width >= 2, so 2H >
     n_hid + 1): the parameter count names the architecture exactly. Kernels
     decode it once per call.
+
+    Parameters
+    ----------
+    n_params : int
+        ``len(params)``.
+    sizes : ndarray of int64, shape (n_layers + 1,)
+
+    Returns
+    -------
+    v_off, ln_off : int
+        Offsets of the value head and of the LayerNorm parameters, -1 when absent.
     """
     plain = plain_size(sizes)
     extra = n_params - plain
@@ -92,6 +113,17 @@ def acts_size(n_params: int, sizes: np.ndarray, batch: int) -> int:
 
     Every layer's output (B * sum(sizes[1:])); with LayerNorm also, per hidden
     layer, its normalised pre-activation xhat (B * width) and 1 / std (B).
+
+    Parameters
+    ----------
+    n_params : int
+        ``len(params)`` (names the architecture, see :func:`layout`).
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    batch : int >= 1
+
+    Returns
+    -------
+    int
     """
     n_layers = sizes.shape[0] - 1
     total = 0
@@ -218,17 +250,27 @@ def bias_act(h: np.ndarray, b: np.ndarray, relu: bool) -> None:
 def forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np.ndarray) -> int:
     """Batch forward pass; layer l's output goes to ``acts`` at a running offset.
 
-    params : float (num_params,); sizes : int64 (n_layers + 1,);
-    x : float (B, sizes[0]), same dtype as params, rows contiguous (a BLAS operand).
-    acts : flat workspace of at least ``B * sum(sizes[1:])`` values. Layer l's
-    activation (post-ReLU for hidden layers) is the ``(B, sizes[l+1])`` block
-    starting at ``B * sum(sizes[1:l+1])``; the Q-values are the last block.
     A dueling network (``params`` longer than :func:`plain_size`) has its
     advantage head as the last layer and combines it in place with the value
     head (:func:`dueling_combine`). With LayerNorm (:func:`layout`) each
-    hidden layer is Linear -> LayerNorm -> ReLU, and ``acts`` must hold
-    :func:`acts_size` values: after the activations come each hidden layer's
-    xhat (B, width) and rstd (B,). Returns the offset of the Q-value block.
+    hidden layer is Linear -> LayerNorm -> ReLU.
+
+    Parameters
+    ----------
+    params : ndarray of float32 (or float64), shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of params' dtype, shape (B, sizes[0])
+        Rows contiguous (a BLAS operand).
+    acts : ndarray of params' dtype, shape (>= acts_size(len(params), sizes, B),)
+        Workspace, written. Layer l's activation (post-ReLU for hidden layers)
+        is the ``(B, sizes[l+1])`` block starting at ``B * sum(sizes[1:l+1])``;
+        the Q-values are the last block; with LayerNorm each hidden layer's
+        xhat (B, width) and rstd (B,) follow.
+
+    Returns
+    -------
+    int
+        The offset of the Q-value block in ``acts``.
     """
     batch = x.shape[0]
     n_layers = sizes.shape[0] - 1
@@ -270,10 +312,16 @@ def forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np.
 def forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray) -> None:
     """Q-values of a single observation into ``q_out``.
 
-    params : float32 (num_params,); sizes : int64 (n_layers + 1,);
-    x : float32 (sizes[0],); q_out : float32 (sizes[-1],), written.
-    Dueling networks and LayerNorm as :func:`forward_into`. No BLAS: for
-    one row, plain loops that skip ReLU zeros are faster.
+    Dueling networks and LayerNorm as :func:`forward_into`. No BLAS: for one
+    row, plain loops that skip ReLU zeros are faster.
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (sizes[0],)
+    q_out : ndarray of float32, shape (sizes[-1],)
+        Written.
     """
     width = 0
     for l in range(1, sizes.shape[0]):
@@ -348,7 +396,16 @@ def greedy_unchecked(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> in
 def greedy_action(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
     """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf (callers raise).
 
-    params : float32 (num_params,); sizes : int64 (n_layers + 1,); x : float32 (sizes[0],).
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (sizes[0],)
+
+    Returns
+    -------
+    int
+        The first maximising action index, or -1.
     """
     return greedy_unchecked(params, sizes, x) if all_finite(x) else -1
 
@@ -379,9 +436,16 @@ def argmax_legal(q: np.ndarray, legal: np.ndarray) -> int:
 def argmax_packed(q: np.ndarray, bits: np.ndarray) -> int:
     """Index of the first maximum of ``q`` over the actions whose bit is set.
 
-    q : float (n,); bits : uint8 (ceil(n / 8),), packed as ``np.packbits``
-    (action j is bit ``7 - j % 8`` of byte ``j // 8``), at least one of the
-    first n bits set.
+    Parameters
+    ----------
+    q : ndarray of float, shape (n,)
+    bits : ndarray of uint8, shape (ceil(n / 8),)
+        Packed as ``np.packbits`` (action j is bit ``7 - j % 8`` of byte
+        ``j // 8``); precondition: at least one of the first n bits set.
+
+    Returns
+    -------
+    int
     """
     best = -1
     for j in range(q.shape[0]):
@@ -402,7 +466,21 @@ def greedy_legal(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, legal: np
 def greedy_action_legal(
     params: np.ndarray, sizes: np.ndarray, x: np.ndarray, legal: np.ndarray
 ) -> int:
-    """:func:`greedy_legal`, or -1 when ``x`` holds NaN or inf (callers raise)."""
+    """:func:`greedy_legal`, or -1 when ``x`` holds NaN or inf (callers raise).
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (sizes[0],)
+    legal : ndarray of bool, shape (sizes[-1],)
+        Precondition: at least one True.
+
+    Returns
+    -------
+    int
+        The first maximising legal action index, or -1.
+    """
     return greedy_legal(params, sizes, x, legal) if all_finite(x) else -1
 
 
@@ -410,10 +488,22 @@ def greedy_action_legal(
 def greedy_actions_legal_checked(
     params: np.ndarray, sizes: np.ndarray, x: np.ndarray, legal: np.ndarray, out: np.ndarray
 ) -> int:
-    """argmax over legal actions of every row of ``x`` into ``out`` (int64 (B,)).
+    """argmax over the legal actions of every row of ``x`` into ``out``.
 
-    legal : bool (B, n_actions), each row with a legal action. Returns -1, or
-    the first row of ``x`` holding NaN or inf (nothing written then).
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (B, sizes[0])
+    legal : ndarray of bool, shape (B, sizes[-1])
+        Precondition: each row has a True.
+    out : ndarray of int64, shape (B,)
+        Written (unless a row is not finite).
+
+    Returns
+    -------
+    int
+        -1, or the first row of ``x`` holding NaN or inf (nothing written then).
     """
     row = first_nonfinite_row(x)
     if row < 0:
@@ -483,7 +573,21 @@ def first_nonfinite_row(x: np.ndarray) -> int:
 def q_values_checked(
     params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray
 ) -> bool:
-    """:func:`forward_one` if ``x`` (in,) is finite; returns False (nothing written) if not."""
+    """:func:`forward_one` if ``x`` is finite.
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (sizes[0],)
+    q_out : ndarray of float32, shape (sizes[-1],)
+        Written when ``x`` is finite.
+
+    Returns
+    -------
+    bool
+        False (nothing written) when ``x`` holds NaN or inf.
+    """
     if not all_finite(x):
         return False
     forward_one(params, sizes, x, q_out)
@@ -494,7 +598,21 @@ def q_values_checked(
 def q_values_batch_checked(
     params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray
 ) -> int:
-    """:func:`forward_batch` if every row of ``x`` is finite (returns -1), else the bad row."""
+    """:func:`forward_batch` if every row of ``x`` is finite.
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (B, sizes[0])
+    q_out : ndarray of float32, shape (B, sizes[-1])
+        Written when every row is finite.
+
+    Returns
+    -------
+    int
+        -1, or the first row holding NaN or inf (nothing written then).
+    """
     row = first_nonfinite_row(x)
     if row < 0:
         forward_batch(params, sizes, x, q_out)
@@ -505,7 +623,21 @@ def q_values_batch_checked(
 def greedy_actions_checked(
     params: np.ndarray, sizes: np.ndarray, x: np.ndarray, out: np.ndarray
 ) -> int:
-    """:func:`greedy_actions` if every row of ``x`` is finite (returns -1), else the bad row."""
+    """:func:`greedy_actions` if every row of ``x`` is finite.
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (B, sizes[0])
+    out : ndarray of int64, shape (B,)
+        Written when every row is finite.
+
+    Returns
+    -------
+    int
+        -1, or the first row holding NaN or inf (nothing written then).
+    """
     row = first_nonfinite_row(x)
     if row < 0:
         greedy_actions(params, sizes, x, out)

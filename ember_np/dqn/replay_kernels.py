@@ -116,16 +116,28 @@ def push_transition(
 ) -> int:
     """Validate one transition, then write it at ``cursor[POS]`` and advance.
 
-    buf : ReplayState; storage, finals and cursor are updated in place.
-    obs, next_obs : float32 (obs_size,), C-contiguous (the bits of ``obs`` are
-        compared with the previous transition's parked ``next_obs``).
-    action : int; reward : float; status : int (EpisodeStatus value).
-    next_mask : bool (num_actions,) with at least one True (checked by callers),
-        or (0,) for all legal: the next state's legal actions, packed into
-        ``buf.next_action_masks`` when it has rows (ignored otherwise).
+    Every value is checked here, so callers need not pre-validate.
 
-    Returns 0, or an error code (BAD_ACTION ... BAD_STATUS) with nothing
-    written: every value is checked here, so callers need not pre-validate.
+    Parameters
+    ----------
+    buf : ReplayState
+        storage, finals and cursor (and next_action_masks) are updated in place.
+    obs, next_obs : ndarray of float32, shape (obs_size,)
+        C-contiguous (the bits of ``obs`` are compared with the previous
+        transition's parked ``next_obs``).
+    action : int
+    reward : float
+    status : int
+        An EpisodeStatus value.
+    next_mask : ndarray of bool, shape (num_actions,) or (0,)
+        The next state's legal actions (at least one True, checked by callers),
+        or length 0 for all legal; packed into ``buf.next_action_masks`` when it
+        has rows (ignored otherwise).
+
+    Returns
+    -------
+    int
+        0, or an error code (BAD_ACTION ... BAD_STATUS) with nothing written.
     """
     storage = buf.storage
     finals = buf.finals
@@ -203,20 +215,25 @@ def pack_mask(legal: np.ndarray, n_actions: int, bits: np.ndarray) -> None:
 def sample_into(buf: ReplayState, rng_state: np.ndarray, out: Batch, beta: float) -> None:
     """Gather ``len(out.actions)`` transitions drawn from the stored ones.
 
-    buf : ReplayState holding at least one transition (read only).
-    rng_state : uint64 (4,), a PCG64 state advanced in place (one draw per row).
-    out : Batch of B rows, written: obs/next_obs float32 (B, obs_size),
-        actions int64 (B,), rewards float32 (B,), masks float32 (B,) (0 where
-        terminated), discounts (B,) (gamma * mask; gamma^m * mask for n-step
-        returns, see the module docstring; their dtype, float64 for one-step
-        batches and float32 for n-step ones, sets the TD target's precision);
-        with a sum tree also indices (B,)
-        and weights (B,) (see :func:`draw_prioritized`); next_action_masks
-        uint8 (B, n_bytes) from a masked buffer (else not read).
-    beta : float in [0, 1], PER's importance-sampling exponent (else unused).
-
     Draw every slot first (uniformly with replacement, or by priority), then
     gather: the kind of draw and of gather is chosen once per call, never per row.
+
+    Parameters
+    ----------
+    buf : ReplayState
+        Holding at least one transition (read only).
+    rng_state : ndarray of uint64, shape (4,)
+        A PCG64 state advanced in place (one draw per row).
+    out : Batch
+        B rows, written: obs/next_obs float32 (B, obs_size), actions int64
+        (B,), rewards float32 (B,), masks float32 (B,) (0 where terminated),
+        discounts (B,) (gamma * mask; gamma^m * mask for n-step returns, see
+        the module docstring; their dtype, float64 for one-step batches and
+        float32 for n-step ones, sets the TD target's precision); with a sum
+        tree also indices (B,) and weights (B,) (see :func:`draw_prioritized`);
+        next_action_masks uint8 (B, n_bytes) from a masked buffer (else not read).
+    beta : float in [0, 1]
+        PER's importance-sampling exponent (else unused).
     """
     batch_size = out.actions.shape[0]
     if buf.tree.shape[0] > 0:
@@ -377,11 +394,17 @@ def update_priorities(buf: ReplayState, indices: np.ndarray, td_errors: np.ndarr
     """Set p_i = (|td_i| + eps)^alpha for each sampled slot; track the largest priority.
 
     Each p_i is clamped to [MIN_PRIORITY, max_priority(leaves)] (sumtree.py's
-    :func:`clamp_priority`), so the tree's total stays finite and positive.
+    :func:`clamp_priority`), so the tree's total stays finite and positive. A
+    slot sampled twice in the batch keeps its last priority.
 
-    buf : ReplayState with a sum tree (updated in place, the largest priority
-        in tree[0] too). indices : int64 (B,) in [0, capacity); td_errors :
-        float32 (B,), finite. A slot sampled twice in the batch keeps its last priority.
+    Parameters
+    ----------
+    buf : ReplayState
+        With a sum tree (updated in place, the largest priority in tree[0] too).
+    indices : ndarray of int64, shape (B,)
+        Precondition: each in ``[0, capacity)``.
+    td_errors : ndarray of float32, shape (B,)
+        Precondition: finite.
     """
     tree = buf.tree
     leaves = tree.shape[0] // 2
