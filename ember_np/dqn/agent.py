@@ -13,7 +13,6 @@ checkpoints, so a restored agent continues exactly where it stopped.
 
 from __future__ import annotations
 
-import json
 import operator
 import os
 import warnings
@@ -40,6 +39,14 @@ from ember_np.checkpoint import (
 )
 from ember_np.checkpoint import (
     AgentKeys as K,
+)
+from ember_np.dqn.agent_io import (
+    buffer_for,
+    config_differences,
+    configure_buffer,
+    read_learner_state,
+    read_seed,
+    seed_array,
 )
 from ember_np.dqn.agent_kernels import (
     AgentState,
@@ -77,72 +84,6 @@ from ember_np.types import Experience, ReplayBuffer
 __all__ = ["DqnAgent"]
 
 _F32 = np.dtype(np.float32)
-
-
-def _buffer_for(config: DqnConfig, obs_size: int, n_actions: int) -> CircularBuffer:
-    """The replay buffer ``config`` asks for: prioritized or uniform, n-step or not."""
-    c = config
-    if c.prioritized_replay:
-        return PrioritizedBuffer(c.buffer_capacity, obs_size, n_actions, alpha=c.per_alpha,
-                                 eps=c.per_eps, n_step=c.n_step, gamma=c.gamma,
-                                 action_masks=c.action_masks)  # fmt: skip
-    return CircularBuffer(c.buffer_capacity, obs_size, n_actions, n_step=c.n_step, gamma=c.gamma,
-                          action_masks=c.action_masks)  # fmt: skip
-
-
-def _configure_buffer(buffer: Any, config: DqnConfig, built_in: bool) -> None:
-    """Hand ``config``'s returns (n_step, gamma) to the agent's own ``buffer``, their
-    one owner; ValueError for a replay the buffer cannot become (PER or not,
-    per_alpha, per_eps) or for a custom buffer asked for n-step or PER.
-
-    A custom buffer computes its own returns and priorities: the agent cannot
-    give it n_step > 1 or prioritized replay.
-    """
-    c = config
-    if not built_in:
-        if c.n_step != 1 or c.prioritized_replay:
-            raise ValueError(
-                f"n_step={c.n_step} and prioritized_replay={c.prioritized_replay} need the "
-                f"agent's own buffer, but a custom {type(buffer).__name__} was given: leave "
-                "n_step=1 and prioritized_replay=False (the buffer's batches carry their own "
-                "discounts and weights) or omit buffer="
-            )
-        return
-    want: tuple[Any, ...] = (c.prioritized_replay,)
-    has: tuple[Any, ...] = (isinstance(buffer, PrioritizedBuffer),)
-    if c.prioritized_replay and want == has:
-        want += (c.per_alpha, c.per_eps)
-        has += (buffer.alpha, buffer.eps)
-    if want != has:
-        raise ValueError(
-            f"the config's replay (prioritized_replay[, per_alpha, per_eps]) {want} does not "
-            f"match the buffer's {has}: build a new agent for another replay"
-        )
-    buffer.set_returns(c.n_step, c.gamma)
-
-
-def _seed_array(seed: int) -> np.ndarray:
-    """The checkpoint's ``seed``: int64 when it fits (below 2**63), else its decimal digits.
-
-    SeedSequence takes any non-negative integer (its own entropy is 128
-    bits), so a seed of 2**63 or more is valid; written as int64 it would
-    overflow at the first checkpoint and lose the run.
-    """
-    return np.array(seed, dtype=np.int64) if seed < 2**63 else string_array(str(seed))
-
-
-def _read_seed(reader: Reader) -> int:
-    """:func:`_seed_array`'s inverse; CheckpointError for anything but a non-negative integer."""
-    arr = reader.arrays.get(K.SEED)
-    if arr is not None and arr.dtype.kind == "U":
-        digits = reader.string(K.SEED)
-        if not (digits.isascii() and digits.isdigit() and len(digits) <= 1000):
-            raise reader.error(f"'seed' must be a non-negative integer, found {digits[:40]!r}")
-        return int(digits)
-    seed = reader.integer(K.SEED)
-    if seed < 0:
-        raise reader.error(f"'seed' must be >= 0, found {seed}")
-    return seed
 
 
 class DqnAgent:
@@ -197,7 +138,7 @@ class DqnAgent:
         obs_size = int(encoder.obs_size)
         n_actions = int(action_mapper.num_actions)
         init_rng, self._replay_rng, self._explore_rng = Rng.streams(seed, 3)  # checks the seed
-        self.seed = int(seed)  # any size: saved losslessly (see _seed_array)
+        self.seed = int(seed)  # any size: saved losslessly (see seed_array)
         sizes = (obs_size, *config.hidden_sizes, n_actions)
         # online and target networks, Adam and one batch's activations, before allocating
         check_network_memory(sizes, config.batch_size, config.dueling, config.layer_norm, 2)
@@ -207,7 +148,7 @@ class DqnAgent:
         self._flat_encoder = type(encoder) is VecEncoder and encoder.shape == self._obs_shape
         self.target = self.online.copy()
         if buffer is None:
-            buffer = _buffer_for(config, obs_size, n_actions)
+            buffer = buffer_for(config, obs_size, n_actions)
         elif config.action_masks:
             raise ValueError(
                 "config.action_masks=True needs the default replay buffer (a CircularBuffer "
@@ -258,7 +199,7 @@ class DqnAgent:
                 f"config.layer_norm={config.layer_norm} does not match the network, which is "
                 f"{layer_norm_name(self.online.layer_norm)}"
             )
-        _configure_buffer(self.buffer, config, self._fast_buffer)
+        configure_buffer(self.buffer, config, self._fast_buffer)
         self._config = config
         self._settings = agent_settings(config)
         self._net = self.online.kernel_state(self.target)
@@ -576,7 +517,7 @@ class DqnAgent:
             K.CONFIG: json_array(self.config.to_dict()),
             K.ENCODER: json_array(describe(self.encoder)),
             K.MAPPER: json_array(describe(self.action_mapper)),
-            K.SEED: _seed_array(self.seed),
+            K.SEED: seed_array(self.seed),
             K.COUNTERS: self._counters.copy(),
             K.RNG_EXPLORE: self._explore_rng.state.copy(),
             K.RNG_REPLAY: self._replay_rng.state.copy(),
@@ -631,17 +572,7 @@ class DqnAgent:
         return self
 
     def _warn_if_config_differs(self, reader: Reader) -> None:
-        try:
-            saved = reader.json("config")
-        except CheckpointError:
-            return  # load() never used the saved config; an unreadable one changes nothing
-        if not isinstance(saved, dict):
-            return
-        mine = json.loads(json.dumps(self.config.to_dict()))  # tuples as JSON lists
-        # a field added after the file was written (e.g. dueling) had its default then
-        saved = {**json.loads(json.dumps(DqnConfig().to_dict())), **saved}
-        keys = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
-        differ = [f"{k} {saved.get(k)!r} (this agent: {mine.get(k)!r})" for k in keys]
+        differ = config_differences(reader, self.config)
         if differ:
             warnings.warn(
                 f"{reader.path} was saved with another config: {', '.join(differ)}; load() keeps "
@@ -661,40 +592,9 @@ class DqnAgent:
                     f"architecture mismatch: this agent's network is {name(mine)}, "
                     f"the checkpoint's is {name(saved)}"
                 )
-        sizes = reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1)
-        if tuple(sizes.tolist()) != self.online.layer_sizes:
-            raise reader.error(
-                f"architecture mismatch: this agent has layer_sizes {self.online.layer_sizes}, "
-                f"the checkpoint has {tuple(sizes.tolist())}"
-            )
-        online = self.online  # its architecture is the checkpoint's (checked above)
-        online_state = {"layer_sizes": sizes, "dueling": np.array(online.dueling),
-                        "layer_norm": np.array(online.layer_norm)}  # fmt: skip
-        for key, value in self.online.state_dict().items():
-            if key not in online_state:
-                online_state[key] = reader.array(K.ONLINE + key, value.dtype, value.shape)
-        target_state = {}
-        for i, (w, b) in enumerate(zip(self.target.weights, self.target.biases)):
-            target_state[f"w{i}"] = reader.array(K.weight(K.TARGET, i), np.float32, w.shape)
-            target_state[f"b{i}"] = reader.array(K.bias(K.TARGET, i), np.float32, b.shape)
-        for i, g in enumerate(self.target.norm_gains):
-            for key in (f"ln_g{i}", f"ln_b{i}"):
-                target_state[key] = reader.array(K.TARGET + key, np.float32, g.shape)
-        counters = reader.array(K.COUNTERS, np.int64, (2,))
-        if counters.min() < 0:
-            raise reader.error(f"'counters' must be >= 0, found {counters.tolist()}")
-        explore = reader.array(K.RNG_EXPLORE, np.uint64, (4,))
-        replay = reader.array(K.RNG_REPLAY, np.uint64, (4,))
-        for key, st in ((K.RNG_EXPLORE, explore), (K.RNG_REPLAY, replay)):
-            if int(st[3]) % 2 == 0:
-                raise reader.error(f"{key!r} is not a valid PCG64 state (even increment)")
-        flags = ("layer_sizes", "dueling", "layer_norm")
-        for key in (*(K.ONLINE + k for k in online_state if k not in flags),
-                    *(K.TARGET + k for k in target_state)):  # fmt: skip
-            if not np.isfinite(reader.arrays[key]).all():
-                raise reader.error(f"{key!r} holds NaN or infinite values")
-        if (reader.arrays[K.ONLINE + "adam_v"] < 0).any() or online_state["adam_t"][0] < 0:
-            raise reader.error("the Adam state is invalid (negative second moment or step)")
+        online_state, target_state, counters, explore, replay = read_learner_state(
+            reader, self.online, self.target
+        )
         buffer_state = None
         buffer_keys = [k for k in reader.arrays if k.startswith(K.BUFFER)]
         if include_buffer and buffer_keys:
@@ -753,7 +653,7 @@ class DqnAgent:
             raise
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise reader.error(f"invalid config or description: {exc}") from None
-        seed = _read_seed(reader)
+        seed = read_seed(reader)
         stored = tuple(reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1).tolist())
         expected = (int(encoder.obs_size), *config.hidden_sizes, int(action_mapper.num_actions))
         if stored != expected:

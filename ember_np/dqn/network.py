@@ -20,7 +20,6 @@ checks and coerces its inputs, and re-exports those kernels' public names.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,7 +29,6 @@ from ember_np._arrays import as_f32, as_i64
 from ember_np._jit import entry_point
 from ember_np._masks import check_action_masks
 from ember_np._memory import check_network_memory
-from ember_np._validate import F32_RULE, positive_in_f32
 from ember_np.checkpoint import architecture_name, dueling_flag, layer_norm_flag, layer_norm_name
 from ember_np.dqn.learn import (  # noqa: F401  (re-exported)
     ADAM_BETA1,
@@ -81,6 +79,15 @@ from ember_np.dqn.mlp import (  # noqa: F401  (re-exported)
     q_values_batch_checked,
     q_values_checked,
 )  # fmt: skip
+from ember_np.dqn.network_inputs import (
+    NO_PER_SAMPLE,
+    batch_discounts,
+    check_layer_sizes,
+    check_positive_float,
+    optional_per_sample,
+    split_batch_tail,
+    td_errors_out_array,
+)
 from ember_np.encoding import nonfinite_observation, nonfinite_row
 from ember_np.rng import Rng
 from ember_np.types import Batch
@@ -88,129 +95,6 @@ from ember_np.types import Batch
 __all__ = ["NetState", "PerSample", "QNetwork", "UpdateSettings", "update_settings"]
 
 _F32 = np.dtype(np.float32)
-
-
-def _check_positive_float(name: str, value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive number, got {value!r}") from None
-    if not (v > 0.0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    if not positive_in_f32(v):  # applied to float32 weights
-        raise ValueError(f"{name} must be {F32_RULE}, got {value!r}")
-    return v
-
-
-_NONE = np.empty(0, dtype=np.float32)  # an absent per-sample array (never written)
-_NO_PER_SAMPLE = PerSample(_NONE, _NONE)
-_F64 = np.dtype(np.float64)
-
-
-def _discounts(discounts: Any, gamma: Any, masks: np.ndarray) -> np.ndarray:
-    """The batch's per-sample discounts (batch,): given ones, else ``gamma * masks``.
-
-    Given discounts are used as float64 when they are float64 (a one-step
-    buffer's ``gamma * mask``), else read as float32, as they always were (an
-    n-step buffer's ``gamma**m * mask``); ``gamma * masks`` is float64. The
-    TD target is computed in the discounts' precision.
-    """
-    g = float(gamma)
-    if not 0.0 <= g <= 1.0:
-        raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
-    if discounts is None:
-        return g * masks.astype(_F64)
-    if type(discounts) is np.ndarray and discounts.dtype is _F64 and discounts.flags.carray:
-        d = discounts
-    else:
-        d = as_f32(discounts, "discounts")
-    if d.shape != masks.shape:
-        raise ValueError(f"expected discounts of shape {masks.shape}, got {d.shape}")
-    return d
-
-
-def _optional_per_sample(name: str, value: Any, batch: int) -> np.ndarray:
-    """A per-sample input as float32 (batch,), or an empty array when None."""
-    if value is None:
-        return _NONE
-    arr = as_f32(value, name)
-    if arr.shape != (batch,):
-        raise ValueError(f"expected {name} of shape ({batch},), got {arr.shape}")
-    return arr
-
-
-def _split_batch_tail(
-    first: Any, tail: tuple[Any, ...], discounts: Any, weights: Any
-) -> tuple[Any, Any, Any, Any]:
-    """``update(*batch, target)`` with a 9-field Batch: (target, discounts, weights, packed).
-
-    ``first`` and ``tail`` are the positional arguments after ``masks``: the
-    batch's discounts, weights, indices and packed next_action_masks, then the
-    target. A field of length 0 is "not given" (packed: None); given both in the
-    batch and by keyword is an error (the caller checks the packed masks).
-    """
-    if len(tail) != 4:
-        raise ValueError(
-            "update() takes obs, actions, rewards, next_obs, masks (or a whole Batch: "
-            "*batch) and then the target network; got "
-            f"{6 + len(tail)} positional arguments"
-        )
-    discounts = _from_batch("discounts", first, discounts)
-    weights = _from_batch("weights", tail[0], weights)
-    packed = tail[2] if _holds_data(tail[2]) else None
-    return tail[3], discounts, weights, packed
-
-
-def _holds_data(field: Any) -> bool:
-    """Whether a Batch field was given (a field of length 0 was not)."""
-    # .size of an ndarray (the usual case) costs a fifth of np.size's dispatch
-    return (field.size if type(field) is np.ndarray else np.size(field)) > 0
-
-
-def _from_batch(name: str, field: Any, keyword: Any) -> Any:
-    """The batch's ``field`` if it holds data (``keyword`` must then be None), else ``keyword``."""
-    if not _holds_data(field):
-        return keyword
-    if keyword is not None:
-        raise ValueError(f"{name} given twice: in the batch and as a keyword")
-    return field
-
-
-def _td_errors_out(out: Any, batch: int) -> np.ndarray:
-    """The array the update writes |TD errors| into, or an empty one when None."""
-    if out is None:
-        return _NONE
-    if (
-        not isinstance(out, np.ndarray)
-        or out.dtype != _F32
-        or not (out.flags.c_contiguous and out.flags.aligned)
-    ):
-        raise ValueError(
-            "td_errors_out must be a C-contiguous float32 ndarray, aligned (e.g. "
-            f"np.empty({batch}, np.float32)), got {type(out).__name__}"
-            + (f" of dtype {out.dtype}" if isinstance(out, np.ndarray) else "")
-        )
-    if out.shape != (batch,):
-        raise ValueError(f"expected td_errors_out of shape ({batch},), got {out.shape}")
-    if not out.flags.writeable:
-        raise ValueError("td_errors_out must be writeable")
-    return out
-
-
-def _layer_sizes(layer_sizes: Sequence[int]) -> tuple[int, ...]:
-    try:
-        sizes = tuple(operator.index(s) for s in layer_sizes)
-    except TypeError:
-        raise ValueError(
-            f"layer_sizes must be a sequence of positive integers such as (4, 64, 64, 2), "
-            f"got {layer_sizes!r}"
-        ) from None
-    if len(sizes) < 2 or any(s <= 0 for s in sizes):
-        raise ValueError(
-            "layer_sizes must list at least an input and an output size, all positive "
-            f"(e.g. (4, 64, 64, 2) for 4 inputs, two hidden layers of 64, 2 actions), got {sizes}"
-        )
-    return sizes
 
 
 class QNetwork:
@@ -250,7 +134,7 @@ class QNetwork:
         self, layer_sizes: Sequence[int], seed: int | Rng = 0, dueling: bool = False,
         layer_norm: bool = False,
     ) -> None:  # fmt: skip
-        sizes = _layer_sizes(layer_sizes)
+        sizes = check_layer_sizes(layer_sizes)
         if not isinstance(dueling, (bool, np.bool_)):
             raise ValueError(f"dueling must be True or False, got {dueling!r}")
         if dueling and len(sizes) < 3:
@@ -561,7 +445,7 @@ class QNetwork:
         """
         packed = None
         if batch_tail:  # update(*batch, target): the Batch's fields after masks, then the target
-            target, discounts, weights, packed = _split_batch_tail(
+            target, discounts, weights, packed = split_batch_tail(
                 target, batch_tail, discounts, weights
             )
             if packed is not None and next_action_masks is not None:
@@ -583,17 +467,17 @@ class QNetwork:
             if arr.shape != (batch,):
                 raise ValueError(f"expected {name} of shape ({batch},), got {arr.shape}")
         if weights is None and td_errors_out is None:
-            per = _NO_PER_SAMPLE
+            per = NO_PER_SAMPLE
         else:
             per = PerSample(
-                _optional_per_sample("weights", weights, batch),
-                _td_errors_out(td_errors_out, batch),
+                optional_per_sample("weights", weights, batch),
+                td_errors_out_array(td_errors_out, batch),
             )
-        d = _discounts(discounts, gamma, m)
-        lr = _check_positive_float("learning_rate", learning_rate)
-        delta = _check_positive_float("huber_delta", huber_delta)
+        d = batch_discounts(discounts, gamma, m)
+        lr = check_positive_float("learning_rate", learning_rate)
+        delta = check_positive_float("huber_delta", huber_delta)
         clip = (
-            None if max_grad_norm is None else _check_positive_float("max_grad_norm", max_grad_norm)
+            None if max_grad_norm is None else check_positive_float("max_grad_norm", max_grad_norm)
         )
         if packed is not None:
             bits = np.ascontiguousarray(packed, dtype=np.uint8)
@@ -728,7 +612,7 @@ class QNetwork:
 
     def __setstate__(self, state: dict[str, np.ndarray]) -> None:
         dueling = bool(state["dueling"]) if "dueling" in state else False
-        sizes = _layer_sizes(np.asarray(state["layer_sizes"]).tolist())
+        sizes = check_layer_sizes(np.asarray(state["layer_sizes"]).tolist())
         self._init_storage(sizes, dueling, layer_norm_flag(state))
         self.load_state_dict(state)
 
