@@ -37,6 +37,8 @@ from ember_np.dqn.replay_kernels import (
 from ember_np.rng import Rng
 from ember_np.types import Batch, EpisodeStatus
 
+_ND = np.ndarray  # one global lookup in push's hot path, not np + .ndarray
+
 
 def _as_obs(x: Any, obs_size: int, name: str) -> np.ndarray:
     """``x`` as a C-contiguous float32 vector of length ``obs_size`` (no copy if it is one)."""
@@ -271,9 +273,9 @@ class CircularBuffer:
         try:
             # as_f32 with its no-copy test inlined (a call costs ~0.1 us, 10% of a push)
             o, no = obs, next_obs
-            if not (type(o) is np.ndarray and o.dtype is F32 and o.flags.carray):
+            if not (type(o) is _ND and o.dtype is F32 and o.flags.carray):
                 o = as_f32(o, "obs")
-            if not (type(no) is np.ndarray and no.dtype is F32 and no.flags.carray):
+            if not (type(no) is _ND and no.dtype is F32 and no.flags.carray):
                 no = as_f32(no, "next_obs")
             a = operator.index(action)
             s = operator.index(status)
