@@ -175,14 +175,14 @@ def _trained_with_masks(source: str) -> bool:
     """The ``action_masks`` setting of the config saved in the checkpoint ``source``
     (False when ``source`` is not a checkpoint file or its config does not say)."""
     from ember_np.checkpoint import AgentKeys, Reader
+    from ember_np.dqn.policy import NOT_READ
 
     if not source or not os.path.isfile(source):
         return False
     # Only the config is read: the target network, optimiser state and replay
     # buffer (most of the file) are checked by the reader, never loaded.
-    skip = (AgentKeys.TARGET, AgentKeys.BUFFER, AgentKeys.ONLINE + "adam_")
     try:
-        config = Reader(source, skip=skip).json(AgentKeys.CONFIG)
+        config = Reader(source, skip=NOT_READ).json(AgentKeys.CONFIG)
     except (CheckpointError, OSError):
         return False
     return isinstance(config, dict) and config.get("action_masks") is True

@@ -83,6 +83,7 @@ class Experience(NamedTuple):
 # The default of Batch's optional per-sample fields: length 0, "not given"
 # (writeable and C-contiguous like a sampled array, so kernels compile once).
 _NO_F32 = np.empty(0, dtype=np.float32)
+_NO_F64 = np.empty(0, dtype=np.float64)
 _NO_I64 = np.empty(0, dtype=np.int64)
 #: ``Batch.next_action_masks`` of a batch without action masks (never written).
 NO_ACTION_MASKS = np.zeros((0, 0), dtype=np.uint8)
@@ -97,10 +98,11 @@ class Batch(NamedTuple):
         For an n-step buffer, the discounted sum of up to n rewards.
     masks : ndarray of float32, shape (batch,)
         Bootstrap masks: 0 for terminated transitions, 1 otherwise.
-    discounts : ndarray of float32, shape (batch,) or (0,)
-        The bootstrap discount ``gamma**m * mask`` of an m-step return (n-step
-        buffers); length 0 (1-step buffers, the default) means ``gamma * mask``,
-        as in :class:`~ember_np.dqn.network.PerSample`.
+    discounts : ndarray of float64 or float32, shape (batch,) (or (0,) unfilled)
+        The bootstrap discount of each transition: ``gamma * mask`` (float64),
+        or ``gamma**m * mask`` for an m-step return (float32). Replay buffers
+        always fill it (they own gamma); the update reads the discount from
+        here only, and computes the TD target in the discounts' precision.
     weights : ndarray of float32, shape (batch,) or (0,)
         Importance weights of prioritized replay; length 0 (the default): all 1.
     indices : ndarray of int64, shape (batch,) or (0,)
@@ -117,7 +119,7 @@ class Batch(NamedTuple):
     rewards: np.ndarray
     next_obs: np.ndarray
     masks: np.ndarray
-    discounts: np.ndarray = _NO_F32
+    discounts: np.ndarray = _NO_F64
     weights: np.ndarray = _NO_F32
     indices: np.ndarray = _NO_I64
     next_action_masks: np.ndarray = NO_ACTION_MASKS

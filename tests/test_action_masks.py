@@ -444,7 +444,7 @@ def test_resume_with_masks_is_exact(tmp_path):
 
 def test_update_takes_a_whole_masked_batch():
     """``net.update(*batch, target)`` uses a masked buffer's packed masks, as the keyword does."""
-    buf = CircularBuffer(40, N_OBS, N_ACT, action_masks=True)
+    buf = CircularBuffer(40, N_OBS, N_ACT, action_masks=True, gamma=0.9)  # discounts 0.9 * mask
     fill(buf, 40, seed=13)
     batch = buf.sample(16, Rng(2))
     legal = np.unpackbits(batch.next_action_masks, axis=1, count=N_ACT).astype(bool)

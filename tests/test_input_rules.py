@@ -142,7 +142,7 @@ rewards = st.one_of(
 @given(reward=rewards)
 def test_a_reward_is_stored_exactly_when_its_float32_is_finite(reward):
     """CircularBuffer.push and DqnAgent.observe (the fused loop stores through the same
-    kernel, _agent_step -> _push, as observe)."""
+    kernel, agent_step -> push_transition, as observe)."""
     x = np.zeros(3, np.float32)
     buf = CircularBuffer(4, 3, 2)
     agent = make_agent()

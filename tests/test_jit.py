@@ -97,8 +97,8 @@ _FIRST_UPDATE = textwrap.dedent(
     net.forward(np.zeros(4, np.float32))
     print(json.dumps({
         name: [k.stats.cache_hits.total(), k.stats.cache_misses.total()]
-        for name, k in [("update", network._checked_update), ("push", replay._push),
-                        ("sample", replay._sample), ("forward_one", network._q_values_checked)]
+        for name, k in [("update", network.checked_update), ("push", replay.push_transition),
+                        ("sample", replay.sample_into), ("forward_one", network.q_values_checked)]
     }))
     """
 )
@@ -129,5 +129,5 @@ def test_qnetwork_forward_single_specialization_per_dtype():
         net.forward(x)
     from ember_np.dqn import network
 
-    sigs = network._q_values_checked.signatures  # forward's kernel (checks, then _forward_one)
+    sigs = network.q_values_checked.signatures  # forward's kernel (checks, then forward_one)
     assert all(str(s[0].dtype) == "float32" for s in sigs), sigs

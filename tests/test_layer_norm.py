@@ -82,7 +82,7 @@ def test_layout_names_each_architecture_exactly():
         for dueling in DUEL:
             for layer_norm in DUEL if min(sizes[1:-1]) >= 2 else [False]:
                 net = QNetwork(sizes, dueling=dueling, layer_norm=layer_norm)
-                v_off, ln_off = nw._layout(net.num_params, net.sizes_array)
+                v_off, ln_off = nw.layout(net.num_params, net.sizes_array)
                 assert (v_off >= 0, ln_off >= 0) == (dueling, layer_norm), (sizes, dueling)
 
 
@@ -119,9 +119,9 @@ def test_backprop_matches_finite_differences(sizes, dueling, layer_norm, double)
     n = flat.size
     state = nw.NetState(flat, t_flat, net.sizes_array, np.zeros(n), np.zeros(n), np.zeros(n),
                         np.zeros(1, np.int64))  # fmt: skip
-    hp = nw.update_settings(gamma, 1e-3, delta, double, None)
-    per = nw.PerSample(np.empty(0), np.empty(0), np.empty(0))
-    loss = nw._loss_and_grads(state, Batch(*batch), per, hp)
+    hp = nw.update_settings(1e-3, delta, double, None)
+    per = nw.PerSample(np.empty(0), np.empty(0))
+    loss = nw.loss_and_grads(state, Batch(*batch, gamma * batch[4]), per, hp)
 
     def fn(p):
         return naive.network_dqn_loss(p, t_flat, sizes, dueling, layer_norm, batch, gamma,

@@ -77,14 +77,14 @@ def test_forward_accepts_lists_and_float64_without_new_specialization():
     net = QNetwork((4, 8, 2), seed=0)
     net.forward(np.zeros((2, 4), dtype=np.float32))
     net.forward(np.zeros(4, dtype=np.float32))
-    n_batch = len(nw._q_values_batch_checked.signatures)
-    n_one = len(nw._q_values_checked.signatures)
+    n_batch = len(nw.q_values_batch_checked.signatures)
+    n_one = len(nw.q_values_checked.signatures)
     q64 = net.forward(np.zeros((2, 4), dtype=np.float64))
     q_list = net.forward([0.0, 0.0, 0.0, 0.0])
     q_fortran = net.forward(np.asfortranarray(np.zeros((2, 4))))
     assert q64.dtype == q_list.dtype == q_fortran.dtype == np.float32
-    assert len(nw._q_values_batch_checked.signatures) == n_batch
-    assert len(nw._q_values_checked.signatures) == n_one
+    assert len(nw.q_values_batch_checked.signatures) == n_batch
+    assert len(nw.q_values_checked.signatures) == n_one
 
 
 def test_forward_rejects_wrong_shape_with_expected_and_given():
@@ -113,14 +113,18 @@ def state64(params, target, sizes):
                        np.zeros(n), np.zeros(n), np.zeros(1, np.int64))  # fmt: skip
 
 
-NO_PER_SAMPLE = nw.PerSample(np.empty(0), np.empty(0), np.empty(0))
+NO_PER_SAMPLE = nw.PerSample(np.empty(0), np.empty(0))
 
 
-def kernel_loss_and_grads(net, target, batch, gamma, delta, double, per=NO_PER_SAMPLE):
-    data = Batch(*(np.ascontiguousarray(a) for a in batch))
+def kernel_loss_and_grads(net, target, batch, gamma, delta, double, per=NO_PER_SAMPLE,
+                          discounts=None):  # fmt: skip
+    """The kernels' loss and gradient; the batch carries ``discounts`` (default gamma * masks)."""
+    arrays = [np.ascontiguousarray(a) for a in batch]
+    arrays.append(gamma * arrays[4] if discounts is None else discounts)
+    data = Batch(*arrays)
     state = state64(flat64(net), flat64(target), net.layer_sizes)
-    hp = nw.update_settings(gamma, 1e-3, delta, double, None)
-    loss = nw._loss_and_grads(state, data, per, hp)
+    hp = nw.update_settings(1e-3, delta, double, None)
+    loss = nw.loss_and_grads(state, data, per, hp)
     return loss, state.grads
 
 
@@ -182,7 +186,7 @@ def test_clipping_matches_torch_rule_on_finite_difference_gradient(max_norm):
     net, target = QNetwork(sizes, seed=3), QNetwork(sizes, seed=4)
     batch = make_batch(sizes, batch=10, seed=3, dtype=np.float64)
     _, grads = kernel_loss_and_grads(net, target, batch, 0.99, 1.0, True)
-    norm = nw._clip_grad_norm(grads, max_norm)
+    norm = nw.clip_grad_norm(grads, max_norm)
     fd = naive.finite_difference_grad(
         reference_loss_fn(net, target, batch, 0.99, 1.0, True), flat64(net)
     )
@@ -230,7 +234,7 @@ def test_adam_matches_reference_over_several_steps():
     state = nw.NetState(params, params, np.zeros(2, np.int64), g, m, v, t)
     for _ in range(25):
         g[:] = rng.standard_normal(n).astype(np.float32)
-        nw._adam_step(state, 1e-2)
+        nw.adam_step(state, 1e-2)
         ref_params = ref.step(ref_params, g.astype(np.float64))
     assert t[0] == 25
     np.testing.assert_allclose(params, ref_params, rtol=2e-5, atol=2e-6)
@@ -252,8 +256,8 @@ def test_update_equals_reference_step(double):
     for step in range(3):
         expected_loss = loss_fn(ref_params)
         state = state64(ref_params, flat64(target), sizes)
-        hp = nw.update_settings(0.99, 1e-3, 1.0, double, 10.0)
-        nw._loss_and_grads(state, Batch(*batch64), NO_PER_SAMPLE, hp)
+        hp = nw.update_settings(1e-3, 1.0, double, 10.0)
+        nw.loss_and_grads(state, Batch(*batch64, 0.99 * batch64[4]), NO_PER_SAMPLE, hp)
         ref_params = ref_adam.step(ref_params, naive.clip_grad_norm(state.grads, 10.0))
         loss = net.update(
             *batch, target, gamma=0.99, learning_rate=1e-3, double_dqn=double, max_grad_norm=10.0
@@ -310,11 +314,11 @@ def test_update_float64_inputs_do_not_compile_a_second_version():
     net = QNetwork(sizes, seed=0)
     target = net.copy()
     net.update(*make_batch(sizes), target, gamma=0.9, learning_rate=1e-3)
-    n = len(nw._checked_update.signatures)
+    n = len(nw.checked_update.signatures)
     obs, actions, rewards, next_obs, masks = make_batch(sizes, dtype=np.float64)
     net.update(obs, actions.astype(np.int32), rewards, next_obs, masks.tolist(), target,
                gamma=0.9, learning_rate=1e-3, double_dqn=1, max_grad_norm=5)  # fmt: skip
-    assert len(nw._checked_update.signatures) == n
+    assert len(nw.checked_update.signatures) == n
 
 
 def test_update_errors_say_what_was_expected():
@@ -470,7 +474,7 @@ def test_per_sample_gradients_match_finite_differences_and_reference(sizes, doub
     discounts, weights = per_sample(12, seed=1, dtype=np.float64)
     td = np.zeros(12)
     loss, grads = kernel_loss_and_grads(
-        net, target, batch, 0.9, 0.5, double, nw.PerSample(discounts, weights, td)
+        net, target, batch, 0.9, 0.5, double, nw.PerSample(weights, td), discounts
     )
     tw, tb = naive.unflatten(flat64(target), sizes)
     obs, actions, rewards, next_obs, masks = batch
@@ -493,7 +497,7 @@ def test_per_sample_gradients_match_finite_differences_and_reference(sizes, doub
     # the masks are not used once discounts are given
     flipped = (obs, actions, rewards, next_obs, 1.0 - masks)
     again, _ = kernel_loss_and_grads(
-        net, target, flipped, 0.9, 0.5, double, nw.PerSample(discounts, weights, np.zeros(12))
+        net, target, flipped, 0.9, 0.5, double, nw.PerSample(weights, np.zeros(12)), discounts
     )
     assert again == loss
 

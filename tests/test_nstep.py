@@ -75,8 +75,8 @@ def check_batch(batch, expected, key_of_obs, gamma, n_step):
         assert batch.rewards[k] == pytest.approx(reward, rel=1e-5, abs=1e-6)
         assert np.array_equal(batch.next_obs[k], next_obs)
         assert batch.masks[k] == mask
-        if n_step == 1:
-            assert batch.discounts.shape == (0,)  # means gamma * mask
+        if n_step == 1:  # the buffer owns gamma: gamma * mask, in float64
+            assert batch.discounts.dtype == np.float64 and batch.discounts[k] == gamma * mask
         else:
             assert batch.discounts[k] == pytest.approx(discount, rel=1e-6)
 
@@ -147,9 +147,14 @@ def test_one_step_sampling_is_unchanged():
         assert np.array_equal(batch.obs[k], obs) and np.array_equal(batch.next_obs[k], next_obs)
         assert (batch.actions[k], batch.rewards[k]) == (action, np.float32(reward))
         assert batch.masks[k] == (0.0 if status == TERMINATED else 1.0)
-    for got, want in zip(other.sample(60, Rng(4)), batch):
-        assert np.array_equal(got, want)
-    assert batch.discounts.shape == batch.weights.shape == batch.indices.shape == (0,)
+    theirs = other.sample(60, Rng(4))
+    for name in batch._fields:  # the same draws and transitions; each buffer's own gamma
+        if name != "discounts":
+            assert np.array_equal(getattr(theirs, name), getattr(batch, name)), name
+    assert np.array_equal(theirs.discounts, 0.5 * batch.masks.astype(np.float64))
+    assert np.array_equal(batch.discounts, 0.99 * batch.masks.astype(np.float64))
+    assert batch.weights.shape == batch.indices.shape == (0,)
+    assert np.array_equal(batch.discounts, buf.gamma * batch.masks.astype(np.float64))
 
 
 def test_buffer_rejects_bad_n_step_and_gamma():

@@ -154,10 +154,10 @@ def test_sample_into_preallocated_batch_and_determinism():
 @pytest.mark.parametrize(
     "kind, options, filled",
     [
-        ("plain", {}, set()),
+        ("plain", {}, {"discounts"}),  # every buffer hands over gamma * mask
         ("plain", {"n_step": 3}, {"discounts"}),
-        ("plain", {"action_masks": True}, {"next_action_masks"}),
-        ("prioritized", {}, {"weights", "indices"}),
+        ("plain", {"action_masks": True}, {"discounts", "next_action_masks"}),
+        ("prioritized", {}, {"discounts", "weights", "indices"}),
         ("prioritized", {"n_step": 2, "action_masks": True},
          {"discounts", "weights", "indices", "next_action_masks"}),
     ],
@@ -188,10 +188,10 @@ def test_sample_advances_only_the_given_stream():
 def test_push_coerces_lists_and_float64_without_new_specialization():
     buf = CircularBuffer(10, 3, 4)
     buf.push(np.zeros(3, np.float32), 0, 0.0, np.zeros(3, np.float32), 0)
-    n = len(replay._push.signatures)
+    n = len(replay.push_transition.signatures)
     buf.push([1.0, 2.0, 3.0], np.int64(1), np.float64(2.0), np.ones(3), EpisodeStatus.TRUNCATED)
     buf.push(np.zeros((3, 2))[:, 0], np.int32(2), 1, np.zeros(3, np.float16), np.uint8(1))
-    assert len(replay._push.signatures) == n
+    assert len(replay.push_transition.signatures) == n
     assert buf.storage[1]["status"] == 2 and buf.storage[2]["action"] == 2
 
 

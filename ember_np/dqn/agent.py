@@ -13,17 +13,16 @@ checkpoints, so a restored agent continues exactly where it stopped.
 
 from __future__ import annotations
 
-import json
 import operator
 import os
 import warnings
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from ember_np._arrays import as_f32
-from ember_np._jit import entry_point, kernel
+from ember_np._jit import entry_point
 from ember_np._masks import ALL_LEGAL, check_action_mask
 from ember_np._memory import check_network_memory
 from ember_np._validate import check_int
@@ -41,30 +40,31 @@ from ember_np.checkpoint import (
 from ember_np.checkpoint import (
     AgentKeys as K,
 )
-from ember_np.dqn.config import DqnConfig, linear_epsilon
-from ember_np.dqn.network import (
-    NetState,
-    PerSample,
-    QNetwork,
-    UpdateSettings,
-    _all_finite,
-    _greedy_action,
-    _greedy_action_legal,
-    _greedy_legal,
-    _greedy_unchecked,
-    _nonfinite_observation,
-    _polyak,
-    _update,
-    update_settings,
+from ember_np.dqn.agent_io import (
+    buffer_for,
+    config_differences,
+    configure_buffer,
+    read_learner_state,
+    read_seed,
+    seed_array,
 )
-from ember_np.dqn.replay import (
-    CircularBuffer,
-    PrioritizedBuffer,
-    ReplayState,
-    _push,
-    _sample,
-    _update_priorities,
+from ember_np.dqn.agent_kernels import (
+    AgentState,
+    act_explore,
+    agent_settings,
+    agent_step,
+    learning_rate_now,
+    target_due,
+    train_due,
+    train_from_buffer,
+    update_settings_now,
 )
+from ember_np.dqn.circular import CircularBuffer
+from ember_np.dqn.config import DqnConfig
+from ember_np.dqn.mlp import greedy_action, greedy_action_legal
+from ember_np.dqn.network import QNetwork
+from ember_np.dqn.policy import DqnPolicy
+from ember_np.dqn.prioritized import PrioritizedBuffer
 from ember_np.encoding import (
     DiscreteActionMapper,
     IndexActionMapper,
@@ -75,367 +75,15 @@ from ember_np.encoding import (
     encoder_for_space,
     encoder_from_description,
     mapper_from_description,
+    nonfinite_observation,
 )
-from ember_np.rng import Rng, next_below, next_double
-from ember_np.types import Batch, Experience, ReplayBuffer
+from ember_np.rng import Rng
+from ember_np.training._fused import fused_steps
+from ember_np.types import Experience, ReplayBuffer
 
 __all__ = ["DqnAgent"]
 
 _F32 = np.dtype(np.float32)
-
-
-class AgentSettings(NamedTuple):
-    """The agent's scalar settings, passed to kernels as one typed value.
-
-    Built only by :func:`agent_settings` (fixed Python types, so kernels taking
-    it compile once). Fields as :class:`DqnConfig`; ``gradient_steps`` is the
-    resolved count per training round and ``learning_starts`` the stored
-    transitions needed before the first one. ``per_beta_start`` and
-    ``per_beta_steps`` are read only with a prioritized buffer.
-    """
-
-    update: UpdateSettings
-    target_update_freq: int
-    train_freq: int
-    gradient_steps: int
-    learning_starts: int
-    batch_size: int
-    tau: float
-    epsilon_start: float
-    epsilon_end: float
-    epsilon_decay_steps: int
-    learning_rate_end: float  # update.learning_rate when not annealed (a constant schedule)
-    learning_rate_decay_steps: int
-    per_beta_start: float
-    per_beta_steps: int
-
-
-def agent_settings(config: DqnConfig) -> AgentSettings:
-    """The kernels' view of ``config`` (the one place an AgentSettings is built)."""
-    c = config
-    return AgentSettings(
-        update_settings(c.gamma, c.learning_rate, c.huber_delta, c.double_dqn, c.max_grad_norm),
-        int(c.target_update_freq), int(c.train_freq), int(c.gradient_steps_per_train),
-        int(c.learning_starts), int(c.batch_size), float(c.tau), float(c.epsilon_start),
-        float(c.epsilon_end), int(c.epsilon_decay_steps),
-        float(c.learning_rate if c.learning_rate_end is None else c.learning_rate_end),
-        int(c.learning_rate_decay_steps), float(c.per_beta_start), int(c.per_beta_steps),
-    )  # fmt: skip
-
-
-class AgentState(NamedTuple):
-    """Everything the agent's kernels read and write, as one value.
-
-    net : NetState (online network, target parameters, Adam)
-    replay : ReplayState, or None for a custom buffer (then no kernel takes it)
-    settings : AgentSettings
-    counters : ndarray of int64, shape (2,): total_steps, n_updates
-    replay_rng, explore_rng : ndarray of uint64, shape (4,): PCG64 states
-    out : ndarray of float64, shape (2,): last mean loss, whether the last step trained
-    """
-
-    net: NetState
-    replay: ReplayState | None
-    settings: AgentSettings
-    counters: np.ndarray
-    replay_rng: np.ndarray
-    explore_rng: np.ndarray
-    out: np.ndarray
-
-
-@kernel
-def _random_legal(rng_state: np.ndarray, n_actions: int, legal: np.ndarray) -> int:
-    """A uniform random action index among the legal ones (one draw from ``rng_state``).
-
-    legal : bool (n_actions,) with at least one True, or (0,): all legal,
-    which draws exactly as an unmasked agent does.
-    """
-    if legal.shape[0] == 0:
-        return next_below(rng_state, n_actions)
-    count = 0
-    for j in range(n_actions):
-        count += legal[j]
-    k = next_below(rng_state, count)  # the k-th legal action
-    for j in range(n_actions):
-        if legal[j]:
-            if k == 0:
-                return j
-            k -= 1
-    return -1  # unreachable: count legal actions exist
-
-
-@kernel
-def _epsilon_greedy(
-    params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, epsilon: float, rng_state: np.ndarray,
-    legal: np.ndarray,
-) -> int:  # fmt: skip
-    """With probability epsilon a uniform random legal action index, else the greedy legal one.
-
-    params : float32 (num_params,); sizes : int64 (n_layers + 1,);
-    obs : float32 (obs_size,); epsilon : float in [0, 1];
-    rng_state : uint64 (4,), advanced in place;
-    legal : bool (n_actions,) with at least one True, or (0,): every action is legal.
-
-    Draws u ~ U[0, 1) from ``rng_state`` whenever epsilon > 0, and a second
-    number for the random action when u < epsilon. Returns -1 for an
-    observation holding NaN or inf.
-    """
-    if not _all_finite(obs):
-        return -1  # callers raise; no random number is drawn
-    if epsilon > 0.0 and next_double(rng_state) < epsilon:
-        return _random_legal(rng_state, sizes[sizes.shape[0] - 1], legal)
-    if legal.shape[0] == 0:
-        return _greedy_unchecked(params, sizes, obs)
-    return _greedy_legal(params, sizes, obs, legal)
-
-
-@kernel
-def _epsilon_now(settings: AgentSettings, step: int) -> float:
-    """The exploration rate after ``step`` (int >= 0) env steps (:func:`linear_epsilon`)."""
-    return linear_epsilon(
-        step, settings.epsilon_start, settings.epsilon_end, settings.epsilon_decay_steps
-    )
-
-
-@kernel
-def _learning_rate_now(settings: AgentSettings, step: int) -> float:
-    """Adam's learning rate after ``step`` (int >= 0) env steps: the one home of
-    the annealing schedule (:meth:`DqnConfig.learning_rate_at`'s formula).
-
-    lr(t) = lr + (lr_end - lr) * min(t / decay_steps, 1); without annealing
-    lr_end = lr, and lr + 0.0 * f is lr exactly (updates bit-identical to a
-    constant rate).
-    """
-    return linear_epsilon(
-        step, settings.update.learning_rate, settings.learning_rate_end,
-        settings.learning_rate_decay_steps,
-    )  # fmt: skip
-
-
-@kernel
-def _update_settings_now(settings: AgentSettings, step: int) -> UpdateSettings:
-    """``settings.update`` with the learning rate of step ``step`` (:func:`_learning_rate_now`)."""
-    hp = settings.update
-    return UpdateSettings(
-        hp.gamma, _learning_rate_now(settings, step), hp.huber_delta, hp.double_dqn,
-        hp.max_grad_norm,
-    )  # fmt: skip
-
-
-@kernel
-def _act_explore(net: NetState, settings: AgentSettings, counters: np.ndarray, obs: np.ndarray,
-                 rng_state: np.ndarray, legal: np.ndarray) -> int:  # fmt: skip
-    """The epsilon-greedy action index for ``obs`` at step ``counters[0]``.
-
-    net : NetState (params and sizes are read); settings : AgentSettings;
-    counters : int64 (2,); obs : float32 (obs_size,); rng_state : uint64 (4,);
-    legal : bool (n_actions,) or (0,) (see :func:`_epsilon_greedy`).
-    Returns -1 for a non-finite observation.
-    """
-    return _epsilon_greedy(
-        net.params, net.sizes, obs, _epsilon_now(settings, counters[0]), rng_state, legal
-    )
-
-
-@kernel
-def _target_due(step: int, settings: AgentSettings) -> bool:
-    """Whether the target network is synced after env step ``step`` (int, from 1).
-
-    The one home of the sync schedule: every ``settings.target_update_freq`` (>= 1) steps.
-    """
-    return step % settings.target_update_freq == 0
-
-
-@kernel
-def _train_due(step: int, stored: int, settings: AgentSettings) -> bool:
-    """Whether gradient steps are taken after env step ``step`` (int, from 1).
-
-    The one home of the train schedule: every ``settings.train_freq`` (>= 1)
-    steps, once ``stored`` (int, transitions in the buffer) reaches
-    ``settings.learning_starts``.
-    """
-    return step % settings.train_freq == 0 and stored >= settings.learning_starts
-
-
-@kernel
-def _sync_target(net: NetState, tau: float) -> None:
-    """Copy (tau >= 1) or Polyak-average (tau in (0, 1)) ``net.params`` into ``net.target``.
-
-    net : NetState; target is updated in place. tau : float in (0, 1].
-    """
-    if tau >= 1.0:
-        net.target[:] = net.params
-    else:
-        _polyak(net.target, net.params, tau)
-
-
-@kernel
-def _per_beta(settings: AgentSettings, step: int) -> float:
-    """PER's importance exponent after ``step`` env steps: linear from
-    ``per_beta_start`` to 1 over ``per_beta_steps`` (:func:`linear_epsilon`'s schedule)."""
-    return linear_epsilon(step, settings.per_beta_start, 1.0, settings.per_beta_steps)
-
-
-@kernel
-def _train_from_buffer(
-    replay: ReplayState, rng_state: np.ndarray, net: NetState, n_steps: int, batch_size: int,
-    hp: UpdateSettings, beta: float,
-) -> float:  # fmt: skip
-    """``n_steps`` of (sample a batch, one DQN update); returns their mean loss.
-
-    replay : ReplayState holding at least one transition (read only, but for
-        the priorities of a prioritized buffer: each update writes its
-        batch's |TD errors| back as priorities).
-    rng_state : uint64 (4,), the replay stream, advanced in place.
-    net : NetState, updated in place. n_steps, batch_size : int >= 1.
-    hp : UpdateSettings. beta : float in [0, 1], PER's importance exponent.
-
-    An n-step buffer's batches carry per-sample discounts gamma^m * mask and a
-    prioritized one's importance weights; both go to the update as the
-    PerSample (length 0: gamma * mask, weight 1).
-    """
-    n_obs = net.sizes[0]
-    per_len = batch_size if replay.tree.shape[0] > 0 else 0
-    masks = replay.next_action_masks  # no rows: no action masks
-    batch = Batch(
-        np.empty((batch_size, n_obs), dtype=np.float32),
-        np.empty(batch_size, dtype=np.int64),
-        np.empty(batch_size, dtype=np.float32),
-        np.empty((batch_size, n_obs), dtype=np.float32),
-        np.empty(batch_size, dtype=np.float32),
-        np.empty(batch_size if replay.n_step > 1 else 0, dtype=np.float32),
-        np.empty(per_len, dtype=np.float32),
-        np.empty(per_len, dtype=np.int64),
-        np.empty((batch_size if masks.shape[0] > 0 else 0, masks.shape[1]), dtype=np.uint8),
-    )
-    per = PerSample(batch.discounts, batch.weights, np.empty(per_len, dtype=np.float32))
-    total = 0.0
-    for _ in range(n_steps):
-        _sample(replay, rng_state, batch, beta)
-        total += _update(net, batch, per, hp)
-        if per_len > 0:
-            _update_priorities(replay, batch.indices, per.td_errors)
-    return total / n_steps
-
-
-@kernel
-def _agent_step(
-    agent: AgentState,
-    obs: np.ndarray,
-    action: int,
-    reward: float,
-    next_obs: np.ndarray,
-    status: int,
-    act_next: bool,
-    next_mask: np.ndarray,
-) -> int:
-    """One env step of the agent in one call.
-
-    agent : AgentState with a ReplayState; everything in it is updated in place.
-    obs, next_obs : float32 (obs_size,), C-contiguous; action : int;
-    reward : float; status : int (EpisodeStatus value): the transition,
-    validated by :func:`_push`.
-    act_next : bool, whether to pick the next action.
-    next_mask : bool (n_actions,) or (0,): the legal actions in ``next_obs``
-        (length 0: all legal), stored with the transition by a masked buffer
-        and obeyed by the next action.
-
-    Store the transition; count the step; sync the target when due
-    (:func:`_target_due`); train when due (:func:`_train_due`); then, if
-    ``act_next``, pick the epsilon-greedy action for ``next_obs``.
-    ``agent.out`` gets [mean loss of this step's training, 1.0 if it trained else 0.0].
-    Returns the next action index (0 unless ``act_next``), or -code for a
-    rejected transition (nothing stored, counted or trained then).
-    """
-    code = _push(agent.replay, obs, action, reward, next_obs, status, next_mask)
-    if code != 0:
-        return -code
-    counters = agent.counters
-    settings = agent.settings
-    step = counters[0] + 1
-    counters[0] = step
-    if _target_due(step, settings):
-        _sync_target(agent.net, settings.tau)
-    out = agent.out
-    out[1] = 0.0
-    if _train_due(step, agent.replay.cursor[1], settings):
-        n = settings.gradient_steps
-        out[0] = _train_from_buffer(
-            agent.replay, agent.replay_rng, agent.net, n, settings.batch_size,
-            _update_settings_now(settings, step), _per_beta(settings, step),
-        )  # fmt: skip
-        counters[1] += n
-        out[1] = 1.0
-    if act_next:
-        return _epsilon_greedy(
-            agent.net.params, agent.net.sizes, next_obs, _epsilon_now(settings, step),
-            agent.explore_rng, next_mask,
-        )  # fmt: skip
-    return 0
-
-
-def _buffer_for(config: DqnConfig, obs_size: int, n_actions: int) -> CircularBuffer:
-    """The replay buffer ``config`` asks for: prioritized or uniform, n-step or not."""
-    c = config
-    if c.prioritized_replay:
-        return PrioritizedBuffer(c.buffer_capacity, obs_size, n_actions, alpha=c.per_alpha,
-                                 eps=c.per_eps, n_step=c.n_step, gamma=c.gamma,
-                                 action_masks=c.action_masks)  # fmt: skip
-    return CircularBuffer(c.buffer_capacity, obs_size, n_actions, n_step=c.n_step, gamma=c.gamma,
-                          action_masks=c.action_masks)  # fmt: skip
-
-
-def _check_buffer_matches(buffer: Any, config: DqnConfig, built_in: bool) -> None:
-    """ValueError unless ``buffer`` samples what ``config`` asks for (n-step, PER).
-
-    A custom buffer computes its own returns and priorities: the agent cannot
-    give it n_step > 1 or prioritized replay.
-    """
-    c = config
-    if not built_in:
-        if c.n_step != 1 or c.prioritized_replay:
-            raise ValueError(
-                f"n_step={c.n_step} and prioritized_replay={c.prioritized_replay} need the "
-                f"agent's own buffer, but a custom {type(buffer).__name__} was given: leave "
-                "n_step=1 and prioritized_replay=False (the buffer's batches carry their own "
-                "discounts and weights) or omit buffer="
-            )
-        return
-    want = (c.n_step, c.gamma if c.n_step > 1 else None, c.prioritized_replay)
-    has = (buffer.n_step, buffer.gamma if buffer.n_step > 1 else None,
-           isinstance(buffer, PrioritizedBuffer))  # fmt: skip
-    if c.prioritized_replay and want == has:
-        want += (c.per_alpha, c.per_eps)
-        has += (buffer.alpha, buffer.eps)
-    if want != has:
-        raise ValueError(
-            f"the config's replay (n_step, gamma, prioritized_replay[, per_alpha, per_eps]) "
-            f"{want} does not match the buffer's {has}: build a new agent for another replay"
-        )
-
-
-def _seed_array(seed: int) -> np.ndarray:
-    """The checkpoint's ``seed``: int64 when it fits (below 2**63), else its decimal digits.
-
-    SeedSequence takes any non-negative integer (its own entropy is 128
-    bits), so a seed of 2**63 or more is valid; written as int64 it would
-    overflow at the first checkpoint and lose the run.
-    """
-    return np.array(seed, dtype=np.int64) if seed < 2**63 else string_array(str(seed))
-
-
-def _read_seed(reader: Reader) -> int:
-    """:func:`_seed_array`'s inverse; CheckpointError for anything but a non-negative integer."""
-    arr = reader.arrays.get(K.SEED)
-    if arr is not None and arr.dtype.kind == "U":
-        digits = reader.string(K.SEED)
-        if not (digits.isascii() and digits.isdigit() and len(digits) <= 1000):
-            raise reader.error(f"'seed' must be a non-negative integer, found {digits[:40]!r}")
-        return int(digits)
-    seed = reader.integer(K.SEED)
-    if seed < 0:
-        raise reader.error(f"'seed' must be >= 0, found {seed}")
-    return seed
 
 
 class DqnAgent:
@@ -490,7 +138,7 @@ class DqnAgent:
         obs_size = int(encoder.obs_size)
         n_actions = int(action_mapper.num_actions)
         init_rng, self._replay_rng, self._explore_rng = Rng.streams(seed, 3)  # checks the seed
-        self.seed = int(seed)  # any size: saved losslessly (see _seed_array)
+        self.seed = int(seed)  # any size: saved losslessly (see seed_array)
         sizes = (obs_size, *config.hidden_sizes, n_actions)
         # online and target networks, Adam and one batch's activations, before allocating
         check_network_memory(sizes, config.batch_size, config.dueling, config.layer_norm, 2)
@@ -500,7 +148,7 @@ class DqnAgent:
         self._flat_encoder = type(encoder) is VecEncoder and encoder.shape == self._obs_shape
         self.target = self.online.copy()
         if buffer is None:
-            buffer = _buffer_for(config, obs_size, n_actions)
+            buffer = buffer_for(config, obs_size, n_actions)
         elif config.action_masks:
             raise ValueError(
                 "config.action_masks=True needs the default replay buffer (a CircularBuffer "
@@ -551,7 +199,7 @@ class DqnAgent:
                 f"config.layer_norm={config.layer_norm} does not match the network, which is "
                 f"{layer_norm_name(self.online.layer_norm)}"
             )
-        _check_buffer_matches(self.buffer, config, self._fast_buffer)
+        configure_buffer(self.buffer, config, self._fast_buffer)
         self._config = config
         self._settings = agent_settings(config)
         self._net = self.online.kernel_state(self.target)
@@ -623,7 +271,7 @@ class DqnAgent:
         """The learning rate every update after ``step`` env steps uses (the
         compiled schedule the kernels call; ``config.learning_rate_at(step)``
         up to rounding)."""
-        return float(_learning_rate_now(self._settings, check_int("step", step, minimum=0)))
+        return float(learning_rate_now(self._settings, check_int("step", step, minimum=0)))
 
     @property
     def exploration_rng(self) -> Rng:
@@ -648,12 +296,12 @@ class DqnAgent:
         """
         x = self.encode(obs)
         if action_mask is None:
-            index = _greedy_action(self._net.params, self._net.sizes, x)
+            index = greedy_action(self._net.params, self._net.sizes, x)
         else:
             legal = self._legal(action_mask)
-            index = _greedy_action_legal(self._net.params, self._net.sizes, x, legal)
+            index = greedy_action_legal(self._net.params, self._net.sizes, x, legal)
         if index < 0:
-            raise _nonfinite_observation(x)
+            raise nonfinite_observation(x)
         return self.action_mapper.index_to_action(index)
 
     def _legal(self, mask: Any, name: str = "action_mask") -> np.ndarray:
@@ -683,11 +331,11 @@ class DqnAgent:
         act = self._explore_entry
         if act is None:  # same argument types every time: skip numba's dispatch
             act = self._explore_entry = entry_point(
-                _act_explore, self._net, self._settings, self._counters, x, state, legal
+                act_explore, self._net, self._settings, self._counters, x, state, legal
             )
         index = act(self._net, self._settings, self._counters, x, state, legal)
         if index < 0:
-            raise _nonfinite_observation(x)
+            raise nonfinite_observation(x)
         return index
 
     def index_to_action(self, index: int) -> Any:
@@ -773,13 +421,13 @@ class DqnAgent:
             step = self._step_entry
             if step is None:  # same argument types every time: skip numba's dispatch
                 step = self._step_entry = entry_point(
-                    _agent_step, self._state, x, index, r, nx, status, act_next, legal
+                    agent_step, self._state, x, index, r, nx, status, act_next, legal
                 )
             result = step(self._state, x, index, r, nx, status, act_next, legal)
             if result < 0:
                 buf.raise_push_error(-result, index, r, x, nx, status)
             return result
-        # A custom buffer: the same schedule as _agent_step, through Python.
+        # A custom buffer: the same schedule as agent_step, through Python.
         if next_action_mask is not None:
             raise ValueError(
                 "got a next_action_mask, but action masks need the default replay buffer and "
@@ -789,10 +437,10 @@ class DqnAgent:
         buf.push(x, index, reward, nx, status)
         step = int(self._counters[0]) + 1
         self._counters[0] = step
-        if _target_due.py_func(step, settings):
+        if target_due.py_func(step, settings):
             self.sync_target()
         self._out[1] = 0.0
-        if _train_due.py_func(step, len(buf), settings):
+        if train_due.py_func(step, len(buf), settings):
             self.train_steps(settings.gradient_steps)
             self._out[1] = 1.0
         return self.act_encoded(nx) if act_next else 0
@@ -808,9 +456,9 @@ class DqnAgent:
         """Take ``n`` gradient steps on replayed batches; returns their mean loss."""
         c = self._config
         on = self.online
-        hp = _update_settings_now(self._settings, int(self._counters[0]))
+        hp = update_settings_now(self._settings, int(self._counters[0]))
         if self._fast_buffer:
-            loss = _train_from_buffer(
+            loss = train_from_buffer(
                 self.buffer.kernel_state, self._replay_rng.state, self._net, int(n),
                 int(c.batch_size), hp, c.per_beta_at(self.total_steps),
             )  # fmt: skip
@@ -852,15 +500,11 @@ class DqnAgent:
         (read and updated in place). Needs :meth:`can_fuse`. Returns 0, or
         -code when the env produced a transition the buffer rejected.
         """
-        from ember_np.training._fused import fused_steps
-
         return int(fused_steps(int(n_steps), env.kernel_state, loop, self._state))
 
     # -- policies and checkpoints ------------------------------------------------
     def into_policy(self) -> Any:
         """An inference-only :class:`~ember_np.DqnPolicy` with a copy of the weights."""
-        from ember_np.dqn.policy import DqnPolicy
-
         return DqnPolicy(self.online.layer_sizes, self.online.params.copy(),
                          self.encoder, self.action_mapper, dueling=self.online.dueling,
                          layer_norm=self.online.layer_norm)  # fmt: skip
@@ -873,7 +517,7 @@ class DqnAgent:
             K.CONFIG: json_array(self.config.to_dict()),
             K.ENCODER: json_array(describe(self.encoder)),
             K.MAPPER: json_array(describe(self.action_mapper)),
-            K.SEED: _seed_array(self.seed),
+            K.SEED: seed_array(self.seed),
             K.COUNTERS: self._counters.copy(),
             K.RNG_EXPLORE: self._explore_rng.state.copy(),
             K.RNG_REPLAY: self._replay_rng.state.copy(),
@@ -928,17 +572,7 @@ class DqnAgent:
         return self
 
     def _warn_if_config_differs(self, reader: Reader) -> None:
-        try:
-            saved = reader.json("config")
-        except CheckpointError:
-            return  # load() never used the saved config; an unreadable one changes nothing
-        if not isinstance(saved, dict):
-            return
-        mine = json.loads(json.dumps(self.config.to_dict()))  # tuples as JSON lists
-        # a field added after the file was written (e.g. dueling) had its default then
-        saved = {**json.loads(json.dumps(DqnConfig().to_dict())), **saved}
-        keys = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
-        differ = [f"{k} {saved.get(k)!r} (this agent: {mine.get(k)!r})" for k in keys]
+        differ = config_differences(reader, self.config)
         if differ:
             warnings.warn(
                 f"{reader.path} was saved with another config: {', '.join(differ)}; load() keeps "
@@ -958,40 +592,9 @@ class DqnAgent:
                     f"architecture mismatch: this agent's network is {name(mine)}, "
                     f"the checkpoint's is {name(saved)}"
                 )
-        sizes = reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1)
-        if tuple(sizes.tolist()) != self.online.layer_sizes:
-            raise reader.error(
-                f"architecture mismatch: this agent has layer_sizes {self.online.layer_sizes}, "
-                f"the checkpoint has {tuple(sizes.tolist())}"
-            )
-        online = self.online  # its architecture is the checkpoint's (checked above)
-        online_state = {"layer_sizes": sizes, "dueling": np.array(online.dueling),
-                        "layer_norm": np.array(online.layer_norm)}  # fmt: skip
-        for key, value in self.online.state_dict().items():
-            if key not in online_state:
-                online_state[key] = reader.array(K.ONLINE + key, value.dtype, value.shape)
-        target_state = {}
-        for i, (w, b) in enumerate(zip(self.target.weights, self.target.biases)):
-            target_state[f"w{i}"] = reader.array(K.weight(K.TARGET, i), np.float32, w.shape)
-            target_state[f"b{i}"] = reader.array(K.bias(K.TARGET, i), np.float32, b.shape)
-        for i, g in enumerate(self.target.norm_gains):
-            for key in (f"ln_g{i}", f"ln_b{i}"):
-                target_state[key] = reader.array(K.TARGET + key, np.float32, g.shape)
-        counters = reader.array(K.COUNTERS, np.int64, (2,))
-        if counters.min() < 0:
-            raise reader.error(f"'counters' must be >= 0, found {counters.tolist()}")
-        explore = reader.array(K.RNG_EXPLORE, np.uint64, (4,))
-        replay = reader.array(K.RNG_REPLAY, np.uint64, (4,))
-        for key, st in ((K.RNG_EXPLORE, explore), (K.RNG_REPLAY, replay)):
-            if int(st[3]) % 2 == 0:
-                raise reader.error(f"{key!r} is not a valid PCG64 state (even increment)")
-        flags = ("layer_sizes", "dueling", "layer_norm")
-        for key in (*(K.ONLINE + k for k in online_state if k not in flags),
-                    *(K.TARGET + k for k in target_state)):  # fmt: skip
-            if not np.isfinite(reader.arrays[key]).all():
-                raise reader.error(f"{key!r} holds NaN or infinite values")
-        if (reader.arrays[K.ONLINE + "adam_v"] < 0).any() or online_state["adam_t"][0] < 0:
-            raise reader.error("the Adam state is invalid (negative second moment or step)")
+        online_state, target_state, counters, explore, replay = read_learner_state(
+            reader, self.online, self.target
+        )
         buffer_state = None
         buffer_keys = [k for k in reader.arrays if k.startswith(K.BUFFER)]
         if include_buffer and buffer_keys:
@@ -1050,7 +653,7 @@ class DqnAgent:
             raise
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise reader.error(f"invalid config or description: {exc}") from None
-        seed = _read_seed(reader)
+        seed = read_seed(reader)
         stored = tuple(reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1).tolist())
         expected = (int(encoder.obs_size), *config.hidden_sizes, int(action_mapper.num_actions))
         if stored != expected:

@@ -294,7 +294,7 @@ class DqnConfig:
         lr(t) = lr + (lr_end - lr) * min(t / learning_rate_decay_steps, 1), the
         schedule of :func:`linear_epsilon`; ``learning_rate`` at every step when
         ``learning_rate_end`` is None. The agent's kernels compute the same
-        value (``_learning_rate_now`` in agent.py).
+        value (``learning_rate_now`` in agent.py).
         """
         end = self.learning_rate if self.learning_rate_end is None else self.learning_rate_end
         return float(

@@ -10,7 +10,7 @@ Both read the same flat float32 parameter array (layer l: ``W_l`` row-major
 * :class:`NumpyForward` uses NumPy alone (``np.dot`` is NumPy's BLAS
   ``sgemv`` / ``sgemm`` in float32). This module never imports numba, so a
   deployed policy acts within NumPy's import time, in about 30 MB.
-* :class:`CompiledForward` calls the numba kernels of ``network.py``; numba
+* :class:`CompiledForward` calls the numba kernels of ``mlp.py``; numba
   is imported when one is built. About 3x faster per single observation.
 
 They agree on actions (the same argmax rule, :func:`greedy_index`) and on
@@ -60,7 +60,7 @@ def ln_scales(z: np.ndarray) -> np.ndarray:
 
 
 def greedy_index(q: np.ndarray) -> int:
-    """Index of the first maximum of ``q`` (n_actions,), as ``network._argmax``.
+    """Index of the first maximum of ``q`` (n_actions,), as ``mlp.argmax``.
 
     Ties go to the lowest index (``np.argmax``'s rule too). NaN never wins,
     except that a NaN in slot 0 keeps slot 0 (the kernel starts from slot 0
@@ -88,7 +88,7 @@ def greedy_legal(q: np.ndarray, legal: np.ndarray) -> np.ndarray:
     """Index of the first maximum of each row of ``q`` over its legal actions.
 
     q : float (..., n_actions); legal : bool, same shape, each row with a
-    legal action. Returns int64 of shape ``q.shape[:-1]``: ``network._argmax_legal``'s
+    legal action. Returns int64 of shape ``q.shape[:-1]``: ``mlp.argmax_legal``'s
     rule for finite Q-values (ties to the lowest legal index).
     """
     return np.where(legal, q, -np.inf).argmax(axis=-1)
@@ -128,7 +128,7 @@ def norm_views(
     """(gain_l, bias_l) views of each hidden layer's LayerNorm, shape (hidden_l,) each.
 
     They are the last ``2 * sum(hidden)`` values of ``params``, after the
-    layers of :func:`layer_views` (network.py's ``_layout``).
+    layers of :func:`layer_views` (network.py's ``layout``).
     """
     offset = sum(w.size + b.size for w, b in layer_views(layer_sizes, params, dueling))
     out = []
@@ -306,23 +306,23 @@ _kernels: ModuleType | None = None
 
 
 def _network_kernels() -> ModuleType:
-    """``ember_np.dqn.network`` (imports numba, loads or compiles the kernels on first use)."""
+    """``ember_np.dqn.mlp`` (imports numba, loads or compiles the kernels on first use)."""
     global _kernels
     if _kernels is None:
         try:
-            from ember_np.dqn import network
+            from ember_np.dqn import mlp
         except ImportError as exc:
             raise ImportError(
                 f"backend='numba' needs numba, which cannot be imported ({exc}); "
                 "install it (pip install numba) or use backend='numpy'"
             ) from exc
 
-        _kernels = network
+        _kernels = mlp
     return _kernels
 
 
 class CompiledForward:
-    """The same pass through the numba kernels of ``network.py`` (same parameters).
+    """The same pass through the numba kernels of ``mlp.py`` (same parameters).
 
     Building one imports numba (about 0.3 s and 100 MB resident); the first
     call of each kernel loads it from numba's cache (or compiles it, a few
@@ -336,7 +336,7 @@ class CompiledForward:
         layer_norm: bool = False,
     ) -> None:  # fmt: skip
         # ``dueling`` and ``layer_norm`` are not stored: the kernels read them
-        # from the length of ``params`` (network.py's ``_layout``).
+        # from the length of ``params`` (network.py's ``layout``).
         _network_kernels()
         self._params = params
         self._sizes = np.array(layer_sizes, dtype=np.int64)
@@ -356,7 +356,7 @@ class CompiledForward:
 
     def q_one(self, x: np.ndarray) -> np.ndarray | None:
         q = np.empty(self._n_actions, dtype=np.float32)
-        if not _kernels._q_values_checked(self._params, self._sizes, x, q):  # type: ignore[union-attr]
+        if not _kernels.q_values_checked(self._params, self._sizes, x, q):  # type: ignore[union-attr]
             return None
         return q
 
@@ -364,7 +364,7 @@ class CompiledForward:
         q = np.empty((x.shape[0], self._n_actions), dtype=np.float32)
         row = -1
         if x.shape[0]:
-            row = _kernels._q_values_batch_checked(self._params, self._sizes, x, q)  # type: ignore[union-attr]
+            row = _kernels.q_values_batch_checked(self._params, self._sizes, x, q)  # type: ignore[union-attr]
         return q, int(row)
 
     def greedy_one(self, x: np.ndarray) -> int:
@@ -379,7 +379,7 @@ class CompiledForward:
         """
         from ember_np._jit import entry_point  # numba is imported already (see __init__)
 
-        call = _kernels._greedy_action  # type: ignore[union-attr]
+        call = _kernels.greedy_action  # type: ignore[union-attr]
         entry = entry_point(call, self._params, self._sizes, x)
         self.greedy_one = partial(entry, self._params, self._sizes)  # type: ignore[method-assign]
         return int(self.greedy_one(x))
@@ -388,15 +388,15 @@ class CompiledForward:
         out = np.empty(x.shape[0], dtype=np.int64)
         row = -1
         if x.shape[0]:
-            row = _kernels._greedy_actions_checked(self._params, self._sizes, x, out)  # type: ignore[union-attr]
+            row = _kernels.greedy_actions_checked(self._params, self._sizes, x, out)  # type: ignore[union-attr]
         return out, int(row)
 
     def greedy_one_legal(self, x: np.ndarray, legal: np.ndarray) -> int:
-        return int(_kernels._greedy_action_legal(self._params, self._sizes, x, legal))  # type: ignore[union-attr]
+        return int(_kernels.greedy_action_legal(self._params, self._sizes, x, legal))  # type: ignore[union-attr]
 
     def greedy_batch_legal(self, x: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, int]:
         out = np.empty(x.shape[0], dtype=np.int64)
         row = -1
         if x.shape[0]:
-            row = _kernels._greedy_actions_legal_checked(self._params, self._sizes, x, legal, out)  # type: ignore[union-attr]
+            row = _kernels.greedy_actions_legal_checked(self._params, self._sizes, x, legal, out)  # type: ignore[union-attr]
         return out, int(row)

@@ -36,7 +36,7 @@ __all__ = ["Backend", "DqnPolicy"]
 _F32 = np.dtype(np.float32)
 #: Checkpoint members a policy has no use for: the target network, the optimiser
 #: state and the replay buffer (which can be most of the file).
-_NOT_READ = (K.TARGET, K.BUFFER, K.ONLINE + "adam_")
+NOT_READ = (K.TARGET, K.BUFFER, K.ONLINE + "adam_")
 
 #: How a policy computes its forward pass (see :class:`DqnPolicy`).
 Backend = Literal["auto", "numpy", "numba"]
@@ -180,7 +180,7 @@ class DqnPolicy:
             If ``backend`` is not one of the three names.
         """
         _resolve_backend(backend)  # a bad name is the caller's error, not the file's
-        reader = Reader(path, skip=_NOT_READ)  # checked like the rest, never loaded
+        reader = Reader(path, skip=NOT_READ)  # checked like the rest, never loaded
         reader.check_format(AGENT_FORMAT)
         sizes = tuple(reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1).tolist())
         if len(sizes) < 2 or min(sizes) < 1:

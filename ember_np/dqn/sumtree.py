@@ -21,8 +21,8 @@ sum, the total included, overflows; prioritized replay also keeps each
 priority >= :data:`MIN_PRIORITY` (:func:`clamp_priority`), so it never
 vanishes.
 
-Reading map (call order): :meth:`SumTree.set` -> ``_set_many`` -> ``_set_one``;
-:meth:`SumTree.sample` -> ``_sample_stratified`` -> ``_find``.
+Reading map (call order): :meth:`SumTree.set` -> ``_set_many`` -> ``set_one``;
+:meth:`SumTree.sample` -> ``sample_stratified`` -> ``_find``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def clamp_priority(p: float, size: int) -> float:
 
 
 @kernel
-def _set_one(tree: np.ndarray, index: int, priority: float) -> None:
+def set_one(tree: np.ndarray, index: int, priority: float) -> None:
     """Set leaf ``index`` to ``priority`` and recompute its ancestors.
 
     Parameters
@@ -92,13 +92,13 @@ def _set_one(tree: np.ndarray, index: int, priority: float) -> None:
 
 @kernel
 def _set_many(tree: np.ndarray, indices: np.ndarray, priorities: np.ndarray) -> None:
-    """``_set_one`` for each pair, in order (a repeated index keeps its last priority).
+    """``set_one`` for each pair, in order (a repeated index keeps its last priority).
 
     indices : ndarray of int64, shape (n,); priorities : ndarray of float64, shape (n,).
-    Preconditions as for ``_set_one``.
+    Preconditions as for ``set_one``.
     """
     for j in range(indices.shape[0]):
-        _set_one(tree, indices[j], priorities[j])
+        set_one(tree, indices[j], priorities[j])
 
 
 @kernel
@@ -134,7 +134,7 @@ def _find(tree: np.ndarray, mass: float) -> int:
 
 
 @kernel
-def _sample_stratified(tree: np.ndarray, rng_state: np.ndarray, out: np.ndarray) -> None:
+def sample_stratified(tree: np.ndarray, rng_state: np.ndarray, out: np.ndarray) -> None:
     """Draw ``out.shape[0]`` leaves, one from each equal slice of the total.
 
     Slice ``j`` covers [j, j + 1) * total / n; one uniform mass in each
@@ -260,7 +260,7 @@ class SumTree:
         """Draw ``batch_size`` indices, index ``i`` with probability ``p_i / total``.
 
         Stratified: one draw from each of ``batch_size`` equal slices of the
-        total (see ``_sample_stratified``). Returns int64 of shape (batch_size,).
+        total (see ``sample_stratified``). Returns int64 of shape (batch_size,).
         """
         n = check_int("batch_size", batch_size)
         if not isinstance(rng, Rng):
@@ -268,7 +268,7 @@ class SumTree:
         if not self.total > 0.0:
             raise ValueError("cannot sample from a sum tree whose priorities are all 0")
         out = np.empty(n, dtype=np.int64)
-        _sample_stratified(self._tree, rng.state, out)
+        sample_stratified(self._tree, rng.state, out)
         return out
 
     def __repr__(self) -> str:

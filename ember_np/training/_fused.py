@@ -2,7 +2,7 @@
 
 :func:`fused_steps` runs ``n`` iterations of what ``DqnTrainer._step`` does in
 Python: step the env (``env_step``), store / sync / train / pick the next
-action (``_agent_step``, the very kernel the Python path calls), count the
+action (``agent_step``, the very kernel the Python path calls), count the
 episode, and at an episode end record it, reset the env (``env_reset``) and
 pick the first action of the next one. Python takes over between calls for
 what needs Python: episode records into stats and JSONL, checkpoints, the
@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ember_np._jit import kernel
-from ember_np.dqn.agent import AgentState, _agent_step, _epsilon_greedy, _epsilon_now
+from ember_np.dqn.agent_kernels import AgentState, agent_step, epsilon_greedy, epsilon_now
 from ember_np.envs._dispatch import EnvState, env_reset, env_step
 
 # loop.ints[]: the trainer's episode bookkeeping, read and written in place.
@@ -70,7 +70,7 @@ def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState)
         reward, terminated, truncated = env_step(env.kind, env.state, env.counters, index, nx,
                                                  env.max_steps)  # fmt: skip
         code = 1 if terminated else (2 if truncated else 0)
-        next_index = _agent_step(agent, x, index, reward, nx, code, code == 0, all_legal)
+        next_index = agent_step(agent, x, index, reward, nx, code, code == 0, all_legal)
         if next_index < 0:
             return next_index
         episode_reward[0] += reward
@@ -92,8 +92,8 @@ def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState)
         ints[EPISODE_STEP] = 0
         episode_reward[0] = 0.0
         net = agent.net
-        ints[INDEX] = _epsilon_greedy(
-            net.params, net.sizes, x, _epsilon_now(agent.settings, counters[0]),
+        ints[INDEX] = epsilon_greedy(
+            net.params, net.sizes, x, epsilon_now(agent.settings, counters[0]),
             agent.explore_rng, all_legal,
         )  # fmt: skip
     return 0

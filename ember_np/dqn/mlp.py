@@ -1,0 +1,644 @@
+"""Compiled forward pass of the Q-network: parameter layout, Linear/LayerNorm/ReLU
+layers, the dueling head and greedy actions (numba kernels, public to the package).
+
+Parameter layout, layer l (0-based) mapping ``sizes[l] -> sizes[l+1]``:
+``W_l`` (``sizes[l] * sizes[l+1]`` values, row-major ``(in, out)``) then
+``b_l`` (``sizes[l+1]`` values); a dueling network's value head and the
+LayerNorms' gains and biases come last (see :func:`layout`). Every kernel
+works in the dtype of ``params`` (float32 in use, float64 in gradient tests)
+and assumes the shapes its docstring states; the Python wrappers in
+``network.py`` and ``policy.py`` check them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ember_np._blas import gemm
+from ember_np._jit import kernel
+
+LN_EPS = 1e-5  # torch.nn.LayerNorm's default eps
+
+
+# ---------------------------------------------------------------------------
+# Kernels. Parameter layout, layer l (0-based) mapping sizes[l] -> sizes[l+1]:
+#   W_l: sizes[l] * sizes[l+1] values, row-major (in, out); then b_l: sizes[l+1].
+# ---------------------------------------------------------------------------
+
+
+@kernel
+def layer(params: np.ndarray, sizes: np.ndarray, offset: int, l: int):  # noqa: ANN202
+    """Views (W, b) of layer ``l`` whose weights start at ``offset``.
+
+    Parameters
+    ----------
+    params : ndarray of float32 (or float64), shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    offset : int
+        Where layer ``l``'s W starts in ``params``.
+    l : int
+        Precondition: ``0 <= l < n_layers``.
+
+    Returns
+    -------
+    W : ndarray, shape (sizes[l], sizes[l+1]), a view into ``params``
+    b : ndarray, shape (sizes[l+1],), a view into ``params``
+    """
+    n_in = sizes[l]
+    n_out = sizes[l + 1]
+    w = params[offset : offset + n_in * n_out].reshape((n_in, n_out))
+    b = params[offset + n_in * n_out : offset + n_in * n_out + n_out]
+    return w, b
+
+
+@kernel
+def plain_size(sizes: np.ndarray) -> int:
+    """Number of parameters of the plain MLP ``sizes`` (int64 (n_layers + 1,)).
+
+    A dueling network's ``params`` are longer: they end with the value head
+    (see :func:`dueling_combine`). Kernels compare ``params.shape[0]`` with
+    this once per call to tell the two architectures apart.
+    """
+    n = 0
+    for l in range(sizes.shape[0] - 1):
+        n += sizes[l] * sizes[l + 1] + sizes[l + 1]
+    return n
+
+
+@kernel
+def layout(n_params: int, sizes: np.ndarray) -> tuple:
+    """Where a network's optional parameters start: (v_off, ln_off), -1 when absent.
+
+    The flat layout is the plain MLP (:func:`plain_size` values); then a
+    dueling network's value head, ``W_V`` (n_hid,) and ``b_V`` (n_hid + 1
+    values, see :func:`dueling_combine`); then, with LayerNorm, for each
+    hidden layer l its gain then its bias (``sizes[l+1]`` values each). The
+    three extras have distinct lengths, n_hid + 1, 2H and n_hid + 1 + 2H (H the
+    sum of hidden widths; LayerNorm needs every hidden width >= 2, so 2H >
+    n_hid + 1): the parameter count names the architecture exactly. Kernels
+    decode it once per call.
+
+    Parameters
+    ----------
+    n_params : int
+        ``len(params)``.
+    sizes : ndarray of int64, shape (n_layers + 1,)
+
+    Returns
+    -------
+    v_off, ln_off : int
+        Offsets of the value head and of the LayerNorm parameters, -1 when absent.
+    """
+    plain = plain_size(sizes)
+    extra = n_params - plain
+    n_layers = sizes.shape[0] - 1
+    if extra == 0 or n_layers < 2:
+        return -1, -1
+    duel = sizes[n_layers - 1] + 1
+    if extra == duel:
+        return plain, -1
+    norm = 0
+    for l in range(1, n_layers):
+        norm += 2 * sizes[l]
+    if extra == duel + norm:  # a dueling head, then LayerNorm
+        return plain, plain + duel
+    return -1, plain
+
+
+@kernel
+def acts_size(n_params: int, sizes: np.ndarray, batch: int) -> int:
+    """Length of the workspace :func:`forward_into` needs for ``batch`` rows.
+
+    Every layer's output (B * sum(sizes[1:])); with LayerNorm also, per hidden
+    layer, its normalised pre-activation xhat (B * width) and 1 / std (B).
+
+    Parameters
+    ----------
+    n_params : int
+        ``len(params)`` (names the architecture, see :func:`layout`).
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    batch : int >= 1
+
+    Returns
+    -------
+    int
+    """
+    n_layers = sizes.shape[0] - 1
+    total = 0
+    for l in range(1, n_layers + 1):
+        total += sizes[l]
+    if layout(n_params, sizes)[1] >= 0:
+        for l in range(1, n_layers):
+            total += sizes[l] + 1
+    return batch * total
+
+
+@kernel
+def layer_norm_relu(
+    z: np.ndarray, gain: np.ndarray, beta: np.ndarray, xhat: np.ndarray, rstd: np.ndarray
+) -> None:
+    """LayerNorm then ReLU over each row (Ba et al. 2016; torch.nn.LayerNorm, eps 1e-5).
+
+    z : float (B, n), the pre-activation h W + b on entry, ReLU(gain * xhat + beta)
+    on return. gain, beta : float (n,). xhat : float (B, n) and rstd : float (B,),
+    written for the backward pass: xhat = (z - mean) * rstd, rstd = 1 / sqrt(var + eps),
+    mean and (biased) var over the row. Sums run in float64.
+
+    The float32 passes (forward.py's NumPy pass, the ONNX graph of export.py) first
+    divide the row by a power of two s (forward.ln_scales) so that no square
+    overflows float32 (|z| from 1.8e19), and use eps / s^2. Dividing by 2^k commutes
+    with rounding, so that is this very formula, bit for bit, wherever it is finite;
+    here the float64 sums cannot overflow for any float32 z, so the scale would
+    change no bit and is skipped (it cost 15% of a LayerNorm update).
+    """
+    n = z.shape[1]
+    inv_n = 1.0 / n
+    for i in range(z.shape[0]):
+        mean = 0.0
+        for k in range(n):
+            mean += z[i, k]
+        mean *= inv_n
+        var = 0.0
+        for k in range(n):
+            d = z[i, k] - mean
+            var += d * d
+        r = 1.0 / math.sqrt(var * inv_n + LN_EPS)
+        rstd[i] = r
+        for k in range(n):
+            xh = (z[i, k] - mean) * r
+            xhat[i, k] = xh
+            v = gain[k] * xh + beta[k]
+            z[i, k] = v if v > 0.0 else 0.0
+
+
+@kernel
+def layer_norm_backward(
+    gain: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, dy: np.ndarray, g_gain: np.ndarray,
+    g_beta: np.ndarray,
+) -> None:  # fmt: skip
+    """Backward pass of :func:`layer_norm_relu`'s LayerNorm, in place.
+
+    gain : float (n,); xhat (B, n), rstd (B,) as the forward pass wrote them.
+    dy : float (B, n), d loss / d(LayerNorm output) on entry (ReLU already
+    applied), d loss / dz on return. g_gain, g_beta : float (n,), written.
+
+    dgain = sum_i dy * xhat, dbeta = sum_i dy; with g = dy * gain,
+    dz = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+    """
+    n = dy.shape[1]
+    inv_n = 1.0 / n
+    g_gain[:] = 0.0
+    g_beta[:] = 0.0
+    for i in range(dy.shape[0]):
+        s1 = 0.0
+        s2 = 0.0
+        for k in range(n):
+            d = dy[i, k]
+            g_gain[k] += d * xhat[i, k]
+            g_beta[k] += d
+            g = d * gain[k]
+            s1 += g
+            s2 += g * xhat[i, k]
+        s1 *= inv_n
+        s2 *= inv_n
+        r = rstd[i]
+        for k in range(n):
+            dy[i, k] = r * (dy[i, k] * gain[k] - s1 - xhat[i, k] * s2)
+
+
+@kernel
+def dueling_combine(params: np.ndarray, v_off: int, h: np.ndarray, q: np.ndarray) -> None:
+    """Dueling head (Wang et al. 2016): Q = V + A - mean_a(A), in place.
+
+    params : float (num_params,); the value head is ``W_V = params[v_off : v_off + n_hid]``
+    (shape (n_hid, 1), row-major) then ``b_V = params[v_off + n_hid]``.
+    h : float (B, n_hid), the last hidden activation; q : float (B, n_actions),
+    the advantage head's output A on entry, Q on return.
+    """
+    n_hid = h.shape[1]
+    n_act = q.shape[1]
+    b_v = params[v_off + n_hid]
+    for i in range(q.shape[0]):
+        v = b_v
+        for k in range(n_hid):
+            v += h[i, k] * params[v_off + k]
+        mean = q[i, 0]
+        for j in range(1, n_act):
+            mean += q[i, j]
+        mean = mean / n_act
+        for j in range(n_act):
+            q[i, j] = v + q[i, j] - mean
+
+
+@kernel
+def bias_act(h: np.ndarray, b: np.ndarray, relu: bool) -> None:
+    """h <- h + b (broadcast over rows), then ReLU if ``relu``.
+
+    h : float (B, n), updated in place; b : float (n,), same dtype; relu : bool.
+    """
+    for r in range(h.shape[0]):
+        for c in range(h.shape[1]):
+            v = h[r, c] + b[c]
+            if relu and v < 0.0:
+                v = 0.0
+            h[r, c] = v
+
+
+@kernel
+def forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np.ndarray) -> int:
+    """Batch forward pass; layer l's output goes to ``acts`` at a running offset.
+
+    A dueling network (``params`` longer than :func:`plain_size`) has its
+    advantage head as the last layer and combines it in place with the value
+    head (:func:`dueling_combine`). With LayerNorm (:func:`layout`) each
+    hidden layer is Linear -> LayerNorm -> ReLU.
+
+    Parameters
+    ----------
+    params : ndarray of float32 (or float64), shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of params' dtype, shape (B, sizes[0])
+        Rows contiguous (a BLAS operand).
+    acts : ndarray of params' dtype, shape (>= acts_size(len(params), sizes, B),)
+        Workspace, written. Layer l's activation (post-ReLU for hidden layers)
+        is the ``(B, sizes[l+1])`` block starting at ``B * sum(sizes[1:l+1])``;
+        the Q-values are the last block; with LayerNorm each hidden layer's
+        xhat (B, width) and rstd (B,) follow.
+
+    Returns
+    -------
+    int
+        The offset of the Q-value block in ``acts``.
+    """
+    batch = x.shape[0]
+    n_layers = sizes.shape[0] - 1
+    v_off, ln_off = layout(params.shape[0], sizes)
+    ln_a = 0  # where LayerNorm's saved values start in acts
+    for l in range(1, n_layers + 1):
+        ln_a += batch * sizes[l]
+    p_off = 0
+    a_off = 0
+    h = x
+    for l in range(n_layers):
+        w, b = layer(params, sizes, p_off, l)
+        n_out = sizes[l + 1]
+        out = acts[a_off : a_off + batch * n_out].reshape((batch, n_out))
+        gemm(h, w, out, False, False, 0.0)
+        hidden = l < n_layers - 1
+        if hidden and ln_off >= 0:
+            bias_act(out, b, False)
+            xhat = acts[ln_a : ln_a + batch * n_out].reshape((batch, n_out))
+            rstd = acts[ln_a + batch * n_out : ln_a + batch * n_out + batch]
+            gain = params[ln_off : ln_off + n_out]
+            layer_norm_relu(out, gain, params[ln_off + n_out : ln_off + 2 * n_out], xhat, rstd)
+            ln_a += batch * (n_out + 1)
+            ln_off += 2 * n_out
+        else:
+            bias_act(out, b, hidden)
+        p_off += sizes[l] * n_out + n_out
+        if hidden:
+            a_off += batch * n_out
+            h = out
+    if v_off >= 0:  # dueling: the last layer was A; h is the last hidden layer
+        n_act = sizes[n_layers]
+        q = acts[a_off : a_off + batch * n_act].reshape((batch, n_act))
+        dueling_combine(params, v_off, h, q)
+    return a_off
+
+
+@kernel
+def forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray) -> None:
+    """Q-values of a single observation into ``q_out``.
+
+    Dueling networks and LayerNorm as :func:`forward_into`. No BLAS: for one
+    row, plain loops that skip ReLU zeros are faster.
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (sizes[0],)
+    q_out : ndarray of float32, shape (sizes[-1],)
+        Written.
+    """
+    width = 0
+    for l in range(1, sizes.shape[0]):
+        width = max(width, sizes[l])
+    n_layers = sizes.shape[0] - 1
+    v_off, ln_off = layout(params.shape[0], sizes)
+    n_ln = width if ln_off >= 0 else 0  # LayerNorm's scratch: xhat (1, width), rstd (1,)
+    buf = np.empty(2 * width + 2 * n_ln, dtype=params.dtype)
+    h = buf[:width]
+    nxt = buf[width : 2 * width]
+    xhat = buf[2 * width : 2 * width + n_ln]
+    rstd = buf[2 * width + n_ln :]
+    p_off = 0
+    src = x
+    for l in range(n_layers):
+        w, b = layer(params, sizes, p_off, l)
+        n_out = sizes[l + 1]
+        out = q_out if l == n_layers - 1 else nxt
+        for j in range(n_out):
+            out[j] = b[j]
+        for k in range(sizes[l]):
+            xk = src[k]
+            if xk != 0.0:  # ReLU zeros: skipping a row beats the mispredicted branch
+                for j in range(n_out):
+                    out[j] += xk * w[k, j]
+        if l < n_layers - 1:
+            if ln_off >= 0:
+                z = out[:n_out].reshape((1, n_out))
+                gain = params[ln_off : ln_off + n_out]
+                beta = params[ln_off + n_out : ln_off + 2 * n_out]
+                # (a C-contiguous (1, n_out) view: one compiled version of the kernel)
+                layer_norm_relu(z, gain, beta, xhat[:n_out].reshape((1, n_out)), rstd)
+                ln_off += 2 * n_out
+            for j in range(n_out):
+                h[j] = out[j] if out[j] > 0.0 else 0.0
+            src = h
+        p_off += sizes[l] * n_out + n_out
+    if v_off >= 0:  # dueling head
+        n_hid = sizes[n_layers - 1]
+        n_act = sizes[n_layers]
+        dueling_combine(params, v_off, h[:n_hid].reshape((1, n_hid)), q_out.reshape((1, n_act)))
+
+
+@kernel
+def argmax(q: np.ndarray) -> int:
+    """Index of the first maximum of ``q`` (float (n,), n >= 1; NaN never wins)."""
+    best = 0
+    for j in range(1, q.shape[0]):
+        if q[j] > q[best]:
+            best = j
+    return best
+
+
+@kernel
+def all_finite(x: np.ndarray) -> bool:
+    """Whether every value of ``x`` (float (n,)) is finite."""
+    for k in range(x.shape[0]):
+        if not np.isfinite(x[k]):
+            return False
+    return True
+
+
+@kernel
+def greedy_unchecked(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
+    """argmax_a Q(x, a) (arguments as :func:`forward_one`); assumes ``x`` is finite."""
+    q = np.empty(sizes[sizes.shape[0] - 1], dtype=params.dtype)
+    forward_one(params, sizes, x, q)
+    return argmax(q)
+
+
+@kernel
+def greedy_action(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
+    """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf (callers raise).
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (sizes[0],)
+
+    Returns
+    -------
+    int
+        The first maximising action index, or -1.
+    """
+    return greedy_unchecked(params, sizes, x) if all_finite(x) else -1
+
+
+# Action masks (see ember_np/_masks.py): a bool (n_actions,) mask of length 0
+# means every action is legal; the replay buffer hands the TD target packed
+# bits (np.packbits layout). Callers guarantee at least one legal action.
+
+
+@kernel
+def argmax_legal(q: np.ndarray, legal: np.ndarray) -> int:
+    """Index of the first maximum of ``q`` over the legal actions.
+
+    q : float (n,); legal : bool (n,), at least one True, or (0,): :func:`argmax`.
+    """
+    if legal.shape[0] == 0:
+        return argmax(q)
+    best = 0
+    while not legal[best]:
+        best += 1
+    for j in range(best + 1, q.shape[0]):
+        if legal[j] and q[j] > q[best]:
+            best = j
+    return best
+
+
+@kernel
+def argmax_packed(q: np.ndarray, bits: np.ndarray) -> int:
+    """Index of the first maximum of ``q`` over the actions whose bit is set.
+
+    Parameters
+    ----------
+    q : ndarray of float, shape (n,)
+    bits : ndarray of uint8, shape (ceil(n / 8),)
+        Packed as ``np.packbits`` (action j is bit ``7 - j % 8`` of byte
+        ``j // 8``); precondition: at least one of the first n bits set.
+
+    Returns
+    -------
+    int
+    """
+    best = -1
+    for j in range(q.shape[0]):
+        if (bits[j >> 3] >> (7 - (j & 7))) & 1 and (best < 0 or q[j] > q[best]):
+            best = j
+    return best
+
+
+@kernel
+def greedy_legal(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, legal: np.ndarray) -> int:
+    """argmax over the legal actions of Q(x, a) (:func:`argmax_legal`); assumes ``x`` is finite."""
+    q = np.empty(sizes[sizes.shape[0] - 1], dtype=params.dtype)
+    forward_one(params, sizes, x, q)
+    return argmax_legal(q, legal)
+
+
+@kernel
+def greedy_action_legal(
+    params: np.ndarray, sizes: np.ndarray, x: np.ndarray, legal: np.ndarray
+) -> int:
+    """:func:`greedy_legal`, or -1 when ``x`` holds NaN or inf (callers raise).
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (sizes[0],)
+    legal : ndarray of bool, shape (sizes[-1],)
+        Precondition: at least one True.
+
+    Returns
+    -------
+    int
+        The first maximising legal action index, or -1.
+    """
+    return greedy_legal(params, sizes, x, legal) if all_finite(x) else -1
+
+
+@kernel
+def greedy_actions_legal_checked(
+    params: np.ndarray, sizes: np.ndarray, x: np.ndarray, legal: np.ndarray, out: np.ndarray
+) -> int:
+    """argmax over the legal actions of every row of ``x`` into ``out``.
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (B, sizes[0])
+    legal : ndarray of bool, shape (B, sizes[-1])
+        Precondition: each row has a True.
+    out : ndarray of int64, shape (B,)
+        Written (unless a row is not finite).
+
+    Returns
+    -------
+    int
+        -1, or the first row of ``x`` holding NaN or inf (nothing written then).
+    """
+    row = first_nonfinite_row(x)
+    if row < 0:
+        q = np.empty((x.shape[0], sizes[sizes.shape[0] - 1]), dtype=params.dtype)
+        forward_batch(params, sizes, x, q)
+        for i in range(x.shape[0]):
+            out[i] = argmax_legal(q[i], legal[i])
+    return row
+
+
+@kernel
+def forward_batch(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray) -> None:
+    """Q-values of every row of ``x`` into ``q_out``.
+
+    params : float (num_params,); sizes : int64 (n_layers + 1,);
+    x : float (B, sizes[0]), C-contiguous, B >= 1; q_out : float (B, sizes[-1]), written.
+    """
+    batch = x.shape[0]
+    acts = np.empty(acts_size(params.shape[0], sizes, batch), dtype=params.dtype)
+    q_off = forward_into(params, sizes, x, acts)
+    n_act = sizes[sizes.shape[0] - 1]
+    q_out[:, :] = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
+
+
+@kernel
+def greedy_actions(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    """argmax_a Q(x_i, a) of every row of ``x`` into ``out``.
+
+    Arguments as :func:`forward_batch`; out : int64 (B,), written.
+    Assumes finite inputs (callers check).
+    """
+    q = np.empty((x.shape[0], sizes[sizes.shape[0] - 1]), dtype=params.dtype)
+    forward_batch(params, sizes, x, q)
+    for i in range(x.shape[0]):
+        out[i] = argmax(q[i])
+
+
+# Checked entry points: one rule for every way an observation is read (act,
+# act_batch, q_values, q_values_batch, forward, greedy_action(s)): an
+# observation holding NaN or inf (also a float64 beyond float32's range,
+# inf after the cast) computes nothing and the caller raises ValueError.
+# Without the check, a NaN came out as NaN from a batch but as finite numbers
+# from one observation (ReLU maps NaN to 0) and as action 0 from argmax.
+
+
+@kernel
+def first_nonfinite_row(x: np.ndarray) -> int:
+    """Index of the first row of ``x`` (batch, n) holding NaN or inf, else -1.
+
+    First one pass that vectorises (``v * 0`` is 0 for finite v, NaN for NaN
+    or inf; the flags leave out nnan/ninf, so LLVM keeps it), then the rows.
+    """
+    flat = x.reshape(x.size)
+    acc = 0.0
+    for k in range(flat.shape[0]):
+        acc += flat[k] * 0.0
+    if acc == 0.0:
+        return -1
+    for i in range(x.shape[0]):
+        for k in range(x.shape[1]):
+            if not np.isfinite(x[i, k]):
+                return i
+    return -1
+
+
+@kernel
+def q_values_checked(
+    params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray
+) -> bool:
+    """:func:`forward_one` if ``x`` is finite.
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (sizes[0],)
+    q_out : ndarray of float32, shape (sizes[-1],)
+        Written when ``x`` is finite.
+
+    Returns
+    -------
+    bool
+        False (nothing written) when ``x`` holds NaN or inf.
+    """
+    if not all_finite(x):
+        return False
+    forward_one(params, sizes, x, q_out)
+    return True
+
+
+@kernel
+def q_values_batch_checked(
+    params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.ndarray
+) -> int:
+    """:func:`forward_batch` if every row of ``x`` is finite.
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (B, sizes[0])
+    q_out : ndarray of float32, shape (B, sizes[-1])
+        Written when every row is finite.
+
+    Returns
+    -------
+    int
+        -1, or the first row holding NaN or inf (nothing written then).
+    """
+    row = first_nonfinite_row(x)
+    if row < 0:
+        forward_batch(params, sizes, x, q_out)
+    return row
+
+
+@kernel
+def greedy_actions_checked(
+    params: np.ndarray, sizes: np.ndarray, x: np.ndarray, out: np.ndarray
+) -> int:
+    """:func:`greedy_actions` if every row of ``x`` is finite.
+
+    Parameters
+    ----------
+    params : ndarray of float32, shape (num_params,)
+    sizes : ndarray of int64, shape (n_layers + 1,)
+    x : ndarray of float32, shape (B, sizes[0])
+    out : ndarray of int64, shape (B,)
+        Written when every row is finite.
+
+    Returns
+    -------
+    int
+        -1, or the first row holding NaN or inf (nothing written then).
+    """
+    row = first_nonfinite_row(x)
+    if row < 0:
+        greedy_actions(params, sizes, x, out)
+    return row
