@@ -211,10 +211,6 @@ def test_the_rule_catches_a_trainer_reading_agent_internals(tmp_path):
 
 
 # -- 3. Underscore means private to its module --------------------------------
-#: Offenders in the command-line layer's files, which issue 24's command-line
-#: refactor (cli/ package, one training loop) rewrites: strict xfail, so the
-#: entry must go as soon as the file is fixed. Nothing else may be added here.
-CLI_LAYER_OFFENDERS = {"tune.py", "training/multiseed.py"}
 
 
 def _module_of(base: str, name: str) -> types.ModuleType | None:
@@ -275,16 +271,7 @@ def cross_module_underscore_names(path: Path, name: str | None = None) -> list[s
     return bad
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="command-line layer (i24)"))
-        if p.relative_to(ROOT).as_posix() in CLI_LAYER_OFFENDERS
-        else p
-        for p in SOURCES
-    ],
-    ids=lambda p: str(p.relative_to(ROOT)),
-)
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_module_uses_another_modules_underscore_names(path):
     bad = cross_module_underscore_names(path)
     assert not bad, f"{module_name(path)} uses other modules' private names: {bad}"
@@ -352,3 +339,16 @@ def test_the_kernel_layer_has_no_import_cycles():
         if start not in state:
             visit(start, [start])
     assert not cycles, f"import cycles: {cycles}"
+
+
+# -- 5. Modules a reader can hold in mind ------------------------------------------
+MAX_MODULE_LINES = 700
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_is_over_700_lines(path):
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_MODULE_LINES, (
+        f"{path.relative_to(ROOT)} has {lines} lines: split it by concern "
+        f"(at most {MAX_MODULE_LINES})"
+    )

@@ -18,14 +18,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "ember_np"
 
-#: Cycles known to be removed by a parallel branch of issue 24 (the compiled
-#: layer's): each is tolerated here, by its exact set of modules, until that
-#: branch is merged; the merge empties this set. Any other cycle fails.
-KNOWN_CYCLES_REMOVED_ELSEWHERE: set[frozenset[str]] = {
-    frozenset({"ember_np.dqn.agent", "ember_np.training._fused"}),
-}
-
-
 def module_name(path: Path) -> str:
     """``ember_np/training/loop.py`` -> ``ember_np.training.loop`` (a package: its name)."""
     rel = path.relative_to(ROOT.parent).with_suffix("")
@@ -140,29 +132,14 @@ def test_cycle_finder_finds_a_cycle_and_names_it():
 
 
 def test_no_import_cycle():
-    found = [c for c in cycles(GRAPH) if frozenset(c) not in KNOWN_CYCLES_REMOVED_ELSEWHERE]
+    found = cycles(GRAPH)
     assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
-
-
-@pytest.mark.xfail(reason="dqn/agent <-> training/_fused: removed on the compiled layer's "
-                   "branch of issue 24; the merge empties KNOWN_CYCLES_REMOVED_ELSEWHERE",
-                   strict=False)  # fmt: skip
-def test_the_known_cycles_are_gone():
-    assert not [c for c in cycles(GRAPH) if frozenset(c) in KNOWN_CYCLES_REMOVED_ELSEWHERE]
 
 
 def test_the_library_never_imports_the_command_line():
     library = [m for m in GRAPH if not m.startswith("ember_np.cli") and m != "ember_np.__main__"]
     bad = {m: sorted(t for t in GRAPH[m] if t.startswith("ember_np.cli")) for m in library}
     assert not {m: t for m, t in bad.items() if t}, bad
-
-
-#: Files of the compiled layer whose underscore imports a parallel branch of
-#: issue 24 removes (kernels become public names in a kernels module); the
-#: merge empties this set. Any other file importing an underscore name fails.
-PRIVATE_IMPORTS_REMOVED_ELSEWHERE = {
-    "ember_np.dqn.agent", "ember_np.dqn.replay", "ember_np.training._fused",
-}  # fmt: skip
 
 
 def underscore_imports(name: str, source: str | None = None) -> list[str]:
@@ -210,6 +187,6 @@ def test_underscore_imports_are_seen():
 
 def test_no_module_imports_another_modules_private_names():
     found = {
-        m: underscore_imports(m) for m in MODULES if m not in PRIVATE_IMPORTS_REMOVED_ELSEWHERE
+        m: underscore_imports(m) for m in MODULES
     }
     assert not {m: f for m, f in found.items() if f}, found
