@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from ember_np.dqn.config import DqnConfig
+from ember_np.training.setup import SetupError, check_replay_memory
 from ember_np.tune_results import best_preset, importances, summary
 from ember_np.tune_storage import (
     SETTINGS_ATTR,
@@ -274,7 +275,7 @@ def settings_for(
         no config can have.
     """
     from ember_np.presets import default_preset
-    from ember_np.training.setup import NATIVE_IDS, SetupError, make_env, parse_sets, with_env_masks
+    from ember_np.training.setup import NATIVE_IDS, make_env, parse_sets, with_env_masks
 
     steps, n_seeds, evals, eval_episodes = budget
     make_env(env_id).close()
@@ -340,6 +341,11 @@ def evaluate_config(
     from ember_np.training.loop import train_and_evaluate
     from ember_np.training.trainer import DqnTrainer
 
+    env = gym.make(settings.train_env_id)
+    # K buffers fill side by side: refuse before allocating (SetupError) rather
+    # than have the trial killed for memory half way through.
+    check_replay_memory(env, config, copies=len(seeds))
+    env.close()
     trainers = []
     for seed in seeds:
         env = gym.make(settings.train_env_id)
@@ -395,7 +401,11 @@ def _objective(settings: TuneSettings, n_trials: int, quiet: bool) -> Callable[[
                 return False
 
         with _STOP.interruptible():  # a stop request fails the trial (Optuna marks it)
-            scores = evaluate_config(settings, config, seeds, report)
+            try:
+                scores = evaluate_config(settings, config, seeds, report)
+            except SetupError as exc:  # too big for this machine: a bad region, not a crash
+                _say(quiet, f"trial {trial.number}: pruned before training: {exc}")
+                raise optuna.TrialPruned(str(exc)) from None
         value = iqm(scores)
         trial.set_user_attr("scores", scores)
         each = ", ".join(f"{s:.1f}" for s in scores)

@@ -157,6 +157,26 @@ def test_worker_reports_each_evaluation_and_the_pruner_stops_trials():
     assert all(list(t.intermediate_values) == [1000] for t in trials)  # steps 3000 / 3 evals
 
 
+def test_trials_whose_buffers_do_not_fit_in_memory_are_pruned_before_training(monkeypatch, capsys):
+    import ember_np._memory
+    from ember_np.dqn.replay import transition_dtype
+    from ember_np.tune import work
+    from ember_np.training.setup import SetupError
+
+    row = transition_dtype(4, 2).itemsize  # CartPole: 4 observations, 2 actions
+    capacity = DqnConfig().buffer_capacity
+    # Room for one seed's buffer but not for the trial's two, side by side.
+    monkeypatch.setattr(ember_np._memory, "available_memory", lambda: int(1.5 * capacity * row))
+    s = settings(fixed={"hidden_sizes": [32], "buffer_capacity": capacity})
+    with pytest.raises(SetupError, match=r"needs .* for 2 replay buffers"):
+        evaluate_config(s, DqnConfig(hidden_sizes=[32], buffer_capacity=capacity), [3, 4])
+    study = optuna.create_study(direction="maximize")
+    assert work(study, s, n_trials=2, quiet=False) == 2  # the search goes on
+    assert states(study) == [TrialState.PRUNED] * 2
+    out = capsys.readouterr().out
+    assert out.count("pruned before training") == 2 and "2 replay buffers" in out
+
+
 def test_trials_beyond_the_count_end_at_once_as_surplus():
     from ember_np.tune import _objective, _Surplus, work
 

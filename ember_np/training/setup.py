@@ -145,14 +145,23 @@ def with_env_masks(
     return config.replace(action_masks=True)
 
 
-def check_replay_memory(env: Any, config: Any) -> None:
-    """Refuse a replay buffer that does not fit in the memory available, before allocating it.
+def check_replay_memory(env: Any, config: Any, copies: int = 1) -> None:
+    """Refuse replay buffers that do not fit in the memory available, before allocating them.
+
+    Parameters
+    ----------
+    env : gymnasium.Env
+        The env whose observation and action spaces set a transition's size.
+    config : DqnConfig
+        Its ``buffer_capacity`` is the rows of each buffer.
+    copies : int, default 1
+        Buffers that will live at once (a tune trial trains its K seeds side by side).
 
     Raises
     ------
     SetupError
-        ``config.buffer_capacity`` rows of ``env``'s transitions need more
-        bytes than the machine has available.
+        ``copies x config.buffer_capacity`` rows of ``env``'s transitions need
+        more bytes than the machine has available.
     """
     from ember_np._memory import available_memory, format_bytes
     from ember_np.dqn.replay import transition_dtype
@@ -161,13 +170,14 @@ def check_replay_memory(env: Any, config: Any) -> None:
     obs_size = encoder_for_space(env.observation_space).obs_size
     n_actions = IndexActionMapper.for_space(env.action_space).num_actions
     per_row = transition_dtype(obs_size, n_actions).itemsize
-    need = config.buffer_capacity * per_row
+    need = copies * config.buffer_capacity * per_row
     free = available_memory()
     if free is not None and need > free:
+        buffers = "the replay buffer" if copies == 1 else f"{copies} replay buffers"
         raise SetupError(
-            f"buffer_capacity={config.buffer_capacity} needs {format_bytes(need)} for the replay "
-            f"buffer ({per_row} bytes a transition), more than the {format_bytes(free)} of "
-            f"memory available: use --set buffer_capacity=N with N <= {free // per_row:,}"
+            f"buffer_capacity={config.buffer_capacity} needs {format_bytes(need)} for {buffers} "
+            f"({per_row} bytes a transition), more than the {format_bytes(free)} of "
+            f"memory available: use --set buffer_capacity=N with N <= {free // per_row // copies:,}"
         )
 
 
