@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 import zipfile
+from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
@@ -20,11 +21,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from naive import SMALL
+from naive import make_agent as shared_make_agent
 
 from ember_np import (
     CheckpointError,
     DqnAgent,
-    DqnConfig,
     DqnPolicy,
     DqnTrainer,
     EpisodeStatus,
@@ -35,14 +37,7 @@ from ember_np import (
 )
 from ember_np.checkpoint import FORMAT_VERSION
 
-SMALL = DqnConfig(
-    hidden_sizes=(16,), learning_rate=1e-3, batch_size=16, buffer_capacity=500,
-    min_replay_size=32, target_update_freq=20, epsilon_decay_steps=300,
-)  # fmt: skip
-
-
-def make_agent(seed=0, config=SMALL):
-    return DqnAgent(VecEncoder(4), IndexActionMapper(2), config, seed)
+make_agent = partial(shared_make_agent, obs_size=4)
 
 
 def transitions(n, seed=0):
