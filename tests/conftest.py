@@ -21,3 +21,30 @@ def trained_run(tmp_path_factory):
     assert code == 0
     (run_dir,) = (root / "CartPole-v1" / "ember").iterdir()
     return run_dir
+
+
+# The longest tests, started first so that no worker is left running one of them
+# alone at the end (pytest-xdist hands tests out in collection order). A renamed
+# test only loses its place at the front. Not test_reliability's SIGKILL test: its
+# first child must checkpoint within 60 s, too tight while a cold cache compiles.
+SLOW_FIRST = (
+    "test_envs_native.py::test_env_dynamics_stay_exact_when_the_fused_trainer_compiles_them_first",
+    "test_tune_workers.py::test_ctrl_c_fails_the_running_trials_and_a_rerun_reaches_exactly_the_trials",
+    "test_multiseed.py::test_sigkilled_worker_leaves_other_seeds_and_resume_finishes",
+    "test_tune.py::test_postgres_three_workers_one_killed_mid_trial_ends_with_exactly_the_trials",
+    "test_tune_workers.py::test_workers_end_with_their_command_and_a_rerun_reaches_exactly_the_trials",
+    "test_tune.py::test_the_storage_password_never_reaches_a_workers_command_line",
+    "test_cli.py::test_train_uses_the_compiled_env_and_says_so_in_one_line",
+    "test_action_masks.py::test_the_next_action_obeys_the_next_mask_while_exploring_and_greedy",
+)
+
+
+def _slow_rank(item: pytest.Item) -> int:
+    for rank, name in enumerate(SLOW_FIRST):
+        if name in item.nodeid:
+            return rank
+    return len(SLOW_FIRST)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_slow_rank)  # stable: every other test keeps its order

@@ -1,11 +1,17 @@
 """Plain-NumPy reference implementations, written for clarity, not speed.
 
 The compiled kernels are tested against these (stumpy's ``tests/naive.py``).
+The end of the file holds what the test files share: the small configs, the
+agent they build and the ways they compare two agents' states.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+
+from ember_np import DqnAgent, DqnConfig, IndexActionMapper, VecEncoder
 
 
 def relu(x: np.ndarray) -> np.ndarray:
@@ -304,6 +310,48 @@ def torch_and_ours(torch, t_net, t_target, net, target, steps=5):
     return losses
 
 
+# ---------------------------------------------------------------- shared by the tests
+# One definition of each small config the tests train or save. The variants are
+# named for what differs from SMALL; a test depends on the values it was written
+# with (buffer sizes that fill, epsilon at a given step), so they are not merged.
+
+SMALL = DqnConfig(
+    hidden_sizes=(16,), learning_rate=1e-3, batch_size=16, buffer_capacity=500,
+    min_replay_size=32, target_update_freq=20, epsilon_decay_steps=300,
+)  # fmt: skip
+SMALL_BUFFER_1K = SMALL.replace(buffer_capacity=1_000)
+SMALL_SLOW_TARGET = SMALL.replace(buffer_capacity=1_000, target_update_freq=50,
+                                  epsilon_decay_steps=200)  # fmt: skip
+# SMALL's sizes with DqnConfig's default rates and schedules.
+SMALL_DEFAULT_RATES = DqnConfig(hidden_sizes=(16,), batch_size=16, buffer_capacity=500,
+                                min_replay_size=32)  # fmt: skip
+TWO_LAYER = DqnConfig(
+    hidden_sizes=(16, 16), learning_rate=1e-3, batch_size=8, buffer_capacity=200,
+    min_replay_size=20, target_update_freq=10, epsilon_decay_steps=100,
+)  # fmt: skip
+MASKED = DqnConfig(
+    hidden_sizes=(16,), learning_rate=1e-3, batch_size=8, buffer_capacity=64,
+    min_replay_size=16, target_update_freq=10, epsilon_decay_steps=50, action_masks=True,
+)  # fmt: skip
+TINY = DqnConfig(
+    hidden_sizes=(8,), learning_rate=1e-2, batch_size=4, buffer_capacity=40, min_replay_size=8,
+    target_update_freq=5, epsilon_decay_steps=50,
+)  # fmt: skip
+TINY_MIN4 = TINY.replace(min_replay_size=4)
+
+# The command line's small network: `ember-np train ENV *SMALL_ARGS`.
+SMALL_ARGS = ["--preset", "ember", "--set", "min_replay_size=200", "hidden_sizes=[32]", "--quiet"]
+SMALL_ARGS_16 = ["--preset", "ember", "--set", "min_replay_size=64", "hidden_sizes=[16]",
+                 "--quiet"]  # fmt: skip
+
+
+def make_agent(
+    config: DqnConfig = SMALL, seed: int = 0, obs_size: int = 3, n_actions: int = 2, **kw: Any
+) -> DqnAgent:
+    """A DqnAgent on plain vectors: ``VecEncoder(obs_size)``, ``IndexActionMapper(n_actions)``."""
+    return DqnAgent(VecEncoder(obs_size), IndexActionMapper(n_actions), config, seed, **kw)
+
+
 def agent_state(agent) -> list[bytes]:
     """What must match, as bytes, for two agents to continue identically: both
     networks, Adam's moments, the counters, both random streams, the buffer."""
@@ -311,3 +359,21 @@ def agent_state(agent) -> list[bytes]:
             agent.online._adam_m.tobytes(), agent.online._adam_v.tobytes(),
             agent._counters.tobytes(), agent.exploration_rng.state.tobytes(),
             agent.replay_rng.state.tobytes(), agent.buffer.storage.tobytes()]  # fmt: skip
+
+
+def agent_state_with_cursor(agent) -> list[bytes]:
+    """:func:`agent_state` and the buffer's write cursor."""
+    return agent_state(agent) + [agent.buffer._cursor.tobytes()]
+
+
+def weights_rngs_and_counts(agent, include_buffer: bool = True) -> list:
+    """Both networks, both random streams, (the buffer's storage,) the update and step counts."""
+    buffer = [agent.buffer.storage.tobytes()] if include_buffer else []
+    return [agent.online.params.tobytes(), agent.target.params.tobytes(),
+            agent.replay_rng.state.tobytes(), agent.exploration_rng.state.tobytes(),
+            *buffer, agent.n_updates, agent.total_steps]  # fmt: skip
+
+
+def saved_state(agent: DqnAgent) -> dict[str, bytes]:
+    """Everything that defines an agent, as bytes (what ``save`` writes, buffer included)."""
+    return {k: v.tobytes() for k, v in agent.state_arrays(include_buffer=True).items()}

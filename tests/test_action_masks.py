@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import pickle
 import warnings
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from naive import MASKED
+from naive import make_agent as shared_make_agent
 
 from ember_np import (
     CircularBuffer,
@@ -31,16 +34,7 @@ from ember_np import (
 
 N_OBS, N_ACT = 5, 11  # 11 actions: two bytes of packed bits, 5 padding bits
 
-SMALL = DqnConfig(
-    hidden_sizes=(16,),
-    learning_rate=1e-3,
-    batch_size=8,
-    buffer_capacity=64,
-    min_replay_size=16,
-    target_update_freq=10,
-    epsilon_decay_steps=50,
-    action_masks=True,
-)
+SMALL = MASKED
 
 
 def taxi_id() -> str:
@@ -70,8 +64,7 @@ def masked_argmax(q: np.ndarray, legal: np.ndarray) -> np.ndarray:
     return np.where(legal, q, -np.inf).argmax(axis=-1)
 
 
-def make_agent(config: DqnConfig = SMALL, seed: int = 0) -> DqnAgent:
-    return DqnAgent(VecEncoder(N_OBS), IndexActionMapper(N_ACT), config, seed)
+make_agent = partial(shared_make_agent, config=SMALL, obs_size=N_OBS, n_actions=N_ACT)
 
 
 def masks_excluding_argmax(q: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -120,7 +113,7 @@ def test_policy_act_and_act_batch_obey_masks(backend):
 
 
 def test_exploration_is_uniform_over_the_legal_actions_only():
-    agent = make_agent(SMALL.replace(epsilon_start=1.0, epsilon_end=1.0), seed=4)
+    agent = make_agent(config=SMALL.replace(epsilon_start=1.0, epsilon_end=1.0), seed=4)
     obs = np.zeros(N_OBS, dtype=np.float32)
     legal = np.zeros(N_ACT, dtype=bool)
     legal[[0, 3, 4, 10]] = True
@@ -140,7 +133,7 @@ def test_the_next_action_obeys_the_next_mask_while_exploring_and_greedy():
     data = np.random.default_rng(5)
     for eps in (1.0, 0.0):
         config = SMALL.replace(epsilon_start=eps, epsilon_end=eps)
-        agent = make_agent(config, seed=6)
+        agent = make_agent(config=config, seed=6)
         for _ in range(150):
             x = data.standard_normal(N_OBS).astype(np.float32)
             nx = data.standard_normal(N_OBS).astype(np.float32)
@@ -195,7 +188,7 @@ def test_td_target_maximises_over_the_next_legal_actions(double):
 def test_the_agent_trains_on_the_masks_its_buffer_stored():
     """The agent's compiled update (sample + update) equals sampling the buffer with the
     same stream and calling QNetwork.update with the unpacked next-state masks."""
-    agent = make_agent(SMALL.replace(double_dqn=True, min_replay_size=40), seed=8)
+    agent = make_agent(config=SMALL.replace(double_dqn=True, min_replay_size=40), seed=8)
     data = np.random.default_rng(9)
     for _ in range(39):
         x = data.standard_normal(N_OBS).astype(np.float32)
@@ -313,7 +306,7 @@ def test_bad_masks_are_clear_errors_everywhere(mask, message):
 
 
 def test_mask_errors_of_batches_and_unmasked_agents():
-    agent = make_agent(SMALL.replace(action_masks=False))
+    agent = make_agent(config=SMALL.replace(action_masks=False))
     obs = np.zeros(N_OBS, dtype=np.float32)
     legal = np.ones(N_ACT, dtype=bool)
     assert agent.act(obs, action_mask=legal) == agent.act(obs)  # acting with a mask: any agent
@@ -423,7 +416,7 @@ def masked_stream(n: int, seed: int) -> list[tuple]:
 
 def test_resume_with_masks_is_exact(tmp_path):
     config = SMALL.replace(double_dqn=True, epsilon_decay_steps=300)
-    a = make_agent(config, seed=11)
+    a = make_agent(config=config, seed=11)
     stream = masked_stream(260, seed=12)
     index = 0
     for x, r, nx, status, mask in stream[:130]:

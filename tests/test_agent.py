@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import gymnasium as gym
 import naive
 import numpy as np
@@ -21,19 +23,10 @@ from ember_np import (
     VecEncoder,
 )
 
-SMALL = DqnConfig(
-    hidden_sizes=(16, 16),
-    learning_rate=1e-3,
-    batch_size=8,
-    buffer_capacity=200,
-    min_replay_size=20,
-    target_update_freq=10,
-    epsilon_decay_steps=100,
-)
+SMALL = naive.TWO_LAYER
 
 
-def make_agent(config=SMALL, seed=0, **kw):
-    return DqnAgent(VecEncoder(3), IndexActionMapper(2), config, seed, **kw)
+make_agent = partial(naive.make_agent, config=SMALL)
 
 
 def feed(agent, n, seed=0, start=0):
@@ -64,12 +57,12 @@ def test_act_is_greedy_argmax():
 
 
 def test_epsilon_greedy_extremes_and_uniformity():
-    agent = make_agent(DqnConfig(**{**SMALL.to_dict(), "epsilon_start": 1.0, "epsilon_end": 1.0,
+    agent = make_agent(config=DqnConfig(**{**SMALL.to_dict(), "epsilon_start": 1.0, "epsilon_end": 1.0,
                                     "hidden_sizes": (16, 16)}))  # fmt: skip
     x = np.zeros(3, np.float32)
     draws = [agent.act_epsilon_greedy(x) for _ in range(4000)]
     assert naive.chi_square_pvalue(np.bincount(draws, minlength=2)) > 1e-3
-    greedy = make_agent(SMALL.replace(epsilon_start=0.0, epsilon_end=0.0))
+    greedy = make_agent(config=SMALL.replace(epsilon_start=0.0, epsilon_end=0.0))
     assert all(greedy.act_epsilon_greedy(x) == greedy.act(x) for _ in range(50))
 
 
@@ -118,14 +111,14 @@ def test_training_starts_at_learning_starts_and_syncs_target_on_schedule():
 )
 def test_train_freq_and_gradient_steps(train_freq, gradient_steps, expected):
     config = SMALL.replace(train_freq=train_freq, gradient_steps=gradient_steps, min_replay_size=8)
-    agent = make_agent(config)
+    agent = make_agent(config=config)
     flags = feed(agent, 47)  # training possible from step 8; steps 8..47
     assert sum(flags) == len([t for t in range(8, 48) if t % train_freq == 0])
     assert agent.n_updates == expected
 
 
 def test_soft_target_update():
-    agent = make_agent(SMALL.replace(tau=0.25, target_update_freq=30))
+    agent = make_agent(config=SMALL.replace(tau=0.25, target_update_freq=30))
     feed(agent, 29)
     old_target = agent.target._params.astype(np.float64)
     online = agent.online._params.astype(np.float64)

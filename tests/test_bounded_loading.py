@@ -14,23 +14,25 @@ import io
 import struct
 import tracemalloc
 import zipfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from naive import SMALL_DEFAULT_RATES
+from naive import make_agent as shared_make_agent
 from numpy.lib import format as npy
 
-from ember_np import CheckpointError, DqnAgent, DqnConfig, DqnPolicy, IndexActionMapper, VecEncoder
+from ember_np import CheckpointError, DqnAgent, DqnPolicy
 from ember_np.checkpoint import MAX_MEMBERS, inspect_archive, load_arrays
 
-SMALL = DqnConfig(hidden_sizes=(16,), batch_size=16, buffer_capacity=500, min_replay_size=32)
+SMALL = SMALL_DEFAULT_RATES
 PEAK_LIMIT = 2 << 20  # bytes a refusal may allocate (the bombs and huge shapes declare >= 8x)
 
 
-def make_agent():
-    return DqnAgent(VecEncoder(4), IndexActionMapper(2), SMALL, 0)
+make_agent = partial(shared_make_agent, config=SMALL, seed=0, obs_size=4)
 
 
 _GOOD: dict[str, bytes] = {}

@@ -8,11 +8,12 @@ import sys
 
 import numpy as np
 import pytest
+from naive import SMALL_ARGS
 
 from ember_np import DqnAgent, TrainingRun
 from ember_np.cli import main
 
-SMALL = ["--preset", "ember", "--set", "min_replay_size=200", "hidden_sizes=[32]", "--quiet"]
+SMALL = SMALL_ARGS
 
 
 def train_run(tmp_path, *extra):

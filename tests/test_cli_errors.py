@@ -18,6 +18,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from naive import SMALL_ARGS_16
 
 from ember_np import DqnAgent, DqnConfig, DqnTrainer, TrainingRun
 from ember_np.cli import main
@@ -25,7 +26,7 @@ from ember_np.envs import NativeVecEnv
 from ember_np.presets import PRESETS
 from ember_np.training.trainer import make_eval_env
 
-SMALL = ["--preset", "ember", "--set", "min_replay_size=64", "hidden_sizes=[16]", "--quiet"]
+SMALL = SMALL_ARGS_16
 
 
 def train(root: Path, *extra: str, env_id: str = "CartPole-v1", steps: int = 300) -> int:

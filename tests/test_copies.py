@@ -18,23 +18,24 @@ import copy
 import multiprocessing
 import pickle
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from naive import TINY
+from naive import make_agent as shared_make_agent
+from naive import saved_state as agent_state
 
 from ember_np import (
     CircularBuffer,
     DqnAgent,
-    DqnConfig,
     DqnPolicy,
     EpisodeStatus,
     Experience,
-    IndexActionMapper,
     QNetwork,
     Rng,
-    VecEncoder,
 )
 
 
@@ -52,14 +53,8 @@ COPIERS = {"deepcopy": copy.deepcopy, "out-of-band": _out_of_band}
 COPIERS.update({f"pickle{p}": _pickled(p) for p in range(2, pickle.HIGHEST_PROTOCOL + 1)})
 SETTINGS = settings(max_examples=15, deadline=None)
 
-SMALL = DqnConfig(
-    hidden_sizes=(8,), learning_rate=1e-2, batch_size=4, buffer_capacity=40, min_replay_size=8,
-    target_update_freq=5, epsilon_decay_steps=50,
-)  # fmt: skip
-
-
-def make_agent(seed: int = 3) -> DqnAgent:
-    return DqnAgent(VecEncoder(3), IndexActionMapper(2), SMALL, seed)
+SMALL = TINY
+make_agent = partial(shared_make_agent, config=SMALL, seed=3)
 
 
 def transitions(n: int, seed: int) -> list[Experience]:
@@ -75,11 +70,6 @@ def transitions(n: int, seed: int) -> list[Experience]:
         obs = next_obs if status == EpisodeStatus.CONTINUING else data.standard_normal(3)
         obs = obs.astype(np.float32)
     return out
-
-
-def agent_state(agent: DqnAgent) -> dict[str, bytes]:
-    """Everything that defines an agent, as bytes (what ``save`` writes, buffer included)."""
-    return {k: v.tobytes() for k, v in agent.state_arrays(include_buffer=True).items()}
 
 
 def network_state(net: QNetwork) -> dict[str, bytes]:

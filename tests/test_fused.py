@@ -7,6 +7,7 @@ import itertools
 import gymnasium as gym
 import numpy as np
 import pytest
+from naive import agent_state_with_cursor as agent_state
 
 import ember_np.envs  # noqa: F401
 from ember_np import DqnAgent, DqnConfig, DqnTrainer, TrainingRun
@@ -34,15 +35,6 @@ class Recorder(StatsTracker):
     def update(self, record):
         super().update(record)
         self.records.append(record)
-
-
-def agent_state(agent):
-    return [
-        agent.online._params.tobytes(), agent.target._params.tobytes(),
-        agent.online._adam_m.tobytes(), agent.online._adam_v.tobytes(), agent._counters.tobytes(),
-        agent.exploration_rng.state.tobytes(), agent.replay_rng.state.tobytes(),
-        agent.buffer.storage.tobytes(), agent.buffer._cursor.tobytes(),
-    ]  # fmt: skip
 
 
 def test_fused_is_chosen_for_native_envs_only():

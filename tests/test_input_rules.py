@@ -17,6 +17,7 @@ Property tests (hypothesis) over each class of input:
 from __future__ import annotations
 
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
@@ -24,12 +25,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from naive import TINY_MIN4
+from naive import make_agent as shared_make_agent
 
 from ember_np import (
     CheckpointError,
     CircularBuffer,
     DqnAgent,
-    DqnConfig,
     DqnPolicy,
     DqnTrainer,
     Experience,
@@ -43,15 +45,11 @@ from ember_np.checkpoint import save_arrays, string_array
 from ember_np.envs import NativeVecEnv
 
 SETTINGS = settings(max_examples=40, deadline=None)
-SMALL = DqnConfig(
-    hidden_sizes=(8,), learning_rate=1e-2, batch_size=4, buffer_capacity=40, min_replay_size=4,
-    target_update_freq=5, epsilon_decay_steps=50,
-)  # fmt: skip
+SMALL = TINY_MIN4
 F32_MAX = float(np.finfo(np.float32).max)
 
 
-def make_agent(seed: int = 0) -> DqnAgent:
-    return DqnAgent(VecEncoder(3), IndexActionMapper(2), SMALL, seed)
+make_agent = partial(shared_make_agent, config=SMALL)
 
 
 def float32_is_finite(x: float) -> bool:
@@ -65,8 +63,8 @@ def float32_is_finite(x: float) -> bool:
 @SETTINGS
 @given(seed=st.one_of(st.integers(0, 2**64 + 10), st.integers(0, 2**300)))
 def test_any_non_negative_seed_trains_saves_and_restores_exactly(seed):
-    agent = make_agent(seed)
-    again = make_agent(seed)
+    agent = make_agent(seed=seed)
+    again = make_agent(seed=seed)
     assert agent.online.state_dict()["w0"].tobytes() == again.online.state_dict()["w0"].tobytes()
     x = np.ones(3, np.float32)
     for i in range(12):

@@ -10,16 +10,15 @@ from __future__ import annotations
 import json
 
 import gymnasium as gym
-import pytest
 import numpy as np
-
-from ember_np import DqnAgent, DqnConfig, DqnTrainer
-from ember_np.cli import main
-
+import pytest
+from naive import SMALL_SLOW_TARGET
 from test_action_masks import taxi_id
 
-SMALL = DqnConfig(hidden_sizes=(16,), learning_rate=1e-3, batch_size=16, buffer_capacity=1000,
-                  min_replay_size=32, target_update_freq=50, epsilon_decay_steps=200)  # fmt: skip
+from ember_np import DqnAgent, DqnTrainer
+from ember_np.cli import main
+
+SMALL = SMALL_SLOW_TARGET
 
 
 class OnlyFirstLegal(gym.Wrapper, gym.utils.RecordConstructorArgs):

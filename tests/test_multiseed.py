@@ -14,11 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from naive import SMALL_ARGS
 
 from ember_np.cli import main
 from ember_np.training.multiseed import load_multiseed, parse_seeds, train_seeds
 
-SMALL = ["--preset", "ember", "--set", "min_replay_size=200", "hidden_sizes=[32]", "--quiet"]
+SMALL = SMALL_ARGS
 TRAIN = ["train", "CartPole-v1", "--steps", "1500", "--eval-every", "500", "--eval-episodes",
          "2", "--checkpoint-freq", "500", *SMALL]  # fmt: skip
 

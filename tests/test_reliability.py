@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 import zipfile
+from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
@@ -20,11 +21,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from naive import SMALL
+from naive import make_agent as shared_make_agent
 
 from ember_np import (
     CheckpointError,
     DqnAgent,
-    DqnConfig,
     DqnPolicy,
     DqnTrainer,
     EpisodeStatus,
@@ -35,14 +37,7 @@ from ember_np import (
 )
 from ember_np.checkpoint import FORMAT_VERSION
 
-SMALL = DqnConfig(
-    hidden_sizes=(16,), learning_rate=1e-3, batch_size=16, buffer_capacity=500,
-    min_replay_size=32, target_update_freq=20, epsilon_decay_steps=300,
-)  # fmt: skip
-
-
-def make_agent(seed=0, config=SMALL):
-    return DqnAgent(VecEncoder(4), IndexActionMapper(2), config, seed)
+make_agent = partial(shared_make_agent, obs_size=4)
 
 
 def transitions(n, seed=0):
@@ -197,24 +192,34 @@ _WORKER = textwrap.dedent(
 )
 
 
-def check_run_files(run_dir: Path) -> None:
+def check_run_files(run_dir: Path) -> tuple[int, int]:
+    """Every file of the run loads and says what it should; returns the steps in
+    latest.npz and in metadata.json."""
     agent = DqnAgent.from_checkpoint(run_dir / "checkpoints" / "latest.npz")
     assert agent.total_steps > 0
+    obs = np.zeros((1, 4), dtype=np.float32)
     if (run_dir / "checkpoints" / "best.npz").exists():
-        DqnPolicy.load(run_dir / "checkpoints" / "best.npz")
-    for _, path in TrainingRun.resume(run_dir).step_checkpoints():
-        DqnPolicy.load(path)
+        best = DqnPolicy.load(run_dir / "checkpoints" / "best.npz")
+        q = best.q_values_batch(obs)
+        assert q.shape == (1, 2) and np.isfinite(q).all()
+    for step, path in TrainingRun.resume(run_dir).step_checkpoints():
+        assert DqnAgent.from_checkpoint(path).total_steps == step  # step_<N>.npz holds step N
+        q = DqnPolicy.load(path).q_values_batch(obs)
+        assert q.shape == (1, 2) and np.isfinite(q).all()
     meta = json.loads((run_dir / "metadata.json").read_text())
-    assert meta["total_steps"] >= 0
+    # latest.npz is written before metadata.json, so the metadata never runs ahead of it
+    assert 0 <= meta["total_steps"] <= agent.total_steps
     for log in run_dir.glob("*.jsonl"):
         for line in log.read_text().splitlines():
-            json.loads(line)
+            assert isinstance(json.loads(line), dict)
+    return agent.total_steps, meta["total_steps"]
 
 
 def test_sigkill_at_20_random_moments_never_breaks_the_run(tmp_path):
     rng = random.Random(1234)
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
+    resumed_from = 0
     for attempt in range(20):
         proc = subprocess.Popen(
             [sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True
@@ -229,7 +234,11 @@ def test_sigkill_at_20_random_moments_never_breaks_the_run(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         (run_dir,) = (tmp_path / "crash" / "v1").iterdir()
-        check_run_files(run_dir)
+        latest_steps, meta_steps = check_run_files(run_dir)
+        # the child printed "ready" after resuming, which sets the metadata to the
+        # checkpoint it resumed from: never lost, whatever the moment of the kill
+        assert meta_steps >= resumed_from
+        resumed_from = latest_steps
     final = DqnAgent.from_checkpoint(run_dir / "checkpoints" / "latest.npz")
     assert final.total_steps > 200  # the run made progress across the kills
 
@@ -251,7 +260,8 @@ def test_failed_checkpoint_write_keeps_the_old_file_and_says_why(tmp_path, monke
     monkeypatch.undo()
     assert latest.read_bytes() == before
     assert not list(run.checkpoints_dir.glob(".*.tmp"))  # the temporary file was removed
-    DqnAgent.from_checkpoint(latest)
+    assert trainer.agent.total_steps == 200  # the failed write came at step 200's checkpoint
+    assert DqnAgent.from_checkpoint(latest).total_steps == 100  # the old file, still loadable
 
 
 def test_unusable_run_root_fails_at_creation(tmp_path):

@@ -22,15 +22,13 @@ import gymnasium as gym
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from naive import SMALL_BUFFER_1K
 
-from ember_np import DqnAgent, DqnConfig, DqnPolicy, DqnTrainer, TrainingRun
+from ember_np import DqnAgent, DqnPolicy, DqnTrainer, TrainingRun
 from ember_np.cli import main
 from ember_np.training.run import RunLockedError, RunLogWarning
 
-SMALL = DqnConfig(
-    hidden_sizes=(16,), learning_rate=1e-3, batch_size=16, buffer_capacity=1_000,
-    min_replay_size=32, target_update_freq=20, epsilon_decay_steps=300,
-)  # fmt: skip
+SMALL = SMALL_BUFFER_1K
 
 
 def new_run(root: Path, steps: int = 300, evals: int = 2) -> TrainingRun:
