@@ -36,6 +36,16 @@ def rng() -> Rng:
     return Rng(0)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Benchmarks time one process at a time: pyproject's ``-n auto`` (the test
+    suite's xdist workers) is turned off for ``pytest bench``, which pytest-benchmark
+    would otherwise disable."""
+    if getattr(config.option, "numprocesses", None):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+
+
 def pytest_benchmark_update_json(config, benchmarks, output_json) -> None:
     """Keep the statistics, drop each round's raw timing (megabytes, and not needed
     by ``pytest-benchmark compare``)."""
