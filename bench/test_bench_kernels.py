@@ -17,7 +17,7 @@ import pytest
 from conftest import BATCH, SETTINGS, filled_buffer
 from streams import fill
 
-from ember_np import CircularBuffer, QNetwork
+from ember_np import CircularBuffer, QNetwork, UpdateOptions
 
 
 @pytest.mark.parametrize("setting", ["S1", "S2"])
@@ -35,12 +35,12 @@ def test_update(benchmark, setting, dueling, layer_norm, buffer, rng):
     net = QNetwork(SETTINGS[setting], seed=0, dueling=dueling, layer_norm=layer_norm)
     target = net.copy()
     batch = buffer.sample(BATCH, rng)
-    kwargs = dict(gamma=0.99, learning_rate=1e-4, max_grad_norm=10.0)
-    net.update(*batch, target, **kwargs)  # compile / load outside the timed region
+    options = UpdateOptions(gamma=0.99, learning_rate=1e-4, max_grad_norm=10.0)
+    net.update(batch, target, options)  # compile / load outside the timed region
     benchmark.extra_info["layer_sizes"] = SETTINGS[setting]
     benchmark.extra_info["dueling"] = dueling
     benchmark.extra_info["layer_norm"] = layer_norm
-    benchmark(net.update, *batch, target, **kwargs)
+    benchmark(net.update, batch, target, options)
 
 
 def test_forward_one(benchmark):
@@ -83,14 +83,14 @@ _START = textwrap.dedent(
     import time
     t0 = time.perf_counter()
     import numpy as np
-    from ember_np import QNetwork, CircularBuffer, Rng
+    from ember_np import QNetwork, CircularBuffer, Rng, UpdateOptions
     net = QNetwork((4, 64, 64, 2), seed=0)
     target = net.copy()
     buf = CircularBuffer(1000, 4, 2)
     obs = np.zeros(4, np.float32)
     for i in range(64):
         buf.push(obs, i % 2, 1.0, obs, 0)
-    net.update(*buf.sample(64, Rng(0)), target, gamma=0.99, learning_rate=1e-3)
+    net.update(buf.sample(64, Rng(0)), target, UpdateOptions(gamma=0.99, learning_rate=1e-3))
     print(time.perf_counter() - t0)
     """
 )

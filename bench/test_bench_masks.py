@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 from conftest import BATCH
 
-from ember_np import CircularBuffer, DqnAgent, DqnConfig, IndexActionMapper, QNetwork, Rng
+from ember_np import (
+    CircularBuffer,
+    DqnAgent,
+    DqnConfig,
+    IndexActionMapper,
+    QNetwork,
+    Rng,
+    UpdateOptions,
+)
 from ember_np import VecEncoder as Vec
 
 N_OBS, N_ACT = 4, 6  # Taxi's action count, CartPole-sized observations
@@ -52,6 +60,6 @@ def test_update_with_masks(benchmark, masked, rng):
     net = QNetwork((N_OBS, 64, 64, N_ACT), seed=0)
     target = net.copy()
     batch = buf.sample(BATCH, Rng(1))
-    kwargs = dict(gamma=0.99, learning_rate=1e-4, max_grad_norm=10.0)
-    net.update(*batch, target, **kwargs)
-    benchmark(net.update, *batch, target, **kwargs)
+    options = UpdateOptions(gamma=0.99, learning_rate=1e-4, max_grad_norm=10.0)
+    net.update(batch, target, options)
+    benchmark(net.update, batch, target, options)

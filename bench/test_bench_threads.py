@@ -35,7 +35,14 @@ import numpy as np
 import pytest
 from conftest import BATCH, SETTINGS
 
-from ember_np import DqnAgent, DqnTrainer, QNetwork, kernel_threads, set_kernel_threads
+from ember_np import (
+    DqnAgent,
+    DqnTrainer,
+    QNetwork,
+    UpdateOptions,
+    kernel_threads,
+    set_kernel_threads,
+)
 from ember_np._blas import KERNEL_BLAS
 from ember_np.presets import get_preset
 
@@ -131,11 +138,11 @@ def test_update_by_kernel_threads(benchmark, setting, threads, buffer, rng):
     net = QNetwork(SETTINGS[setting], seed=0)
     target = net.copy()
     batch = buffer.sample(BATCH, rng)
-    kwargs = dict(gamma=0.99, learning_rate=1e-4, max_grad_norm=10.0)
+    options = UpdateOptions(gamma=0.99, learning_rate=1e-4, max_grad_norm=10.0)
     set_kernel_threads(threads)
     try:
-        net.update(*batch, target, **kwargs)  # compile / load outside the timed region
+        net.update(batch, target, options)  # compile / load outside the timed region
         benchmark.extra_info.update(layer_sizes=SETTINGS[setting], kernel_threads=threads)
-        benchmark(net.update, *batch, target, **kwargs)
+        benchmark(net.update, batch, target, options)
     finally:
         set_kernel_threads(1)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from ember_np.checkpoint import CheckpointError
     from ember_np.dqn.agent import DqnAgent
     from ember_np.dqn.config import DqnConfig
-    from ember_np.dqn.network import QNetwork
+    from ember_np.dqn.network import QNetwork, UpdateOptions
     from ember_np.dqn.policy import DqnPolicy
     from ember_np.dqn.replay import Batch, CircularBuffer, PrioritizedBuffer, transition_dtype
     from ember_np.encoding import (
@@ -64,6 +64,7 @@ _HOMES = {
     "DqnAgent": "ember_np.dqn.agent",
     "DqnConfig": "ember_np.dqn.config",
     "QNetwork": "ember_np.dqn.network",
+    "UpdateOptions": "ember_np.dqn.network",
     "DqnPolicy": "ember_np.dqn.policy",
     "Batch": "ember_np.dqn.replay",
     "CircularBuffer": "ember_np.dqn.replay",
@@ -153,6 +154,7 @@ __all__ = [
     "Std",
     "StepMetrics",
     "TrainingRun",
+    "UpdateOptions",
     "VecEncoder",
     "OneHotEncoder",
     "kernel_threads",

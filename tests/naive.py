@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ember_np import DqnAgent, DqnConfig, IndexActionMapper, VecEncoder
+from ember_np import Batch, DqnAgent, DqnConfig, IndexActionMapper, UpdateOptions, VecEncoder
 
 
 def relu(x: np.ndarray) -> np.ndarray:
@@ -304,8 +304,7 @@ def torch_and_ours(torch, t_net, t_target, net, target, steps=5):
         t_loss.backward()
         torch.nn.utils.clip_grad_norm_(t_net.parameters(), 0.5)
         opt.step()
-        loss = net.update(obs, actions, rewards, next_obs, masks, target, gamma=0.99,
-                          learning_rate=1e-3, max_grad_norm=0.5)  # fmt: skip
+        loss = net.update(Batch(obs, actions, rewards, next_obs, masks), target, UpdateOptions(gamma=0.99, learning_rate=1e-3, max_grad_norm=0.5))  # fmt: skip
         losses.append((loss, t_loss.item()))
     return losses
 

@@ -19,6 +19,7 @@ from naive import MASKED
 from naive import make_agent as shared_make_agent
 
 from ember_np import (
+    Batch,
     CircularBuffer,
     DqnAgent,
     DqnConfig,
@@ -29,6 +30,7 @@ from ember_np import (
     PrioritizedBuffer,
     QNetwork,
     Rng,
+    UpdateOptions,
     VecEncoder,
 )
 
@@ -175,9 +177,7 @@ def test_td_target_maximises_over_the_next_legal_actions(double):
     assert (best != unmasked_best).all()  # every row would bootstrap elsewhere unmasked
     q = online.forward(batch["obs"]).astype(np.float64)[np.arange(b), batch["actions"]]
     td = np.empty(b, dtype=np.float32)
-    online.update(batch["obs"], batch["actions"], batch["rewards"], batch["next_obs"],
-                  batch["masks"], target, gamma=0.9, learning_rate=1e-3, double_dqn=double,
-                  next_action_masks=legal, td_errors_out=td)  # fmt: skip
+    online.update(Batch(batch["obs"], batch["actions"], batch["rewards"], batch["next_obs"], batch["masks"]), target, UpdateOptions(gamma=0.9, learning_rate=1e-3, double_dqn=double), next_action_masks=legal, td_errors_out=td)  # fmt: skip
     np.testing.assert_allclose(td, np.abs(q - y), rtol=1e-5, atol=1e-5)
     # and without masks the target would have been another one
     y_free, *_ = reference_targets(online, target, batch, np.ones_like(legal), 0.9, double)
@@ -202,11 +202,9 @@ def test_the_agent_trains_on_the_masks_its_buffer_stored():
     replay.state = agent.replay_rng.state.copy()
     batch = agent.buffer.sample(SMALL.batch_size, replay)
     legal = np.unpackbits(batch.next_action_masks, axis=1, count=N_ACT).astype(bool)
-    online.update(*batch[:5], target, gamma=SMALL.gamma, learning_rate=SMALL.learning_rate,
-                  double_dqn=True, next_action_masks=legal)  # fmt: skip
+    online.update(batch[:5], target, UpdateOptions(gamma=SMALL.gamma, learning_rate=SMALL.learning_rate, double_dqn=True), next_action_masks=legal)  # fmt: skip
     unmasked, target2 = before.copy(), agent.target.copy()
-    unmasked.update(*batch[:5], target2, gamma=SMALL.gamma, learning_rate=SMALL.learning_rate,
-                    double_dqn=True)  # fmt: skip
+    unmasked.update(batch[:5], target2, UpdateOptions(gamma=SMALL.gamma, learning_rate=SMALL.learning_rate, double_dqn=True))  # fmt: skip
     agent.train_steps(1)
     np.testing.assert_array_equal(agent.online.params, online.params)
     assert not np.array_equal(agent.online.params, unmasked.params)  # the masks mattered
@@ -436,19 +434,23 @@ def test_resume_with_masks_is_exact(tmp_path):
 
 
 def test_update_takes_a_whole_masked_batch():
-    """``net.update(*batch, target)`` uses a masked buffer's packed masks, as the keyword does."""
+    """``net.update(batch, target, options)`` uses a masked buffer's packed masks, as the keyword does."""
     buf = CircularBuffer(40, N_OBS, N_ACT, action_masks=True, gamma=0.9)  # discounts 0.9 * mask
     fill(buf, 40, seed=13)
     batch = buf.sample(16, Rng(2))
     legal = np.unpackbits(batch.next_action_masks, axis=1, count=N_ACT).astype(bool)
     a, b = QNetwork((N_OBS, 8, N_ACT), seed=3), QNetwork((N_OBS, 8, N_ACT), seed=3)
     target = QNetwork((N_OBS, 8, N_ACT), seed=4)
-    loss_a = a.update(*batch, target, gamma=0.9, learning_rate=1e-2)
-    loss_b = b.update(*batch[:5], target, gamma=0.9, learning_rate=1e-2, next_action_masks=legal)
+    loss_a = a.update(batch, target, UpdateOptions(gamma=0.9, learning_rate=1e-2))
+    loss_b = b.update(
+        batch[:5], target, UpdateOptions(gamma=0.9, learning_rate=1e-2), next_action_masks=legal
+    )
     assert loss_a == loss_b
     np.testing.assert_array_equal(a.params, b.params)
     with pytest.raises(ValueError, match="given twice"):
-        a.update(*batch, target, gamma=0.9, learning_rate=1e-2, next_action_masks=legal)
+        a.update(
+            batch, target, UpdateOptions(gamma=0.9, learning_rate=1e-2), next_action_masks=legal
+        )
 
 
 def test_cli_trains_and_evaluates_taxi_with_masks(tmp_path, capsys, monkeypatch):

@@ -45,13 +45,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "ember_np"
 SOURCES = sorted(ROOT.rglob("*.py"))
 MAX_PARAMETERS = 12
-#: The one exception, a public signature issue 12 itself fixed: the five batch
-#: arrays and the target (positional, as since 0.1), five keyword options, and
-#: the three per-sample keywords the issue adds (discounts, weights,
-#: td_errors_out). Everything after ``target`` is keyword-only, so no caller
-#: can pass them out of order; inside, they travel as one Batch, one PerSample
-#: and one UpdateSettings.
-EXEMPT = {("dqn/network.py", "update")}
 NAMEDTUPLE_API = {"_fields", "_replace", "_asdict", "_make", "_field_defaults"}
 
 
@@ -74,14 +67,6 @@ def test_sources_found():
     assert {"network.py", "agent.py", "trainer.py", "_fused.py"} <= names
 
 
-def test_the_exemption_is_still_needed_and_only_keyword_options_follow_target():
-    tree = ast.parse((ROOT / "dqn" / "network.py").read_text(encoding="utf-8"))
-    (update,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "update"]
-    assert parameter_count(update) > MAX_PARAMETERS
-    assert [a.arg for a in update.args.args][-1] == "target"
-    assert len(update.args.args) == 7  # self, five batch arrays, target
-
-
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_function_takes_more_than_12_parameters(path):
     tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -90,7 +75,6 @@ def test_no_function_takes_more_than_12_parameters(path):
         for node in ast.walk(tree)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         and parameter_count(node) > MAX_PARAMETERS
-        and (path.relative_to(ROOT).as_posix(), getattr(node, "name", "")) not in EXEMPT
     ]
     assert not too_many, f"more than {MAX_PARAMETERS} parameters: {too_many}"
 

@@ -44,10 +44,10 @@ def test_library_found_and_no_scipy_linalg_import():
     assert "gemm" in BLAS_LIBRARY.lower()
     code = (
         "import sys, numpy as np\n"
-        "from ember_np import QNetwork\n"
+        "from ember_np import Batch, QNetwork, UpdateOptions\n"
         "net = QNetwork((4, 8, 2), seed=0)\n"
-        "net.update(np.zeros((4, 4)), [0, 1, 0, 1], np.zeros(4), np.zeros((4, 4)), np.ones(4),"
-        " net.copy(), gamma=0.9, learning_rate=1e-3)\n"
+        "net.update(Batch(np.zeros((4, 4)), [0, 1, 0, 1], np.zeros(4), np.zeros((4, 4)),"
+        " np.ones(4)), net.copy(), UpdateOptions(gamma=0.9, learning_rate=1e-3))\n"
         "print('scipy.linalg' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

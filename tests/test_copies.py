@@ -36,6 +36,7 @@ from ember_np import (
     Experience,
     QNetwork,
     Rng,
+    UpdateOptions,
 )
 
 
@@ -115,20 +116,22 @@ def test_copied_network_trains_its_own_weights_like_an_uncopied_twin(how, before
     kw = dict(gamma=0.9, learning_rate=1e-2, max_grad_norm=5.0)
     for batch in batches(sizes, before, seed=0):
         for n in (net, twin, other):
-            n.update(*batch, target, **kw)
+            n.update(batch, target, UpdateOptions(**kw))
     clone = COPIERS[how](net)
     assert_views(clone)
     assert network_state(clone) == network_state(net)
     original = network_state(net)
     w_before = clone.weights[0].copy()
     for batch in batches(sizes, after, seed=1):  # the copy and its twin train on one stream
-        assert clone.update(*batch, target, **kw) == twin.update(*batch, target, **kw)
+        assert clone.update(batch, target, UpdateOptions(**kw)) == twin.update(
+            batch, target, UpdateOptions(**kw)
+        )
     assert not np.array_equal(clone.weights[0], w_before)  # weights are what trains
     assert network_state(net) == original  # the original did not move
     trained = network_state(clone)
     for batch in batches(sizes, after, seed=2):  # the original and its twin on another
-        net.update(*batch, target, **kw)
-        other.update(*batch, target, **kw)
+        net.update(batch, target, UpdateOptions(**kw))
+        other.update(batch, target, UpdateOptions(**kw))
     assert network_state(clone) == trained == network_state(twin)
     assert network_state(net) == network_state(other)
     x = np.random.default_rng(3).standard_normal((5, 3)).astype(np.float32)

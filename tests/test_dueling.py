@@ -15,7 +15,7 @@ import naive
 import numpy as np
 import pytest
 
-from ember_np import QNetwork
+from ember_np import QNetwork, UpdateOptions
 
 make_batch = naive.make_batch
 
@@ -69,7 +69,9 @@ def test_copy_sync_pickle_and_state_dict_keep_the_heads():
     unpickled = pickle.loads(pickle.dumps(net))
     assert unpickled.dueling and unpickled.num_params == net.num_params
     np.testing.assert_array_equal(unpickled.forward(x), net.forward(x))
-    net.update(*make_batch(sizes, batch=32), net.copy(), gamma=0.99, learning_rate=1e-2)
+    net.update(
+        make_batch(sizes, batch=32), net.copy(), UpdateOptions(gamma=0.99, learning_rate=1e-2)
+    )
     updated = pickle.loads(pickle.dumps(net))  # an updated network pickles too
     assert updated.dueling and updated.adam_step == 1
     np.testing.assert_array_equal(updated.forward(x), net.forward(x))
@@ -106,7 +108,7 @@ def test_architectures_do_not_mix(flag, with_it, without_it):
         with pytest.raises(ValueError, match="architectures differ"):
             a.soft_update_from(b, 0.5)
         with pytest.raises(ValueError, match="architectures differ"):
-            a.update(*make_batch(sizes), b, gamma=0.99, learning_rate=1e-3)
+            a.update(make_batch(sizes), b, UpdateOptions(gamma=0.99, learning_rate=1e-3))
         before = a.params.copy()
         with pytest.raises(ValueError, match=f"this network is {names}.*the state is"):
             a.load_state_dict(b.state_dict())

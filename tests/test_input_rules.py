@@ -39,6 +39,7 @@ from ember_np import (
     QNetwork,
     Rng,
     TrainingRun,
+    UpdateOptions,
     VecEncoder,
 )
 from ember_np.checkpoint import save_arrays, string_array
@@ -171,11 +172,11 @@ def test_a_batch_reward_beyond_float32_is_refused_by_update(reward):
     kw = dict(gamma=0.9, learning_rate=1e-3)
     params = net._params.copy()
     if float32_is_finite(reward):
-        net.update(*batch, target, **kw)
+        net.update(batch, target, UpdateOptions(**kw))
         assert net.adam_step == 1
         return
     with pytest.raises(ValueError, match="NaN or infinite"):
-        net.update(*batch, target, **kw)
+        net.update(batch, target, UpdateOptions(**kw))
     assert net._params.tobytes() == params.tobytes()
 
 

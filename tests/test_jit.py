@@ -85,7 +85,7 @@ _FIRST_UPDATE = textwrap.dedent(
     """
     import json
     import numpy as np
-    from ember_np import QNetwork, CircularBuffer, Rng
+    from ember_np import QNetwork, CircularBuffer, Rng, UpdateOptions
     from ember_np.dqn import network, replay
     net = QNetwork((4, 64, 64, 2), seed=0)
     target = net.copy()
@@ -93,7 +93,7 @@ _FIRST_UPDATE = textwrap.dedent(
     for i in range(64):
         buf.push(np.full(4, i, np.float32), i % 2, 1.0, np.zeros(4, np.float32), 0)
     batch = buf.sample(64, Rng(0))
-    net.update(*batch, target, gamma=0.99, learning_rate=1e-3, max_grad_norm=10.0)
+    net.update(batch, target, UpdateOptions(gamma=0.99, learning_rate=1e-3, max_grad_norm=10.0))
     net.forward(np.zeros(4, np.float32))
     print(json.dumps({
         name: [k.stats.cache_hits.total(), k.stats.cache_misses.total()]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember_np import DqnAgent, DqnConfig, QNetwork
+from ember_np import Batch, DqnAgent, DqnConfig, QNetwork, UpdateOptions
 from ember_np.dqn import agent as agent_mod
 from ember_np.dqn import network as nw
 from ember_np.encoding import IndexActionMapper, VecEncoder
@@ -53,10 +53,18 @@ def test_update_settings_are_typed_the_same_whatever_the_arguments():
     assert [type(v) for v in a] == [type(v) for v in b] == [float, float, bool, float]
     net, target = QNetwork((3, 4, 2), seed=0), QNetwork((3, 4, 2), seed=1)
     batch = (np.zeros((2, 3)), np.array([0, 1]), np.ones(2), np.zeros((2, 3)), np.ones(2))
-    net.update(*batch, target, gamma=1, learning_rate=1, huber_delta=1, max_grad_norm=None)
+    net.update(
+        batch, target, UpdateOptions(gamma=1, learning_rate=1, huber_delta=1, max_grad_norm=None)
+    )
     n = len(nw.checked_update.signatures)
-    net.update(*batch, target, gamma=0.5, learning_rate=1e-3, double_dqn=True, max_grad_norm=3)
-    net.update(*batch, target, gamma=0.5, learning_rate=1e-3, weights=[1.0, 2.0])
+    net.update(
+        batch,
+        target,
+        UpdateOptions(gamma=0.5, learning_rate=1e-3, double_dqn=True, max_grad_norm=3),
+    )
+    net.update(
+        Batch(*batch, weights=[1.0, 2.0]), target, UpdateOptions(gamma=0.5, learning_rate=1e-3)
+    )
     assert len(nw.checked_update.signatures) == n
 
 

@@ -19,7 +19,15 @@ import numpy as np
 import pytest
 
 import ember_np.envs  # noqa: F401  (registers ember_np/CartPole-v1)
-from ember_np import CheckpointError, DqnAgent, DqnConfig, DqnPolicy, DqnTrainer, QNetwork
+from ember_np import (
+    CheckpointError,
+    DqnAgent,
+    DqnConfig,
+    DqnPolicy,
+    DqnTrainer,
+    QNetwork,
+    UpdateOptions,
+)
 from ember_np.dqn import network as nw
 from ember_np.types import Batch
 
@@ -207,8 +215,7 @@ def test_copy_sync_pickle_and_state_dict_keep_the_norms(dueling):
     sizes = (4, 16, 8, 3)
     net = QNetwork(sizes, seed=0, dueling=dueling, layer_norm=True)
     x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
-    net.update(*naive.make_batch(sizes, batch=32), net.copy(), gamma=0.99, learning_rate=1e-2,
-               max_grad_norm=1.0)  # fmt: skip
+    net.update(naive.make_batch(sizes, batch=32), net.copy(), UpdateOptions(gamma=0.99, learning_rate=1e-2, max_grad_norm=1.0))  # fmt: skip
     assert np.abs(net.norm_gains[0] - 1.0).max() > 0  # trained
     for other in (pickle.loads(pickle.dumps(net)), net.copy()):
         assert other.layer_norm and other.dueling == dueling and other.adam_step == 1

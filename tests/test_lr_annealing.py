@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import ember_np.envs  # noqa: F401  (registers ember_np/CartPole-v1)
-from ember_np import DqnAgent, DqnConfig, DqnTrainer
-from ember_np.training.setup import parse_sets
+from ember_np import DqnAgent, DqnConfig, DqnTrainer, UpdateOptions
 from ember_np.rng import Rng
+from ember_np.training.setup import parse_sets
 
 BASE = dict(
     hidden_sizes=(16, 16), learning_rate=2e-3, batch_size=16, buffer_capacity=2_000,
@@ -96,8 +96,7 @@ def test_train_steps_uses_the_rate_of_the_step_count():
     target = agent.target.copy()
     rng = Rng.from_state(agent.replay_rng.state.copy())
     batch = agent.buffer.sample(ANNEALED.batch_size, rng)
-    reference.update(*batch, target, gamma=ANNEALED.gamma, learning_rate=agent.learning_rate,
-                     max_grad_norm=10.0)  # fmt: skip
+    reference.update(batch, target, UpdateOptions(gamma=ANNEALED.gamma, learning_rate=agent.learning_rate, max_grad_norm=10.0))  # fmt: skip
     assert agent.learning_rate == pytest.approx(rate, rel=1e-14)
     agent.train_steps(1)
     np.testing.assert_array_equal(agent.online.params, reference.params)
@@ -114,8 +113,7 @@ def test_no_annealing_is_bit_identical_to_a_constant_rate():
     rng = Rng.from_state(agent.replay_rng.state.copy())
     for _ in range(3):
         batch = agent.buffer.sample(config.batch_size, rng)
-        reference.update(*batch, agent.target, gamma=config.gamma,
-                         learning_rate=config.learning_rate, max_grad_norm=10.0)  # fmt: skip
+        reference.update(batch, agent.target, UpdateOptions(gamma=config.gamma, learning_rate=config.learning_rate, max_grad_norm=10.0))  # fmt: skip
     agent.train_steps(3)
     np.testing.assert_array_equal(agent.online.params, reference.params)
     same = trainer(config.replace(learning_rate_end=config.learning_rate), fused=True)

@@ -6,9 +6,8 @@ import naive
 import numpy as np
 import pytest
 
-from ember_np import QNetwork, Rng
+from ember_np import Batch, QNetwork, Rng, UpdateOptions
 from ember_np.dqn import network as nw
-from ember_np.types import Batch
 
 make_batch = naive.make_batch
 
@@ -260,7 +259,9 @@ def test_update_equals_reference_step(double):
         nw.loss_and_grads(state, Batch(*batch64, 0.99 * batch64[4]), NO_PER_SAMPLE, hp)
         ref_params = ref_adam.step(ref_params, naive.clip_grad_norm(state.grads, 10.0))
         loss = net.update(
-            *batch, target, gamma=0.99, learning_rate=1e-3, double_dqn=double, max_grad_norm=10.0
+            batch,
+            target,
+            UpdateOptions(gamma=0.99, learning_rate=1e-3, double_dqn=double, max_grad_norm=10.0),
         )
         assert loss == pytest.approx(expected_loss, rel=1e-4), step
     assert net.adam_step == 3
@@ -284,7 +285,9 @@ def test_update_is_deterministic_over_100_steps():
         for i in range(100):
             batch = buf.sample(64, rng)
             losses.append(
-                net.update(*batch, target, gamma=0.99, learning_rate=1e-3, max_grad_norm=10)
+                net.update(
+                    batch, target, UpdateOptions(gamma=0.99, learning_rate=1e-3, max_grad_norm=10)
+                )
             )
             if i % 10 == 0:
                 target.copy_from(net)
@@ -303,9 +306,9 @@ def test_update_reduces_loss_on_a_fixed_batch():
     net = QNetwork(sizes, seed=0)
     target = net.copy()
     batch = make_batch(sizes, batch=32, seed=0)
-    first = net.update(*batch, target, gamma=0.0, learning_rate=1e-2)
+    first = net.update(batch, target, UpdateOptions(gamma=0.0, learning_rate=1e-2))
     for _ in range(200):
-        last = net.update(*batch, target, gamma=0.0, learning_rate=1e-2)
+        last = net.update(batch, target, UpdateOptions(gamma=0.0, learning_rate=1e-2))
     assert last < 0.2 * first
 
 
@@ -313,11 +316,10 @@ def test_update_float64_inputs_do_not_compile_a_second_version():
     sizes = (4, 8, 2)
     net = QNetwork(sizes, seed=0)
     target = net.copy()
-    net.update(*make_batch(sizes), target, gamma=0.9, learning_rate=1e-3)
+    net.update(make_batch(sizes), target, UpdateOptions(gamma=0.9, learning_rate=1e-3))
     n = len(nw.checked_update.signatures)
     obs, actions, rewards, next_obs, masks = make_batch(sizes, dtype=np.float64)
-    net.update(obs, actions.astype(np.int32), rewards, next_obs, masks.tolist(), target,
-               gamma=0.9, learning_rate=1e-3, double_dqn=1, max_grad_norm=5)  # fmt: skip
+    net.update(Batch(obs, actions.astype(np.int32), rewards, next_obs, masks.tolist()), target, UpdateOptions(gamma=0.9, learning_rate=1e-3, double_dqn=1, max_grad_norm=5))  # fmt: skip
     assert len(nw.checked_update.signatures) == n
 
 
@@ -329,27 +331,40 @@ def test_update_errors_say_what_was_expected():
     before = net._params.copy()
     kw = dict(gamma=0.9, learning_rate=1e-3)
     with pytest.raises(ValueError, match=r"actions must be in \[0, 2\)"):
-        net.update(obs, np.full(8, 2), rewards, next_obs, masks, target, **kw)
+        net.update(Batch(obs, np.full(8, 2), rewards, next_obs, masks), target, UpdateOptions(**kw))
     with pytest.raises(ValueError, match=r"expected rewards of shape \(8,\), got \(7,\)"):
-        net.update(obs, actions, rewards[:7], next_obs, masks, target, **kw)
+        net.update(Batch(obs, actions, rewards[:7], next_obs, masks), target, UpdateOptions(**kw))
     with pytest.raises(ValueError, match=r"expected next_obs of shape \(8, 4\)"):
-        net.update(obs, actions, rewards, next_obs[:4], masks, target, **kw)
+        net.update(Batch(obs, actions, rewards, next_obs[:4], masks), target, UpdateOptions(**kw))
     with pytest.raises(
         ValueError, match=r"expected obs of shape \(4,\) or \(batch, 4\), got \(8, 3\)"
     ):
-        net.update(obs[:, :3], actions, rewards, next_obs, masks, target, **kw)
+        net.update(
+            Batch(obs[:, :3], actions, rewards, next_obs, masks), target, UpdateOptions(**kw)
+        )
     bad = rewards.copy()
     bad[3] = np.nan
     with pytest.raises(ValueError, match="NaN or infinite"):
-        net.update(obs, actions, bad, next_obs, masks, target, **kw)
+        net.update(Batch(obs, actions, bad, next_obs, masks), target, UpdateOptions(**kw))
     with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\], got 1.5"):
-        net.update(obs, actions, rewards, next_obs, masks, target, gamma=1.5, learning_rate=1e-3)
+        net.update(
+            Batch(obs, actions, rewards, next_obs, masks),
+            target,
+            UpdateOptions(gamma=1.5, learning_rate=1e-3),
+        )
     with pytest.raises(ValueError, match="learning_rate must be a positive"):
-        net.update(obs, actions, rewards, next_obs, masks, target, gamma=0.9, learning_rate=0)
+        net.update(
+            Batch(obs, actions, rewards, next_obs, masks),
+            target,
+            UpdateOptions(gamma=0.9, learning_rate=0),
+        )
     with pytest.raises(ValueError, match="max_grad_norm"):
-        net.update(obs, actions, rewards, next_obs, masks, target, max_grad_norm=-1, **kw)
+        net.update(Batch(obs, actions, rewards, next_obs, masks), target,
+                   UpdateOptions(**kw, max_grad_norm=-1))  # fmt: skip
     with pytest.raises(ValueError, match=r"layer_sizes \(4, 8, 2\), the other \(4, 9, 2\)"):
-        net.update(obs, actions, rewards, next_obs, masks, QNetwork((4, 9, 2)), **kw)
+        net.update(
+            Batch(obs, actions, rewards, next_obs, masks), QNetwork((4, 9, 2)), UpdateOptions(**kw)
+        )
     assert np.array_equal(net._params, before)
     assert net.adam_step == 0
 
@@ -361,7 +376,7 @@ def test_copy_is_independent_and_copy_from_syncs():
     net = QNetwork((4, 16, 2), seed=0)
     target = net.copy()
     assert np.array_equal(target._params, net._params)
-    net.update(*make_batch((4, 16, 2)), target, gamma=0.9, learning_rate=1e-2)
+    net.update(make_batch((4, 16, 2)), target, UpdateOptions(gamma=0.9, learning_rate=1e-2))
     assert not np.array_equal(target._params, net._params)
     target.copy_from(net)
     assert np.array_equal(target._params, net._params)
@@ -384,7 +399,7 @@ def test_state_dict_round_trip_includes_adam():
     net = QNetwork(sizes, seed=0)
     target = net.copy()
     for _ in range(3):
-        net.update(*make_batch(sizes), target, gamma=0.9, learning_rate=1e-2)
+        net.update(make_batch(sizes), target, UpdateOptions(gamma=0.9, learning_rate=1e-2))
     state = net.state_dict()
     assert set(state) == {
         "layer_sizes",
@@ -404,8 +419,8 @@ def test_state_dict_round_trip_includes_adam():
     assert np.array_equal(fresh._adam_m, net._adam_m) and fresh.adam_step == 3
     # both continue identically
     batch = make_batch(sizes, seed=5)
-    assert net.update(*batch, target, gamma=0.9, learning_rate=1e-2) == fresh.update(
-        *batch, target, gamma=0.9, learning_rate=1e-2
+    assert net.update(batch, target, UpdateOptions(gamma=0.9, learning_rate=1e-2)) == fresh.update(
+        batch, target, UpdateOptions(gamma=0.9, learning_rate=1e-2)
     )
     assert np.array_equal(fresh._params, net._params)
     with pytest.raises(
@@ -524,10 +539,7 @@ def five_steps_with_per_sample_arguments(sizes, double, clip, reference_step):
         batch = make_batch(sizes, batch=32, seed=100 + step)
         discounts, weights = per_sample(32, seed=step)
         td = np.empty(32, np.float32)
-        loss = net.update(
-            *batch, target, gamma=0.99, learning_rate=1e-3, huber_delta=1.0, double_dqn=double,
-            max_grad_norm=clip, discounts=discounts, weights=weights, td_errors_out=td,
-        )  # fmt: skip
+        loss = net.update(Batch(*batch, discounts=discounts, weights=weights), target, UpdateOptions(gamma=0.99, learning_rate=1e-3, huber_delta=1.0, double_dqn=double, max_grad_norm=clip), td_errors_out=td)  # fmt: skip
         ref_loss, ref_td, ref_params = reference_step(batch, discounts, weights)
         assert loss == pytest.approx(ref_loss, rel=1e-5), step
         np.testing.assert_allclose(td, ref_td, rtol=1e-5, atol=1e-6)
@@ -603,13 +615,13 @@ def test_unit_weights_change_nothing_and_gamma_mask_discounts_agree():
     batch = make_batch(sizes, batch=16, seed=3)
     kw = dict(gamma=0.5, learning_rate=1e-3)
     td = np.empty(16, np.float32)
-    la = a.update(*batch, target, **kw)
-    lb = b.update(*batch, target, **kw, weights=np.ones(16), td_errors_out=td)
+    la = a.update(batch, target, UpdateOptions(**kw))
+    lb = b.update(Batch(*batch, weights=np.ones(16)), target, UpdateOptions(**kw), td_errors_out=td)
     assert la == lb and np.array_equal(a.params, b.params)
     # gamma * mask handed over as discounts: the same target (up to the order
     # fast-math picks for r + gamma * mask * q)
-    lc = b.update(*batch, target, **kw, discounts=0.5 * batch[4])
-    ld = a.update(*batch, target, **kw)
+    lc = b.update(Batch(*batch, discounts=0.5 * batch[4]), target, UpdateOptions(**kw))
+    ld = a.update(batch, target, UpdateOptions(**kw))
     assert lc == pytest.approx(ld, rel=1e-6)
     np.testing.assert_allclose(a.params, b.params, rtol=1e-6, atol=1e-8)
     q = a.forward(batch[0])  # td_errors_out held |y - Q(s, a)| of the first step
@@ -635,5 +647,7 @@ def test_per_sample_argument_errors_change_nothing():
     ]
     for extra, message in cases:
         with pytest.raises(ValueError, match=message):
-            net.update(*batch, target, **kw, **extra)
+            data = {k: v for k, v in extra.items() if k != "td_errors_out"}
+            net.update(Batch(*batch, **data), target, UpdateOptions(**kw),
+                       td_errors_out=extra.get("td_errors_out"))  # fmt: skip
     assert np.array_equal(net.params, before) and net.adam_step == 0

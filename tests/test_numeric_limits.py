@@ -18,7 +18,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ember_np import CircularBuffer, DqnAgent, DqnConfig, IndexActionMapper, QNetwork, VecEncoder
+from ember_np import (
+    Batch,
+    CircularBuffer,
+    DqnAgent,
+    DqnConfig,
+    IndexActionMapper,
+    QNetwork,
+    UpdateOptions,
+    VecEncoder,
+)
 from ember_np._memory import network_bytes
 from ember_np.cli import main
 from ember_np.presets import load_preset_file
@@ -149,7 +158,7 @@ def test_qnetwork_update_refuses_a_learning_rate_beyond_float32():
     x = np.zeros((2, 2), np.float32)
     args = (x, np.zeros(2, np.int64), np.zeros(2, np.float32), x, np.ones(2, np.float32), net)
     with pytest.raises(ValueError, match="learning_rate must be finite and > 0 in float32"):
-        net.update(*args, gamma=0.9, learning_rate=1e39)
+        net.update(Batch(*args[:5]), args[5], UpdateOptions(gamma=0.9, learning_rate=1e39))
     assert np.isfinite(net.params).all()
 
 

@@ -33,6 +33,7 @@ from ember_np import (
     IndexActionMapper,
     QNetwork,
     Rng,
+    UpdateOptions,
     VecEncoder,
 )
 from ember_np.dqn.sumtree import SumTree
@@ -198,9 +199,9 @@ def test_network_update_any_layout(data, sizes, batch):
             args.append(x)
             refs.append(ref.astype(np.int64) if i == 1 else ref)
         net, twin = QNetwork(sizes, seed=1), QNetwork(sizes, seed=1)
-        expected = twin.update(*refs, target, **kw)
+        expected = twin.update(refs, target, UpdateOptions(**kw))
         before = compiled_versions()
-        assert net.update(*args, target, **kw) == expected
+        assert net.update(args, target, UpdateOptions(**kw)) == expected
         for name in ("_params", "_adam_m", "_adam_v", "_adam_t"):
             assert getattr(net, name).tobytes() == getattr(twin, name).tobytes(), (name, kind)
         assert compiled_versions() == before
@@ -373,7 +374,7 @@ def test_actions_that_are_not_integers_raise(bad):
     net = QNetwork((2, 3, 2), seed=0)
     batch = (np.zeros((2, 2)), bad, np.zeros(2), np.zeros((2, 2)), np.ones(2))
     with pytest.raises(ValueError, match="actions must be an array of integers"):
-        net.update(*batch, net.copy(), gamma=0.9, learning_rate=1e-3)
+        net.update(batch, net.copy(), UpdateOptions(gamma=0.9, learning_rate=1e-3))
 
 
 @pytest.mark.parametrize(

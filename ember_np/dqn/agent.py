@@ -62,7 +62,7 @@ from ember_np.dqn.agent_kernels import (
 from ember_np.dqn.circular import CircularBuffer
 from ember_np.dqn.config import DqnConfig
 from ember_np.dqn.mlp import greedy_action, greedy_action_legal
-from ember_np.dqn.network import QNetwork
+from ember_np.dqn.network import QNetwork, UpdateOptions
 from ember_np.dqn.policy import DqnPolicy
 from ember_np.dqn.prioritized import PrioritizedBuffer
 from ember_np.encoding import (
@@ -464,13 +464,12 @@ class DqnAgent:
             )  # fmt: skip
         else:
             total = 0.0
+            options = UpdateOptions(
+                c.gamma, hp.learning_rate, c.huber_delta, c.double_dqn, c.max_grad_norm
+            )
             for _ in range(n):
                 batch = self.buffer.sample(c.batch_size, self._replay_rng)
-                total += on.update(
-                    *batch, self.target, gamma=c.gamma, learning_rate=hp.learning_rate,
-                    huber_delta=c.huber_delta, double_dqn=c.double_dqn,
-                    max_grad_norm=c.max_grad_norm,
-                )  # fmt: skip
+                total += on.update(batch, self.target, options)
             loss = total / n
         self._counters[1] += n
         self._out[0] = loss

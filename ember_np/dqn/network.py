@@ -81,18 +81,28 @@ from ember_np.dqn.mlp import (  # noqa: F401  (re-exported)
 )  # fmt: skip
 from ember_np.dqn.network_inputs import (
     NO_PER_SAMPLE,
+    UpdateOptions,
+    as_batch,
+    as_update_options,
     batch_discounts,
     check_layer_sizes,
     check_positive_float,
+    holds_data,
     optional_per_sample,
-    split_batch_tail,
     td_errors_out_array,
 )
 from ember_np.encoding import nonfinite_observation, nonfinite_row
 from ember_np.rng import Rng
 from ember_np.types import Batch
 
-__all__ = ["NetState", "PerSample", "QNetwork", "UpdateSettings", "update_settings"]
+__all__ = [
+    "NetState",
+    "PerSample",
+    "QNetwork",
+    "UpdateOptions",
+    "UpdateSettings",
+    "update_settings",
+]
 
 _F32 = np.dtype(np.float32)
 
@@ -372,65 +382,49 @@ class QNetwork:
 
     # -- training ------------------------------------------------------------
     def update(
-        self,
-        obs: Any,
-        actions: Any,
-        rewards: Any,
-        next_obs: Any,
-        masks: Any,
-        target: QNetwork,
-        *batch_tail: Any,
-        gamma: float,
-        learning_rate: float,
-        huber_delta: float = 1.0,
-        double_dqn: bool = False,
-        max_grad_norm: float | None = None,
-        discounts: Any = None,
-        weights: Any = None,
-        td_errors_out: np.ndarray | None = None,
-        next_action_masks: Any = None,
-    ) -> float:
+        self, batch: Batch, target: QNetwork, options: UpdateOptions, *,
+        td_errors_out: np.ndarray | None = None, next_action_masks: Any = None,
+    ) -> float:  # fmt: skip
         """One DQN gradient step on a batch; returns the loss before the step.
 
         Parameters
         ----------
-        obs, next_obs : array_like of float32, shape (batch, obs_size)
-        actions : array_like of int, shape (batch,), each in [0, n_actions)
-        rewards : array_like of float32, shape (batch,)
-        masks : array_like of float32, shape (batch,)
-            Bootstrap masks: 0 where the episode terminated, else 1.
+        batch : Batch (or a tuple of its first 5 to 9 fields)
+            The transitions, as a replay buffer samples them, or
+            ``Batch(obs, actions, rewards, next_obs, masks, ...)`` from your own
+            arrays (coerced as below):
+
+            - ``obs``, ``next_obs``: array_like of float32, shape (batch, obs_size)
+            - ``actions``: array_like of int, shape (batch,), each in [0, n_actions)
+            - ``rewards``: array_like of float32, shape (batch,)
+            - ``masks``: array_like of float32, shape (batch,); bootstrap masks,
+              0 where the episode terminated, else 1.
+            - ``discounts``: array_like of float32 (or ndarray of float64), shape
+              (batch,), or length 0 (the default): ``gamma * masks`` in float64.
+              Given, the target is ``y = r + discounts * Q_target(s', a*)`` and
+              ``options.gamma`` and ``masks`` are not used for it (a replay
+              buffer hands over ``gamma * mask`` as float64, or
+              ``gamma**m * mask`` as float32 for n-step). The target is computed
+              in the discounts' precision.
+            - ``weights``: array_like of float32, shape (batch,), non-negative, or
+              length 0 (the default: all 1): the loss is the batch mean of
+              ``weight * Huber`` (importance weights of prioritized replay).
+            - ``indices``: not used.
+            - ``next_action_masks``: ndarray of uint8, shape (batch,
+              ceil(n_actions / 8)), packed bits as a masked buffer samples them,
+              or no rows (the default): every action is legal.
         target : QNetwork
             The target network (same layer sizes); read only.
-        gamma : float in [0, 1]
-        learning_rate : float > 0
-        huber_delta : float > 0
-            Huber loss threshold (``torch.nn.HuberLoss(delta=...)``).
-        double_dqn : bool
-            Pick a* with the online network, evaluate it with the target.
-        max_grad_norm : float > 0 or None
-            Clip the global gradient norm as ``torch.nn.utils.clip_grad_norm_``.
-        discounts : array_like of float32 (or ndarray of float64), shape (batch,), optional
-            Per-sample discounts: the target is ``y = r + discounts * Q_target(s', a*)``
-            and ``gamma`` and ``masks`` are not used for it (a replay buffer's
-            batch hands over ``gamma * mask`` as float64, or ``gamma**m * mask``
-            as float32 for n-step). Default ``gamma * masks``, in float64. The
-            compiled update reads the discount from the batch only, and
-            computes the target in its precision.
-        weights : array_like of float32, shape (batch,), optional
-            Non-negative per-sample weights: the loss is the batch mean of
-            ``weight * Huber`` (importance weights of prioritized replay). Default 1.
+        options : UpdateOptions
+            ``gamma`` (float in [0, 1]), ``learning_rate`` (float > 0),
+            ``huber_delta`` (float > 0), ``double_dqn`` (bool),
+            ``max_grad_norm`` (float > 0 or None).
         td_errors_out : ndarray of float32, shape (batch,), optional
             Filled with ``|y - Q(s, a)|`` before the step (new priorities).
         next_action_masks : array_like of bool, shape (batch, n_actions), optional
-            The next states' legal actions (1 / True = legal; each row at least
-            one): the target's max (and double DQN's argmax) runs over them only.
-            Default: every action is legal.
-
-        ``net.update(*batch, target, ...)`` takes a whole sampled
-        :class:`~ember_np.types.Batch` too (its nine fields, then the target):
-        the batch's ``discounts`` and ``weights`` are used when not of length 0
-        (n-step and prioritized buffers), and the packed ``next_action_masks``
-        of a buffer with action masks, as if passed by keyword.
+            The next states' legal actions unpacked (1 / True = legal; each row
+            at least one), for a batch without packed ones: the target's max
+            (and double DQN's argmax) runs over them only. Default: all legal.
 
         Returns
         -------
@@ -443,13 +437,17 @@ class QNetwork:
             On shapes that disagree with the network or each other, actions out
             of range, non-finite inputs, or out-of-range hyperparameters.
         """
-        packed = None
-        if batch_tail:  # update(*batch, target): the Batch's fields after masks, then the target
-            target, discounts, weights, packed = split_batch_tail(
-                target, batch_tail, discounts, weights
-            )
-            if packed is not None and next_action_masks is not None:
-                raise ValueError("next_action_masks given twice: in the batch and as a keyword")
+        if type(batch) is not Batch:
+            batch = as_batch(batch)
+        if type(options) is not UpdateOptions:
+            options = as_update_options(options)
+        obs, actions, rewards, next_obs, masks, discounts, weights, _, packed = batch
+        gamma, learning_rate, huber_delta, double_dqn, max_grad_norm = options
+        discounts = discounts if holds_data(discounts) else None
+        weights = weights if holds_data(weights) else None
+        packed = packed if holds_data(packed) else None
+        if packed is not None and next_action_masks is not None:
+            raise ValueError("next_action_masks given twice: in the batch and as a keyword")
         self._check_same_shape(target)
         x = self._obs(obs, "obs")
         nx = self._obs(next_obs, "next_obs")

@@ -8,13 +8,14 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ember_np._arrays import as_f32
 from ember_np._validate import F32_RULE, positive_in_f32
 from ember_np.dqn.learn import PerSample
+from ember_np.types import Batch
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -69,41 +70,60 @@ def optional_per_sample(name: str, value: Any, batch: int) -> np.ndarray:
     return arr
 
 
-def split_batch_tail(
-    first: Any, tail: tuple[Any, ...], discounts: Any, weights: Any
-) -> tuple[Any, Any, Any, Any]:
-    """``update(*batch, target)`` with a 9-field Batch: (target, discounts, weights, packed).
+class UpdateOptions(NamedTuple):
+    """The settings of one :meth:`QNetwork.update <ember_np.QNetwork.update>` call.
 
-    ``first`` and ``tail`` are the positional arguments after ``masks``: the
-    batch's discounts, weights, indices and packed next_action_masks, then the
-    target. A field of length 0 is "not given" (packed: None); given both in the
-    batch and by keyword is an error (the caller checks the packed masks).
+    gamma : float in [0, 1]
+        Discount factor; used only for a batch without ``discounts`` (its
+        target discount is then ``gamma * masks``).
+    learning_rate : float > 0
+    huber_delta : float > 0
+        Huber loss threshold (``torch.nn.HuberLoss(delta=...)``). Default 1.0.
+    double_dqn : bool
+        Pick a* with the online network, evaluate it with the target. Default False.
+    max_grad_norm : float > 0 or None
+        Clip the global gradient norm as ``torch.nn.utils.clip_grad_norm_``;
+        None (the default): no clipping.
     """
-    if len(tail) != 4:
-        raise ValueError(
-            "update() takes obs, actions, rewards, next_obs, masks (or a whole Batch: "
-            "*batch) and then the target network; got "
-            f"{6 + len(tail)} positional arguments"
-        )
-    discounts = from_batch("discounts", first, discounts)
-    weights = from_batch("weights", tail[0], weights)
-    packed = tail[2] if holds_data(tail[2]) else None
-    return tail[3], discounts, weights, packed
+
+    gamma: float
+    learning_rate: float
+    huber_delta: float = 1.0
+    double_dqn: bool = False
+    max_grad_norm: float | None = None
+
+
+def as_batch(batch: Any) -> Batch:
+    """``update``'s batch as a :class:`~ember_np.types.Batch` (a tuple of 5 to 9 fields too)."""
+    if isinstance(batch, Batch):
+        return Batch(*batch)
+    if isinstance(batch, (tuple, list)) and 5 <= len(batch) <= 9:
+        return Batch(*batch)
+    what = f"a {type(batch).__name__} of length {len(batch)}" if isinstance(
+        batch, (tuple, list)) else f"a {type(batch).__name__}"  # fmt: skip
+    raise ValueError(
+        "batch must be a Batch (as a replay buffer samples it, or "
+        "Batch(obs, actions, rewards, next_obs, masks) from your own arrays), "
+        f"got {what}"
+    )
+
+
+def as_update_options(options: Any) -> UpdateOptions:
+    """``update``'s options as :class:`UpdateOptions` (a tuple of 2 to 5 fields too)."""
+    if isinstance(options, (tuple, list)) and 2 <= len(options) <= 5:
+        return UpdateOptions(*options)
+    raise ValueError(
+        "options must be UpdateOptions(gamma, learning_rate, huber_delta=1.0, "
+        f"double_dqn=False, max_grad_norm=None), got {options!r}"
+    )
 
 
 def holds_data(field: Any) -> bool:
-    """Whether a Batch field was given (a field of length 0 was not)."""
+    """Whether a Batch field was given (a field of length 0, or None, was not)."""
     # .size of an ndarray (the usual case) costs a fifth of np.size's dispatch
-    return (field.size if type(field) is np.ndarray else np.size(field)) > 0
-
-
-def from_batch(name: str, field: Any, keyword: Any) -> Any:
-    """The batch's ``field`` if it holds data (``keyword`` must then be None), else ``keyword``."""
-    if not holds_data(field):
-        return keyword
-    if keyword is not None:
-        raise ValueError(f"{name} given twice: in the batch and as a keyword")
-    return field
+    if type(field) is np.ndarray:
+        return field.size > 0
+    return field is not None and np.size(field) > 0
 
 
 def td_errors_out_array(out: Any, batch: int) -> np.ndarray:
