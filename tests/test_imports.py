@@ -14,8 +14,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1] / "ember_np"
 
 def module_name(path: Path) -> str:
@@ -140,53 +138,3 @@ def test_the_library_never_imports_the_command_line():
     library = [m for m in GRAPH if not m.startswith("ember_np.cli") and m != "ember_np.__main__"]
     bad = {m: sorted(t for t in GRAPH[m] if t.startswith("ember_np.cli")) for m in library}
     assert not {m: t for m, t in bad.items() if t}, bad
-
-
-def underscore_imports(name: str, source: str | None = None) -> list[str]:
-    """``from M import _x`` and ``m._x`` (``m`` an imported ember_np module) in module ``name``.
-
-    A leading underscore means private to its module; a private *module*
-    (``ember_np._jit``, ``envs._dispatch``) is a package's helper and may be imported.
-    """
-    tree = ast.parse(source if source is not None else MODULES[name].read_text(encoding="utf-8"))
-    found, module_aliases = [], set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            base = resolve(name, node)
-            if not base.startswith("ember_np"):
-                continue
-            for alias in node.names:
-                target = f"{base}.{alias.name}"
-                if target in MODULES:
-                    module_aliases.add(alias.asname or alias.name)
-                elif alias.name.startswith("_") and not alias.name.startswith("__"):
-                    found.append(f"from {base} import {alias.name} (line {node.lineno})")
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith("ember_np") and alias.asname:
-                    module_aliases.add(alias.asname)
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                and node.value.id in module_aliases and node.attr.startswith("_")
-                and not node.attr.startswith("__")):  # fmt: skip
-            found.append(f"{node.value.id}.{node.attr} (line {node.lineno})")
-    return found
-
-
-def test_underscore_imports_are_seen():
-    source = (
-        "from ember_np.dqn import network as nw\n"
-        "from ember_np import _jit\n"  # a private helper module: allowed
-        "from .trainer import DqnTrainer, _secret\n"
-        "def f():\n    return nw._update, _jit.kernel\n"
-    )
-    assert underscore_imports("ember_np.training.loop", source) == [
-        "from ember_np.training.trainer import _secret (line 3)", "nw._update (line 5)",
-    ]  # fmt: skip
-
-
-def test_no_module_imports_another_modules_private_names():
-    found = {
-        m: underscore_imports(m) for m in MODULES
-    }
-    assert not {m: f for m, f in found.items() if f}, found
