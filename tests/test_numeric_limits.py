@@ -10,8 +10,8 @@ allocated or compiled.
 from __future__ import annotations
 
 import dataclasses
-import re
 import json
+import re
 
 import numpy as np
 import pytest
@@ -216,7 +216,7 @@ def per_buffer(n, alpha, eps, capacity=None):
     from ember_np import PrioritizedBuffer
 
     buf = PrioritizedBuffer(capacity or n, 1, 2, alpha=alpha, eps=eps)
-    for t in range(n):
+    for _ in range(n):
         buf.push(np.zeros(1, np.float32), 0, 0.0, np.ones(1, np.float32), 0)
     return buf
 

@@ -160,8 +160,8 @@ def test_worker_reports_each_evaluation_and_the_pruner_stops_trials():
 def test_trials_whose_buffers_do_not_fit_in_memory_are_pruned_before_training(monkeypatch, capsys):
     import ember_np._memory
     from ember_np.dqn.replay import transition_dtype
-    from ember_np.tune import work
     from ember_np.training.setup import SetupError
+    from ember_np.tune import work
 
     row = transition_dtype(4, 2).itemsize  # CartPole: 4 observations, 2 actions
     capacity = DqnConfig().buffer_capacity

@@ -262,7 +262,7 @@ class DqnTrainer:
         self._env = env
         self._agent = agent
         self._masks = takes_masks(agent)  # False: the env's info["action_mask"] is ignored
-        self.seed = check_int("seed", seed, minimum=0, maximum=None)  # any size: SeedSequence takes it
+        self.seed = check_int("seed", seed, minimum=0, maximum=None)  # any size: SeedSequence
         self.run = run
         self.checkpoint_freq = check_int("checkpoint_freq", checkpoint_freq)
         self.keep_checkpoints = check_int("keep_checkpoints", keep_checkpoints, minimum=0)
