@@ -53,6 +53,15 @@ def _as_obs(x: Any, obs_size: int, name: str) -> np.ndarray:
     return arr
 
 
+def _checked_gamma(gamma: Any) -> float:
+    """``gamma`` as a float in [0, 1], or ValueError saying so."""
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)):
+        raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
+    if not 0.0 <= float(gamma) <= 1.0:
+        raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
+    return float(gamma)
+
+
 class CircularBuffer:
     """Fixed-capacity FIFO replay buffer; the oldest transition is overwritten first.
 
@@ -92,11 +101,7 @@ class CircularBuffer:
         self._obs_size = check_int("obs_size", obs_size)
         self._num_actions = check_int("num_actions", num_actions)
         self._n_step = check_int("n_step", n_step)
-        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)):
-            raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
-        if not 0.0 <= float(gamma) <= 1.0:
-            raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
-        self._gamma = float(gamma)
+        self._gamma = _checked_gamma(gamma)
         # np.zeros maps pages lazily: memory is committed as the buffer fills.
         dtype = transition_dtype(self._obs_size, self._num_actions)
         self.storage = np.zeros(self._capacity, dtype=dtype)
@@ -150,20 +155,17 @@ class CircularBuffer:
         Returns are computed at every sample, so the stored transitions serve
         any ``n_step`` and ``gamma``; a DqnAgent calls this when its config changes.
         """
-        n = check_int("n_step", n_step)
-        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)):
-            raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
-        if not 0.0 <= float(gamma) <= 1.0:
-            raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
-        if (n, float(gamma)) == (self._n_step, self._gamma):
+        n, g = check_int("n_step", n_step), _checked_gamma(gamma)
+        if (n, g) == (self._n_step, self._gamma):
             return
-        self._n_step, self._gamma = n, float(gamma)
+        self._n_step, self._gamma = n, g
         s = self._state
         self._set_kernel_state(s.tree, s.alpha, s.eps)
-        # the batches' discounts dtype may have changed: resolve again
+        self._forget_entry_points()  # the batches' discounts dtype may have changed
+
+    def _forget_entry_points(self) -> None:
+        """Drop the resolved compiled entry points: the next call resolves them again."""
         self._push_entry = self._sample_entry = None
-        if hasattr(self, "_priority_entry"):
-            self._priority_entry = None
 
     @property
     def kernel_state(self) -> ReplayState:

@@ -67,6 +67,10 @@ class PrioritizedBuffer(CircularBuffer):
         self._set_kernel_state(self._tree, a, e)
         self._priority_entry: Any = None
 
+    def _forget_entry_points(self) -> None:
+        super()._forget_entry_points()
+        self._priority_entry = None
+
     def _options(self) -> dict[str, Any]:
         return {**super()._options(), "alpha": self._alpha, "eps": self._eps}
 
