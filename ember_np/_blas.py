@@ -58,6 +58,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -171,9 +172,7 @@ def _private_copy(path: str, shared: _ThreadSwitch) -> tuple[ctypes.CDLL | None,
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         if not target.is_file() or target.stat().st_size != st.st_size:
-            with open(path, "rb") as src, open(tmp, "wb") as dst:
-                while chunk := src.read(1 << 22):
-                    dst.write(chunk)
+            shutil.copyfile(path, tmp)
             os.replace(tmp, target)
         # a noexec directory or a loader that refuses the file raises OSError too
         lib = ctypes.CDLL(str(target), mode=ctypes.RTLD_LOCAL)
