@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ember_np.training.setup import one_line
+
 __all__ = [
     "CONNECT_TIMEOUT",
     "MAX_RETRY",
@@ -154,8 +156,7 @@ def driver_hint(storage: str) -> str:
 
 def error_line(exc: BaseException) -> str:
     """A database error on one line: the driver's own message, without SQLAlchemy's links."""
-    inner = getattr(exc, "orig", None) or exc
-    return " ".join(str(inner).split()) or type(inner).__name__
+    return one_line(getattr(exc, "orig", None) or exc)
 
 
 def check_storage(storage: str) -> None:

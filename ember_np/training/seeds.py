@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ember_np.dqn.config import DqnConfig
+from ember_np.training.setup import one_line
 
 __all__ = [
     "MAX_SEED",
@@ -296,12 +297,8 @@ def read_spec(parent: Path) -> tuple[SeedSpec, list[int]]:
         if problem is None:
             return SeedSpec.from_dict(data["spec"]), list(data["seeds"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        problem = _one_line(exc)
+        problem = one_line(exc)
     raise ValueError(f"{path} is not a valid multi-seed description: {problem}") from None
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _result_problem(data: Any, seed: int, steps: int) -> str | None:
@@ -347,7 +344,7 @@ def _read_result(parent: Path, seed: int, steps: int) -> SeedResult | None:
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot be read ({_one_line(exc)}); {fix}") from None
+        raise ValueError(f"{path}: cannot be read ({one_line(exc)}); {fix}") from None
     try:
         data = json.loads(text)
     except ValueError as exc:
