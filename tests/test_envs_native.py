@@ -148,6 +148,31 @@ def test_random_rollout_is_the_env_stepped_with_the_same_draws(env_id, cls):
     np.testing.assert_array_equal(rng, env.rng.state)
     np.testing.assert_array_equal(obs, last)
 
+def _seed_cache_without_envs(cache_dir):
+    """Copy ember_np's compiled kernels from the package's ``__pycache__`` into ``cache_dir``
+    (numba's ``NUMBA_CACHE_DIR`` layout), except those of ``ember_np/envs`` and of the fused
+    training kernel, which the caller's process then compiles first, from inside the fused
+    trainer. Files missing or stale here only cost compile time: numba checks each index
+    against its source file's stamp."""
+    import shutil
+    from pathlib import Path
+
+    from numba.core.caching import _CacheLocator
+
+    import ember_np
+
+    package = Path(ember_np.__file__).resolve().parent
+    for pycache in package.rglob("__pycache__"):
+        source_dir = pycache.parent
+        if source_dir == package / "envs":
+            continue
+        target = cache_dir / _CacheLocator.get_suitable_cache_subpath(str(source_dir / "k.py"))
+        for file in [*pycache.glob("*.nbi"), *pycache.glob("*.nbc")]:
+            if file.name.startswith("_fused."):
+                continue
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, target / file.name)
+
 
 def test_env_dynamics_stay_exact_when_the_fused_trainer_compiles_them_first(tmp_path):
     """numba lets a callee that leaves ``fastmath`` unset inherit its caller's, and its cache
@@ -155,7 +180,12 @@ def test_env_dynamics_stay_exact_when_the_fused_trainer_compiles_them_first(tmp_
     dynamics once came out with fast-math, and every later process loaded that version
     (Acrobot and MountainCar then differed from gymnasium by an ulp). With a fresh cache:
     the fused trainer first, then the bit-for-bit checks of test_envs_classic, in that
-    process and in a second one that loads the cache."""
+    process and in a second one that loads the cache.
+
+    The fresh cache is seeded with the agent's kernels already compiled by this test run
+    (:func:`_seed_cache_without_envs`): what this test is about, the env dynamics and the
+    fused kernel that calls them, still compiles first inside the fused trainer, and the
+    agent's update kernels, unrelated to the bug, load instead of taking a minute to compile."""
     import os
     import subprocess
     import sys
@@ -183,6 +213,7 @@ def test_env_dynamics_stay_exact_when_the_fused_trainer_compiles_them_first(tmp_
         print("exact")
         """
     )
+    _seed_cache_without_envs(tmp_path / "cache")
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     tests_dir = str(Path(__file__).parent)
     for mode in ("fused-first", "from-cache"):
