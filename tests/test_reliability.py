@@ -164,9 +164,11 @@ def test_a_fresh_agent_refuses_a_run_that_has_history(tmp_path):
 
 # -- 1. crash safety ----------------------------------------------------------------
 
-_WORKER = textwrap.dedent(
+_ZYGOTE = textwrap.dedent(
     """
+    import os
     import sys
+    import tempfile
     from pathlib import Path
     import gymnasium as gym
     from ember_np import DqnAgent, DqnConfig, DqnTrainer, TrainingRun
@@ -175,19 +177,36 @@ _WORKER = textwrap.dedent(
     config = DqnConfig(hidden_sizes=(16,), learning_rate=1e-3, batch_size=16,
                        buffer_capacity=2_000, min_replay_size=32, target_update_freq=20,
                        epsilon_decay_steps=500)
-    env = gym.make("CartPole-v1")
-    if (root / "crash").exists():
-        run = TrainingRun.resume(root / "crash" / "v1")
-        agent = DqnAgent.from_checkpoint(run.latest_checkpoint_path())
-    else:
-        run = TrainingRun.create("crash", "v1", root=root)
-        agent = DqnAgent.for_env(env, config, seed=0)
-    trainer = DqnTrainer(env, agent, seed=agent.total_steps, run=run, checkpoint_freq=25,
-                         keep_checkpoints=3)
-    print("ready", flush=True)
-    while True:
-        trainer.train(60)
-        trainer.eval(1)
+
+    def trainer_for(root, name):
+        env = gym.make("CartPole-v1")
+        if (root / name).exists():
+            run = TrainingRun.resume(root / name / "v1")
+            agent = DqnAgent.from_checkpoint(run.latest_checkpoint_path())
+        else:
+            run = TrainingRun.create(name, "v1", root=root)
+            agent = DqnAgent.for_env(env, config, seed=0)
+        return DqnTrainer(env, agent, seed=agent.total_steps, run=run, checkpoint_freq=25,
+                          keep_checkpoints=3)
+
+    # Load every kernel the worker runs (training, evaluation, resuming) once, here, so
+    # that each forked worker starts at once instead of paying numba's start-up again.
+    with tempfile.TemporaryDirectory() as scratch:
+        for _ in range(2):
+            warm = trainer_for(Path(scratch), "warm")
+            warm.train(60)
+            warm.eval(1)
+    print("warm", flush=True)
+    for _ in sys.stdin:
+        pid = os.fork()
+        if pid == 0:  # the worker: resume the run (or start it) and train until killed
+            trainer = trainer_for(root, "crash")
+            print("ready", os.getpid(), flush=True)
+            while True:
+                trainer.train(60)
+                trainer.eval(1)
+        os.waitpid(pid, 0)
+        print("dead", flush=True)
     """
 )
 
@@ -216,29 +235,44 @@ def check_run_files(run_dir: Path) -> tuple[int, int]:
 
 
 def test_sigkill_at_20_random_moments_never_breaks_the_run(tmp_path):
+    """20 worker processes, each resuming the run the previous one left, SIGKILLed at a
+    random moment. The workers are forked from one process that has loaded the kernels
+    (one numba start-up instead of 20); each is still a real process killed by a real
+    signal in the middle of whatever it was writing."""
     rng = random.Random(1234)
-    script = tmp_path / "worker.py"
-    script.write_text(_WORKER)
-    resumed_from = 0
-    for attempt in range(20):
-        proc = subprocess.Popen(
-            [sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True
-        )
-        assert proc.stdout.readline().strip() == "ready"
-        if attempt == 0:  # the very first run: wait for its first checkpoint
-            deadline = time.time() + 60
-            while not list(tmp_path.glob("crash/v1/*/checkpoints/latest.npz")):
-                assert time.time() < deadline and proc.poll() is None
-                time.sleep(0.01)
-        time.sleep(rng.uniform(0.0, 0.5))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        (run_dir,) = (tmp_path / "crash" / "v1").iterdir()
-        latest_steps, meta_steps = check_run_files(run_dir)
-        # the child printed "ready" after resuming, which sets the metadata to the
-        # checkpoint it resumed from: never lost, whatever the moment of the kill
-        assert meta_steps >= resumed_from
-        resumed_from = latest_steps
+    script = tmp_path / "zygote.py"
+    script.write_text(_ZYGOTE)
+    work = tmp_path / "work"
+    work.mkdir()
+    # one BLAS thread: a process that forks must not hold a pool of BLAS threads
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    zygote = subprocess.Popen([sys.executable, str(script), str(work)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    try:
+        assert zygote.stdout.readline().strip() == "warm"
+        resumed_from = 0
+        for attempt in range(20):
+            zygote.stdin.write("go\n")
+            zygote.stdin.flush()
+            word, pid = zygote.stdout.readline().split()
+            assert word == "ready"
+            if attempt == 0:  # the very first run: wait for its first checkpoint
+                deadline = time.time() + 60
+                while not list(work.glob("crash/v1/*/checkpoints/latest.npz")):
+                    assert time.time() < deadline and zygote.poll() is None
+                    time.sleep(0.01)
+            time.sleep(rng.uniform(0.0, 0.5))
+            os.kill(int(pid), signal.SIGKILL)
+            assert zygote.stdout.readline().strip() == "dead"
+            (run_dir,) = (work / "crash" / "v1").iterdir()
+            latest_steps, meta_steps = check_run_files(run_dir)
+            # the child printed "ready" after resuming, which sets the metadata to the
+            # checkpoint it resumed from: never lost, whatever the moment of the kill
+            assert meta_steps >= resumed_from
+            resumed_from = latest_steps
+    finally:
+        zygote.kill()
+        zygote.wait()
     final = DqnAgent.from_checkpoint(run_dir / "checkpoints" / "latest.npz")
     assert final.total_steps > 200  # the run made progress across the kills
 
