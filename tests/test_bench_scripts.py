@@ -122,3 +122,65 @@ def test_compare_sb3_memory_worker_counts_bytes_of_an_episodic_buffer():
 def test_compare_sb3_memory_worker_for_sb3():
     result = json.loads(run("bench/compare_sb3.py", "--worker", "memory", "sb3", "8"))
     assert result["bytes_per_transition"] == 84.0
+
+
+class _CountingArray(np.ndarray):
+    """An array that adds 2 * m * k * n to ``FLOPS[0]`` for every matrix product it takes
+    part in (numpy's ``@`` is the ``np.matmul`` ufunc); other ufuncs pass through."""
+
+    FLOPS = [0]
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):  # noqa: ANN001, ANN204
+        plain = [x.view(np.ndarray) if isinstance(x, _CountingArray) else x for x in inputs]
+        if ufunc is np.matmul:
+            a, b = plain
+            _CountingArray.FLOPS[0] += 2 * a.shape[0] * a.shape[1] * b.shape[1]
+        out = getattr(ufunc, method)(*plain, **kwargs)
+        return out.view(_CountingArray) if isinstance(out, np.ndarray) else out
+
+
+@pytest.mark.parametrize("double_dqn", [False, True])
+@pytest.mark.parametrize("hidden", [(64, 64), (32,), (256, 128, 16)])
+def test_floor_counts_the_flops_of_the_reference_update(hidden, double_dqn):
+    """bench/floor.py's FLOP count of an update equals the matrix products that the plain
+    NumPy reference (tests/naive.py: forward passes, then backprop) actually takes."""
+    from floor import update_flops
+    from naive import dqn_loss_and_grads
+
+    from ember_np import DqnConfig
+
+    config = DqnConfig(hidden_sizes=hidden, batch_size=48, double_dqn=double_dqn)
+    obs_size, n_actions = 5, 3
+    rng = np.random.default_rng(0)
+    sizes = [obs_size, *hidden, n_actions]
+
+    def arrays(*shapes):  # noqa: ANN202
+        return [rng.standard_normal(s).astype(np.float32).view(_CountingArray) for s in shapes]
+
+    weights = arrays(*zip(sizes[:-1], sizes[1:]))
+    biases = arrays(*[(o,) for o in sizes[1:]])
+    t_weights = arrays(*zip(sizes[:-1], sizes[1:]))
+    t_biases = arrays(*[(o,) for o in sizes[1:]])
+    obs, next_obs = arrays((48, obs_size), (48, obs_size))
+    actions = rng.integers(0, n_actions, 48)
+    rewards, masks = np.ones(48, np.float32), np.ones(48, np.float32)
+    _CountingArray.FLOPS[0] = 0
+    dqn_loss_and_grads(weights, biases, t_weights, t_biases, obs, actions, rewards, next_obs,
+                       masks, 0.99, double_dqn=double_dqn)  # fmt: skip
+    assert _CountingArray.FLOPS[0] > 0
+    assert update_flops(config, obs_size, n_actions) == _CountingArray.FLOPS[0]
+
+
+def test_floor_counts_the_updates_of_a_run_as_the_agent_takes_them():
+    """bench/floor.py's schedule arithmetic gives the agent's own update count."""
+    import gymnasium as gym
+    from floor import updates_per_run
+
+    from ember_np import DqnAgent, DqnConfig, DqnTrainer
+
+    config = DqnConfig(hidden_sizes=(8,), batch_size=8, buffer_capacity=300, min_replay_size=40,
+                       train_freq=3, gradient_steps=2)  # fmt: skip
+    env = gym.make("CartPole-v1")
+    agent = DqnAgent.for_env(env, config, seed=0)
+    DqnTrainer(env, agent, seed=0).train(500)
+    assert agent.n_updates == updates_per_run(config, 500) > 0
