@@ -73,7 +73,18 @@ from numba.extending import intrinsic
 
 from ember_np._jit import kernel, private_dir
 
-__all__ = ["BLAS_LIBRARY", "KERNEL_BLAS", "gemm", "kernel_threads", "set_kernel_threads"]
+__all__ = [
+    "BLAS_LIBRARY",
+    "KERNELS",
+    "KERNEL_BLAS",
+    "Kernels",
+    "ThreadSwitch",
+    "gemm",
+    "kernel_threads",
+    "private_copy",
+    "set_kernel_threads",
+    "thread_switch",
+]
 
 _SYMBOLS = {"s": "ember_np_cblas_sgemm", "d": "ember_np_cblas_dgemm"}
 # Exported names of cblas_?gemm, most specific first: NumPy >= 2 wheels
@@ -105,11 +116,13 @@ def _library_files() -> Iterator[str]:
             yield found
 
 
-class _ThreadSwitch(NamedTuple):
+class ThreadSwitch(NamedTuple):
     """OpenBLAS's runtime thread count of one loaded library instance."""
 
     set: Callable[[int], None]
+    """Set the instance's thread count (``openblas_set_num_threads``)."""
     get: Callable[[], int]
+    """The instance's thread count (``openblas_get_num_threads``)."""
     address: int
     """Where the setter is mapped: two instances of one library differ here."""
 
@@ -123,8 +136,21 @@ _THREAD_SWITCHES = (
 )
 
 
-def _thread_switch(lib: ctypes.CDLL) -> _ThreadSwitch | None:
-    """The library's thread switch, or None if it has none (not OpenBLAS)."""
+def thread_switch(lib: ctypes.CDLL) -> ThreadSwitch | None:
+    """The thread switch of one loaded BLAS library instance.
+
+    Parameters
+    ----------
+    lib : ctypes.CDLL
+        A loaded BLAS library.
+
+    Returns
+    -------
+    ThreadSwitch or None
+        Its setter and getter of the thread count (argument and result types
+        set for the build's integer width), or None when ``lib`` exports no
+        OpenBLAS thread-count setter and getter (another BLAS).
+    """
     for set_name, get_name in _THREAD_SWITCHES:
         setter, getter = getattr(lib, set_name, None), getattr(lib, get_name, None)
         if setter is not None and getter is not None:
@@ -133,7 +159,7 @@ def _thread_switch(lib: ctypes.CDLL) -> _ThreadSwitch | None:
             getter.argtypes = []
             getter.restype = ctypes.c_int
             address = ctypes.cast(setter, ctypes.c_void_p).value or 0
-            return _ThreadSwitch(setter, getter, address)
+            return ThreadSwitch(setter, getter, address)
     return None
 
 
@@ -156,13 +182,28 @@ def _find() -> tuple[str, str, ctypes.CDLL]:
     )
 
 
-def _private_copy(path: str, shared: _ThreadSwitch) -> tuple[ctypes.CDLL | None, str]:
+def private_copy(path: str, shared: ThreadSwitch) -> tuple[ctypes.CDLL | None, str]:
     """Load a second instance of the library at ``path`` from a copy of the file.
 
-    Returns (the copy, its path), or (None, why not). The copy is named by the
-    source's size and modification time, so a new NumPy gets a new copy; it
-    is written under a temporary name and renamed, so concurrent imports
-    never load a half-written file.
+    The copy lives in ``private_dir("blas")``, named by the source's size and
+    modification time, so a new NumPy gets a new copy and a second call loads
+    the file the first one wrote. It is written under a temporary name and
+    renamed, so concurrent imports never load a half-written file.
+
+    Parameters
+    ----------
+    path : str
+        The library file already loaded in the process (NumPy's OpenBLAS).
+    shared : ThreadSwitch
+        That loaded instance's thread switch: a "copy" whose switch sits at the
+        same address is the same instance (the loader deduplicated it).
+
+    Returns
+    -------
+    (ctypes.CDLL, str) or (None, str)
+        The copy and its path, or None and why no copy could be used (no
+        private writable directory, the file could not be written or loaded,
+        or the loader returned the already-loaded library).
     """
     directory = private_dir("blas")
     if directory is None:
@@ -179,38 +220,39 @@ def _private_copy(path: str, shared: _ThreadSwitch) -> tuple[ctypes.CDLL | None,
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         return None, f"the copy could not be made or loaded ({exc})"
-    switch = _thread_switch(lib)
+    switch = thread_switch(lib)
     if switch is None or switch.address == shared.address:
         return None, "the loader returned the already-loaded library for the copy"
     return lib, str(target)
 
 
-class _Kernels(NamedTuple):
-    """What the kernels' products call."""
+class Kernels(NamedTuple):
+    """What the kernels' products call (:data:`KERNELS`)."""
 
     description: str
-    threads: _ThreadSwitch | None
+    """:data:`KERNEL_BLAS`: ``"private copy: <path>"`` or ``"shared: <path> (why)"``."""
+    threads: ThreadSwitch | None
     """The thread switch of the kernels' own library instance; None when shared."""
-    shared: _ThreadSwitch | None
+    shared: ThreadSwitch | None
     """The process's OpenBLAS thread switch (None if the BLAS is not OpenBLAS)."""
 
 
-def _register() -> tuple[str, _Kernels]:
+def _register() -> tuple[str, Kernels]:
     """Find a CBLAS, load the kernels' copy of it, and register its sgemm and dgemm.
 
     Returns the source library (``path:symbol``) and what the kernels call.
     """
     path, pattern, lib = _find()
-    shared = _thread_switch(lib)
+    shared = thread_switch(lib)
     if shared is None:
-        kernels = _Kernels(f"shared: {path} (not OpenBLAS: no thread switch to copy)", None, None)
+        kernels = Kernels(f"shared: {path} (not OpenBLAS: no thread switch to copy)", None, None)
     else:
-        copy, where = _private_copy(path, shared)
+        copy, where = private_copy(path, shared)
         if copy is None:
-            kernels = _Kernels(f"shared: {path} ({where})", None, shared)
+            kernels = Kernels(f"shared: {path} ({where})", None, shared)
         else:
             lib = copy
-            kernels = _Kernels(f"private copy: {where}", _thread_switch(copy), shared)
+            kernels = Kernels(f"private copy: {where}", thread_switch(copy), shared)
             assert kernels.threads is not None
             kernels.threads.set(1)
     for prefix in "sd":
@@ -219,13 +261,14 @@ def _register() -> tuple[str, _Kernels]:
     return f"{path}:{pattern.format('s')}", kernels
 
 
-#: The library (and symbol) NumPy loaded, whose code the kernels' products run.
-BLAS_LIBRARY, _KERNELS = _register()
+#: The library (and symbol) NumPy loaded, whose code the kernels' products run;
+#: and the :class:`Kernels` record of the instance they call and both thread switches.
+BLAS_LIBRARY, KERNELS = _register()
 
 #: Which instance the kernels call: ``"private copy: <path>"`` (their own
 #: thread count, 1 unless :func:`set_kernel_threads` says otherwise), or
 #: ``"shared: <path> (why)"`` (the process's BLAS and its thread count).
-KERNEL_BLAS = _KERNELS.description
+KERNEL_BLAS = KERNELS.description
 
 
 def set_kernel_threads(n: int) -> None:
@@ -256,12 +299,12 @@ def set_kernel_threads(n: int) -> None:
             f"set_kernel_threads needs a whole number of threads >= 1 (got {n!r}); "
             "1, the default, runs every product on the calling thread"
         )
-    if _KERNELS.threads is None:
+    if KERNELS.threads is None:
         raise RuntimeError(
             f"ember_np's kernels use the process's BLAS ({KERNEL_BLAS}), so their thread "
             "count is the process's: set it with threadpoolctl or OPENBLAS_NUM_THREADS"
         )
-    _KERNELS.threads.set(int(n))
+    KERNELS.threads.set(int(n))
 
 
 def kernel_threads() -> int:
@@ -271,7 +314,7 @@ def kernel_threads() -> int:
     they share the process's BLAS, the process's OpenBLAS count (1 if that
     BLAS is not OpenBLAS and cannot say).
     """
-    switch = _KERNELS.threads or _KERNELS.shared
+    switch = KERNELS.threads or KERNELS.shared
     return int(switch.get()) if switch is not None else 1
 
 
@@ -383,7 +426,7 @@ def set_blas_threads(n: int) -> bool:
     BLAS it knows, but is not a dependency of the library; this is the one
     call it would make here.)
     """
-    if _KERNELS.shared is None:
+    if KERNELS.shared is None:
         return False
-    _KERNELS.shared.set(int(n))
+    KERNELS.shared.set(int(n))
     return True

@@ -72,6 +72,7 @@ from ember_np.tune_storage import (
 __all__ = [
     "DEFAULT_HEARTBEAT",
     "INSTALL_HINT",
+    "SurplusTrial",
     "TuneError",
     "TuneSettings",
     "best_preset",
@@ -79,6 +80,7 @@ __all__ = [
     "evaluate_config",
     "importances",
     "is_tune_dir",
+    "objective_for",
     "open_storage",
     "settings_for",
     "spawn_workers",
@@ -95,8 +97,9 @@ DEFAULT_HEARTBEAT = 10  # seconds; a dead worker's trial is failed after 3x this
 MAX_CONSECUTIVE_FAILURES = 5  # a worker whose trials keep raising stops
 
 
-class _Surplus(Exception):
-    """The study already has its trials: this one ends without running."""
+class SurplusTrial(Exception):
+    """Raised by :func:`objective_for`'s objective when the study already has its
+    trials: the trial ends without sampling or training (:func:`work` moves on)."""
 
 
 # -- settings ----------------------------------------------------------------------
@@ -368,7 +371,37 @@ def evaluate_config(
     return scores
 
 
-def _objective(settings: TuneSettings, n_trials: int, quiet: bool) -> Callable[[Any], float]:
+def objective_for(settings: TuneSettings, n_trials: int, quiet: bool) -> Callable[[Any], float]:
+    """The Optuna objective each worker's ``study.optimize`` runs (see :func:`work`).
+
+    Parameters
+    ----------
+    settings : TuneSettings
+        The search: what :func:`suggest_config` samples, the budget and seeds
+        :func:`evaluate_config` trains.
+    n_trials : int
+        The study's target count of trials.
+    quiet : bool
+        Print no line per trial.
+
+    Returns
+    -------
+    callable
+        ``objective(trial) -> float``: samples a config, trains it on
+        ``settings.seeds`` seeds reporting each evaluation (so a pruner can stop
+        it), records the worker, seeds, config and scores as the trial's user
+        attributes, and returns the IQM of the seeds' final scores.
+
+    Raises
+    ------
+    SurplusTrial
+        From the objective, when ``n_trials`` trials that have not failed are
+        already ahead of this one (another worker started them): the trial is
+        marked ``surplus`` and nothing is sampled.
+    optuna.TrialPruned
+        From the objective, when the pruner stops the trial or its replay
+        buffers do not fit in memory.
+    """
     import optuna
     from optuna.trial import TrialState
 
@@ -384,7 +417,7 @@ def _objective(settings: TuneSettings, n_trials: int, quiet: bool) -> Callable[[
         )
         if ahead >= n_trials:
             trial.set_user_attr("surplus", True)
-            raise _Surplus
+            raise SurplusTrial
         trial.set_user_attr("worker", worker)
         t0 = time.perf_counter()
         config = suggest_config(trial, settings)
@@ -468,7 +501,7 @@ def work(
     from optuna.storages import fail_stale_trials
     from optuna.trial import TrialState
 
-    objective = _objective(settings, n_trials, quiet)
+    objective = objective_for(settings, n_trials, quiet)
     start = time.monotonic()
     finished = 0
     failures = 0
@@ -487,7 +520,7 @@ def work(
             continue
         try:
             study.optimize(objective, n_trials=1)
-        except _Surplus:
+        except SurplusTrial:
             continue
         except KeyboardInterrupt:  # Ctrl-C, or the command ended: Optuna failed the trial
             return finished

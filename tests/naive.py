@@ -354,15 +354,17 @@ def make_agent(
 def agent_state(agent) -> list[bytes]:
     """What must match, as bytes, for two agents to continue identically: both
     networks, Adam's moments, the counters, both random streams, the buffer."""
+    online = agent.online.state_dict()
+    counters = np.array([agent.total_steps, agent.n_updates], dtype=np.int64)
     return [agent.online.params.tobytes(), agent.target.params.tobytes(),
-            agent.online._adam_m.tobytes(), agent.online._adam_v.tobytes(),
-            agent._counters.tobytes(), agent.exploration_rng.state.tobytes(),
+            online["adam_m"].tobytes(), online["adam_v"].tobytes(),
+            counters.tobytes(), agent.exploration_rng.state.tobytes(),
             agent.replay_rng.state.tobytes(), agent.buffer.storage.tobytes()]  # fmt: skip
 
 
 def agent_state_with_cursor(agent) -> list[bytes]:
-    """:func:`agent_state` and the buffer's write cursor."""
-    return agent_state(agent) + [agent.buffer._cursor.tobytes()]
+    """:func:`agent_state` and the buffer's write cursor (with its stack of free rows)."""
+    return agent_state(agent) + [agent.buffer.kernel_state.cursor.tobytes()]
 
 
 def weights_rngs_and_counts(agent, include_buffer: bool = True) -> list:

@@ -47,7 +47,7 @@ def test_for_env_builds_network_from_spaces():
     agent = DqnAgent.for_env(gym.make("CartPole-v1"), DqnConfig(hidden_sizes=(32,)), seed=3)
     assert agent.online.layer_sizes == (4, 32, 2)
     assert agent.buffer.capacity == 100_000
-    assert np.array_equal(agent.online._params, agent.target._params)
+    assert np.array_equal(agent.online.params, agent.target.params)
 
 
 def test_act_is_greedy_argmax():
@@ -91,13 +91,13 @@ def test_epsilon_follows_schedule_with_total_steps():
 def test_training_starts_at_learning_starts_and_syncs_target_on_schedule():
     agent = make_agent()
     target_changes = []
-    previous = agent.target._params.copy()
+    previous = agent.target.params.copy()
     flags = []
     for step in range(1, 61):
         flags += feed(agent, 1, seed=step, start=step)
-        if not np.array_equal(previous, agent.target._params):
+        if not np.array_equal(previous, agent.target.params):
             target_changes.append(step)
-            previous = agent.target._params.copy()
+            previous = agent.target.params.copy()
     # learning_starts = max(batch 8, min_replay 20): first update at step 20
     assert flags.index(True) == 19 and all(flags[19:])
     assert agent.n_updates == 41
@@ -120,12 +120,12 @@ def test_train_freq_and_gradient_steps(train_freq, gradient_steps, expected):
 def test_soft_target_update():
     agent = make_agent(config=SMALL.replace(tau=0.25, target_update_freq=30))
     feed(agent, 29)
-    old_target = agent.target._params.astype(np.float64)
-    online = agent.online._params.astype(np.float64)
+    old_target = agent.target.params.astype(np.float64)
+    online = agent.online.params.astype(np.float64)
     feed(agent, 1, start=29)  # step 30: sync first, then train
     # the online net trained after the sync, so compare with the pre-step online weights
     np.testing.assert_allclose(
-        agent.target._params, 0.25 * online + 0.75 * old_target, rtol=1e-5, atol=1e-6
+        agent.target.params, 0.25 * online + 0.75 * old_target, rtol=1e-5, atol=1e-6
     )
 
 
@@ -136,15 +136,15 @@ def test_exploration_does_not_disturb_replay_stream():
         b.act_epsilon_greedy(x)
     feed(a, 60)
     feed(b, 60)
-    assert np.array_equal(a.online._params, b.online._params)
+    assert np.array_equal(a.online.params, b.online.params)
 
 
 def test_same_seed_same_weights_different_seed_different():
     a, b, c = make_agent(seed=1), make_agent(seed=1), make_agent(seed=2)
     for agent in (a, b, c):
         feed(agent, 80)
-    assert np.array_equal(a.online._params, b.online._params)
-    assert not np.array_equal(a.online._params, c.online._params)
+    assert np.array_equal(a.online.params, b.online.params)
+    assert not np.array_equal(a.online.params, c.online.params)
 
 
 def test_observe_rejects_bad_input_and_stores_nothing():
@@ -254,10 +254,11 @@ def test_save_writes_documented_keys_without_pickle(tmp_path):
 
 
 def assert_same_agent(a, b, buffers=True):
-    assert np.array_equal(a.online._params, b.online._params)
-    assert np.array_equal(a.target._params, b.target._params)
-    assert np.array_equal(a.online._adam_m, b.online._adam_m)
-    assert np.array_equal(a.online._adam_v, b.online._adam_v)
+    assert np.array_equal(a.online.params, b.online.params)
+    assert np.array_equal(a.target.params, b.target.params)
+    sa, sb = a.online.state_dict(), b.online.state_dict()
+    assert np.array_equal(sa["adam_m"], sb["adam_m"])
+    assert np.array_equal(sa["adam_v"], sb["adam_v"])
     assert a.online.adam_step == b.online.adam_step
     assert (a.total_steps, a.n_updates) == (b.total_steps, b.n_updates)
     assert np.array_equal(a.exploration_rng.state, b.exploration_rng.state)
@@ -298,14 +299,14 @@ def test_load_without_buffer_keeps_current_buffer(tmp_path):
 def test_architecture_mismatch_names_shapes_and_changes_nothing(tmp_path):
     path = make_agent().save(tmp_path / "a.npz")
     other = DqnAgent(VecEncoder(3), IndexActionMapper(2), SMALL.replace(hidden_sizes=(16, 8)), 0)
-    before = other.online._params.copy()
+    before = other.online.params.copy()
     message = (
         r"a.npz: architecture mismatch: this agent has "
         r"layer_sizes \(3, 16, 8, 2\), the checkpoint has \(3, 16, 16, 2\)"
     )
     with pytest.raises(CheckpointError, match=message):
         other.load(path)
-    assert np.array_equal(before, other.online._params)
+    assert np.array_equal(before, other.online.params)
 
 
 def test_policy_from_agent_and_from_checkpoint_act_identically(tmp_path):

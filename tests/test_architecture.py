@@ -9,7 +9,7 @@
    * ``x`` is ``self``, ``cls`` or ``type(self)``; or
    * ``_name`` is an attribute that a class defined in M sets on its instances
      (``self._name = ...``) or defines in its body, i.e. M accesses its own
-     class's private state on another instance (``other._params`` in
+     class's private state on another instance (``other.params`` in
      QNetwork.copy_from); or
    * ``x`` names a module M imported (or a name assigned such a module) and
      ``_name`` is one of that module's top-level names (a private kernel
@@ -30,6 +30,12 @@
    import _name`` and no ``module._name`` of another ember_np module (a private
    module such as ``ember_np._jit`` may be imported, its public names used).
 4. No module is over 700 lines.
+5. Tests use the public API: no test reads another object's underscore
+   attribute (``agent._counters``), imports an underscore name (``from
+   ember_np.tune import _objective``) or names one in ``getattr``-like calls,
+   except for the short, reasoned :data:`PRIVATE_READS_ALLOWED`. A kernel test
+   may import a private module (``ember_np._blas``, ``ember_np.envs._dispatch``)
+   and use its public names.
 
 The import graph (no cycle anywhere, imports inside functions included; the
 library never imports the command line) is checked in ``tests/test_imports.py``.
@@ -293,3 +299,111 @@ def test_no_module_is_over_700_lines(path):
         f"{path.relative_to(ROOT)} has {lines} lines: split it by concern "
         f"(at most {MAX_MODULE_LINES})"
     )
+
+
+# -- 5. Tests use the public API ---------------------------------------------------
+TESTS = sorted(Path(__file__).resolve().parent.glob("*.py"))
+ATTRIBUTE_CALLS = {"getattr", "hasattr", "setattr", "delattr"}  # also monkeypatch.setattr
+#: (test file, underscore name) -> why the test may name it.
+PRIVATE_READS_ALLOWED = {
+    ("test_jit.py", "_cache"): (
+        "numba's Dispatcher keeps its disk cache there (a NullCache when caching is off) "
+        "and numba has no public way to ask; the attribute is numba's, not ember_np's"
+    ),
+    ("test_agent.py", "_adam_m"): (
+        "hasattr asserting that a policy carries no optimiser state: it reads nothing"
+    ),
+}
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name not in NAMEDTUPLE_API
+
+
+def names_a_module(dotted: str) -> bool:
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def private_reads_in_test(path: Path) -> list[str]:
+    """Every underscore name of another object or module that the test file at ``path``
+    reads, imports or passes to getattr-like calls (``self._x`` and ``cls._x`` of the
+    test's own classes, dunder names, NamedTuple's ``_replace``/``_asdict``/``_fields``/
+    ``_make`` and private submodules such as ``ember_np._blas`` excepted)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    # local names bound to ember_np modules: ``ember_np.x._y`` may name a private module
+    modules: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "ember_np":
+                    local = alias.asname or alias.name.split(".")[0]
+                    modules[local] = alias.name if alias.asname else "ember_np"
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ember_np"):
+            for alias in node.names:
+                if names_a_module(f"{node.module}.{alias.name}"):
+                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    found = []  # (line, underscore name, the code that names it)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            if is_self(node.value):
+                continue
+            chain = _dotted(node)
+            if chain and chain[0] in modules:
+                if names_a_module(".".join([modules[chain[0]], *chain[1:]])):
+                    continue  # a private module, such as ember_np._memory
+            found.append((node.lineno, node.attr, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if is_private(alias.name) and not names_a_module(f"{node.module}.{alias.name}"):
+                    text = f"from {node.module} import {alias.name}"
+                    found.append((node.lineno, alias.name, text))
+        elif isinstance(node, ast.Call) and len(node.args) >= 2:
+            func, key = node.func, node.args[1]
+            called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if (
+                called in ATTRIBUTE_CALLS
+                and isinstance(key, ast.Constant)
+                and isinstance(key.value, str)
+                and is_private(key.value)
+            ):
+                found.append((node.lineno, key.value, ast.unparse(node)))
+    return [
+        f"line {line}: {text}"
+        for line, name, text in sorted(found)
+        if (path.name, name) not in PRIVATE_READS_ALLOWED
+    ]
+
+
+@pytest.mark.parametrize("path", TESTS, ids=lambda p: p.name)
+def test_tests_use_the_public_api(path):
+    bad = private_reads_in_test(path)
+    assert not bad, (
+        f"tests/{path.name} reaches into private state: {bad}. Use the public API "
+        "(params, state_dict(), kernel_state, ...); a kernel test may import a private "
+        "module and use its public names; else add a reasoned PRIVATE_READS_ALLOWED entry"
+    )
+
+
+def test_the_test_rule_catches_private_reads_and_allows_private_modules(tmp_path):
+    """Not vacuous: each spelling of a private read is reported, private modules are not."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "import ember_np._memory\nimport ember_np._blas as blas\n"
+        "from ember_np.envs import _dispatch\nfrom ember_np.tune import _say\n\n\n"
+        "class Local:\n    def f(self):\n        return self._own\n\n\n"
+        "def test_peek(agent, monkeypatch):\n"
+        "    ember_np._memory.available_memory()\n    blas.gemm\n    _dispatch.env_step\n"
+        "    batch._replace(obs=1), agent.__class__\n"
+        "    agent._counters, agent.online._params\n"
+        "    getattr(agent, '_net'), monkeypatch.setattr(agent, '_out', 0)\n"
+    )
+    assert [f.split(": ", 1)[1] for f in private_reads_in_test(probe)] == [
+        "from ember_np.tune import _say",
+        "agent._counters",
+        "agent.online._params",
+        "getattr(agent, '_net')",
+        "monkeypatch.setattr(agent, '_out', 0)",
+    ]

@@ -197,10 +197,10 @@ def test_training_leaves_the_process_blas_thread_count_unchanged(process_blas_th
 def test_without_a_private_directory_the_kernels_share_the_process_blas(monkeypatch):
     import ember_np._blas as blas
 
-    if blas._KERNELS.shared is None:
+    if blas.KERNELS.shared is None:
         pytest.skip("the BLAS NumPy loaded is not OpenBLAS")
     monkeypatch.setattr(blas, "private_dir", lambda name: None)
-    lib, why = blas._private_copy(BLAS_LIBRARY.rsplit(":", 1)[0], blas._KERNELS.shared)
+    lib, why = blas.private_copy(BLAS_LIBRARY.rsplit(":", 1)[0], blas.KERNELS.shared)
     assert lib is None and "no private writable cache directory" in why
 
 
@@ -210,18 +210,18 @@ def test_the_copy_is_a_second_instance_written_once(tmp_path, monkeypatch):
 
     import ember_np._blas as blas
 
-    shared = blas._KERNELS.shared
+    shared = blas.KERNELS.shared
     if shared is None:
         pytest.skip("the BLAS NumPy loaded is not OpenBLAS")
     monkeypatch.setattr(blas, "private_dir", lambda name: tmp_path)
     source = BLAS_LIBRARY.rsplit(":", 1)[0]
-    lib, where = blas._private_copy(source, shared)
+    lib, where = blas.private_copy(source, shared)
     assert lib is not None and Path(where).parent == tmp_path, where
     written = Path(where).stat().st_mtime_ns
-    assert blas._private_copy(source, shared)[1] == where
+    assert blas.private_copy(source, shared)[1] == where
     assert Path(where).stat().st_mtime_ns == written
     assert [p.name for p in tmp_path.iterdir()] == [Path(where).name]  # no temporary left
-    copy = blas._thread_switch(lib)
+    copy = blas.thread_switch(lib)
     before = shared.get()
     copy.set(3)
     assert copy.get() == 3 and shared.get() == before

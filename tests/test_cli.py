@@ -132,8 +132,8 @@ def test_python_m_entry_point_and_help():
 def test_train_runs_are_reproducible(tmp_path):
     a = train_run(tmp_path / "a")
     b = train_run(tmp_path / "b")
-    pa = DqnAgent.from_checkpoint(a / "checkpoints" / "latest.npz").online._params
-    pb = DqnAgent.from_checkpoint(b / "checkpoints" / "latest.npz").online._params
+    pa = DqnAgent.from_checkpoint(a / "checkpoints" / "latest.npz").online.params
+    pb = DqnAgent.from_checkpoint(b / "checkpoints" / "latest.npz").online.params
     assert np.array_equal(pa, pb)
 
 
@@ -182,6 +182,6 @@ def test_gymnasium_env_opts_out_and_gives_the_same_run(tmp_path, capsys):
     # bit for bit gymnasium's dynamics: the same episodes and weights either way
     for log in ("train_episodes.jsonl", "eval_episodes.jsonl"):
         assert (native / log).read_bytes() == (gym_run / log).read_bytes()
-    pa = DqnAgent.from_checkpoint(native / "checkpoints" / "latest.npz").online._params
-    pb = DqnAgent.from_checkpoint(gym_run / "checkpoints" / "latest.npz").online._params
+    pa = DqnAgent.from_checkpoint(native / "checkpoints" / "latest.npz").online.params
+    pb = DqnAgent.from_checkpoint(gym_run / "checkpoints" / "latest.npz").online.params
     assert np.array_equal(pa, pb)

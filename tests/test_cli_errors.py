@@ -331,7 +331,7 @@ def test_load_keeps_the_agents_config_and_warns_when_they_differ(tmp_path):
                                          r"agent: 0\.0005\); load\(\) keeps this agent's config"):  # fmt: skip
         other.load(path)
     assert other.config.learning_rate == 5e-4
-    assert np.array_equal(other.online._params, saved.online._params)
+    assert np.array_equal(other.online.params, saved.online.params)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         DqnAgent.for_env(env, DqnConfig(hidden_sizes=(8,), learning_rate=1e-3)).load(path)
@@ -364,6 +364,6 @@ def test_eval_env_normalizes_with_the_training_statistics_frozen():
     agent = DqnAgent.for_env(train_env, DqnConfig(hidden_sizes=(8,)))
     trainer = DqnTrainer(train_env, agent, seed=0)
     trainer.eval(1)
-    assert trainer._get_eval_env().obs_rms is train_env.obs_rms
+    assert trainer.eval_env.obs_rms is train_env.obs_rms
     unfrozen = make_eval_env(train_env, frozen_stats=False)
     assert unfrozen.obs_rms is not train_env.obs_rms and unfrozen.update_running_mean

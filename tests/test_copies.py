@@ -38,6 +38,7 @@ from ember_np import (
     Rng,
     UpdateOptions,
 )
+from ember_np.dqn.replay_kernels import CURSOR_LEN, N_FREE
 
 
 def _pickled(protocol: int):  # noqa: ANN202
@@ -79,8 +80,9 @@ def network_state(net: QNetwork) -> dict[str, bytes]:
 
 def buffer_state(buf: CircularBuffer) -> tuple[bytes, ...]:
     """The buffer's arrays bit for bit (the free-row stack up to its live length)."""
-    live = 5 + int(buf._cursor[3])  # CURSOR_LEN + number of released rows
-    return (buf.storage.tobytes(), buf.finals.tobytes(), buf._cursor[:live].tobytes())
+    cursor = buf.kernel_state.cursor
+    live = CURSOR_LEN + int(cursor[N_FREE])  # the counters and the released rows
+    return (buf.storage.tobytes(), buf.finals.tobytes(), cursor[:live].tobytes())
 
 
 def assert_views(net: QNetwork) -> None:
@@ -88,8 +90,8 @@ def assert_views(net: QNetwork) -> None:
     offset = 0
     for w, b in zip(net.weights, net.biases):
         for arr in (w, b):
-            assert arr.base is net._params or np.shares_memory(arr, net._params)
-            assert arr.__array_interface__["data"][0] == net._params[offset:].ctypes.data
+            assert arr.base is net.params or np.shares_memory(arr, net.params)
+            assert arr.__array_interface__["data"][0] == net.params[offset:].ctypes.data
             offset += arr.size
 
 
@@ -235,21 +237,23 @@ def test_copied_policy_acts_like_the_original_and_shares_nothing(how, before, ba
     agent = make_agent()
     for e in transitions(before, seed=8):
         agent.observe(e)
-    policy = DqnPolicy(agent.online.layer_sizes, agent.online._params.copy(), agent.encoder,
-                       agent.action_mapper, backend)  # fmt: skip
+    params = agent.online.params.copy()
+    policy = DqnPolicy(agent.online.layer_sizes, params, agent.encoder, agent.action_mapper,
+                       backend)  # fmt: skip
+    assert policy.params is params  # the policy acts with the array it was given
     clone = COPIERS[how](policy)
     assert isinstance(clone, DqnPolicy) and clone.layer_sizes == policy.layer_sizes
     assert clone.backend == policy.backend == backend
-    assert not np.shares_memory(clone._params, policy._params)
-    assert clone._params.flags.writeable and clone._params.flags.c_contiguous
+    assert not np.shares_memory(clone.params, policy.params)
+    assert clone.params.flags.writeable and clone.params.flags.c_contiguous
     obs = np.random.default_rng(9).standard_normal((16, 3)).astype(np.float32)
     assert clone.act_batch(obs).tolist() == policy.act_batch(obs).tolist()
     assert [clone.act(o) for o in obs] == [policy.act(o) for o in obs]
     assert clone.q_values_batch(obs).tobytes() == policy.q_values_batch(obs).tobytes()
     q = clone.q_values_batch(obs)
-    policy._params[:] = 0.0  # the original's parameters change; the copy's do not
+    params[:] = 0.0  # the original's parameters change; the copy's do not
     assert clone.q_values_batch(obs).tobytes() == q.tobytes()
-    assert not np.shares_memory(clone._params, policy._params)
+    assert not np.shares_memory(clone.params, policy.params)
 
 
 # -- across processes -------------------------------------------------------------

@@ -728,14 +728,14 @@ def test_series_pages_are_bounded_and_a_log_is_parsed_once(root, monkeypatch):
     append_episodes(run_dir, [500.0], 10**6, 10**6)
     want = naive_train_columns(read_jsonl(log)[:-2] + read_jsonl(log)[-1:])
     parsed = []
-    parse = logs.JsonlTail._parse
+    parse = logs.JsonlTail.parse_lines
 
     def counting_parse(self, lines, ends):
         if self.path == log:
             parsed.extend(lines)
         return parse(self, lines, ends)
 
-    monkeypatch.setattr(logs.JsonlTail, "_parse", counting_parse)
+    monkeypatch.setattr(logs.JsonlTail, "parse_lines", counting_parse)
     served = Served(root)
     try:
         got = {k: [] for k in want}
@@ -767,7 +767,7 @@ def test_listing_runs_is_not_blocked_while_a_log_is_parsed(served, root, monkeyp
 
     run_id = run_id_of(only_run_dir(root))
     entered, release = threading.Event(), threading.Event()
-    parse = logs.JsonlTail._parse
+    parse = logs.JsonlTail.parse_lines
 
     def slow_parse(self, *args):
         if self.path.name == "train_episodes.jsonl":
@@ -775,7 +775,7 @@ def test_listing_runs_is_not_blocked_while_a_log_is_parsed(served, root, monkeyp
             release.wait(30)
         return parse(self, *args)
 
-    monkeypatch.setattr(logs.JsonlTail, "_parse", slow_parse)
+    monkeypatch.setattr(logs.JsonlTail, "parse_lines", slow_parse)
     answers = []
     reader = threading.Thread(target=lambda: answers.append(served.series(run_id)))
     reader.start()
@@ -839,9 +839,15 @@ def test_static_files_ship_in_a_non_editable_build(tmp_path):
     )  # fmt: skip
     for f in ("index.html", "app.js", "style.css"):
         assert (lib / "ember_np" / "dashboard" / "static" / f).is_file(), f
-    probe = (
-        "import ember_np.dashboard.server as s; print(s.__file__); "
-        "print(len(s._static('app.js')), len(s._static('index.html')))"
+    probe = (  # the installed server answers with the page's files
+        "import http.client, threading; import ember_np.dashboard.server as s; "
+        f"print(s.__file__); srv = s.make_server({str(tmp_path)!r}, port=0); "
+        "threading.Thread(target=srv.serve_forever, daemon=True).start(); "
+        "c = http.client.HTTPConnection(*srv.server_address[:2], timeout=30); sizes = []\n"
+        "for path in ('/app.js', '/index.html'):\n"
+        "    c.request('GET', path); r = c.getresponse(); assert r.status == 200, r.status\n"
+        "    sizes.append(len(r.read()))\n"
+        "print(*sizes); srv.shutdown()"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(lib)},

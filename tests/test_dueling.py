@@ -82,7 +82,7 @@ def test_copy_sync_pickle_and_state_dict_keep_the_heads():
     fresh = QNetwork(sizes, seed=5, dueling=True)
     fresh.load_state_dict(net.state_dict())
     np.testing.assert_array_equal(fresh.params, net.params)
-    np.testing.assert_array_equal(fresh._adam_v, net._adam_v)
+    np.testing.assert_array_equal(fresh.state_dict()["adam_v"], net.state_dict()["adam_v"])
     assert fresh.state_dict()["dueling"].dtype == np.bool_ and bool(fresh.state_dict()["dueling"])
     synced = QNetwork(sizes, seed=6, dueling=True)
     synced.copy_from(net)
@@ -150,7 +150,7 @@ def trained_pair():
     for _ in range(3):
         fused.train(500)
         python.train(500)
-        losses.append(fused.agent._out[0])
+        losses.append(fused.agent.last_loss)
     return fused, python, losses
 
 

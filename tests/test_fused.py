@@ -11,6 +11,7 @@ from naive import agent_state_with_cursor as agent_state
 
 import ember_np.envs  # noqa: F401
 from ember_np import DqnAgent, DqnConfig, DqnTrainer, TrainingRun
+from ember_np.envs.native import unwrap_native
 from ember_np.stats import StatsTracker
 
 CONFIG = DqnConfig(
@@ -74,14 +75,8 @@ def test_same_agent_state_stats_and_run_files(tmp_path):
         b.train(n)
     assert agent_state(a.agent) == agent_state(b.agent)
     assert a.stats.summary() == b.stats.summary()
-    assert (a.episode, a._episode_step, a._episode_reward, a._index) == (
-        b.episode,
-        b._episode_step,
-        b._episode_reward,
-        b._index,
-    )
-    assert np.array_equal(a._x, b._x)
-    assert np.array_equal(a._native.state, b._native.state)
+    assert a.episode == b.episode
+    assert unwrap_native(a.env).state.tobytes() == unwrap_native(b.env).state.tobytes()
     assert runs[0].read_train_episodes() == runs[1].read_train_episodes()
     files_a = sorted(p.name for p in runs[0].checkpoints_dir.iterdir())
     files_b = sorted(p.name for p in runs[1].checkpoints_dir.iterdir())
@@ -96,6 +91,12 @@ def test_same_agent_state_stats_and_run_files(tmp_path):
                 assert np.array_equal(za[key], zb[key]), (name, key)
     # evaluation afterwards agrees too
     assert a.eval(3) == b.eval(3)
+    # and so does the episode in progress: its step count and reward so far (in the
+    # next step's metrics), its observation and the action already picked for it (in
+    # the transition that step stores)
+    assert next(a.steps()) == next(b.steps())
+    assert agent_state(a.agent) == agent_state(b.agent)
+    assert unwrap_native(a.env).state.tobytes() == unwrap_native(b.env).state.tobytes()
 
 
 def test_python_steps_and_fused_train_interleave():

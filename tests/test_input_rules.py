@@ -170,14 +170,14 @@ def test_a_batch_reward_beyond_float32_is_refused_by_update(reward):
     obs = np.zeros((2, 3), np.float32)
     batch = (obs, [0, 1], np.array([0.0, reward]), obs, np.ones(2))
     kw = dict(gamma=0.9, learning_rate=1e-3)
-    params = net._params.copy()
+    params = net.params.copy()
     if float32_is_finite(reward):
         net.update(batch, target, UpdateOptions(**kw))
         assert net.adam_step == 1
         return
     with pytest.raises(ValueError, match="NaN or infinite"):
         net.update(batch, target, UpdateOptions(**kw))
-    assert net._params.tobytes() == params.tobytes()
+    assert net.params.tobytes() == params.tobytes()
 
 
 def test_an_env_reward_beyond_float32_stops_training_and_stores_nothing():
@@ -209,7 +209,7 @@ def poisoned_batch(draw: st.DrawFn) -> tuple[np.ndarray, int]:
 def test_a_non_finite_observation_raises_naming_parameter_and_row_everywhere(case, backend):
     x, row = case
     agent = make_agent()
-    policy = DqnPolicy(agent.online.layer_sizes, agent.online._params, agent.encoder,
+    policy = DqnPolicy(agent.online.layer_sizes, agent.online.params, agent.encoder,
                        agent.action_mapper, backend)  # fmt: skip
     net = agent.online
     explore = agent.exploration_rng.state.copy()

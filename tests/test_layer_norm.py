@@ -229,7 +229,7 @@ def test_copy_sync_pickle_and_state_dict_keep_the_norms(dueling):
     assert sorted(k for k in state if k.startswith("ln_")) == ["ln_b0", "ln_b1", "ln_g0", "ln_g1"]
     fresh.load_state_dict(state)
     np.testing.assert_array_equal(fresh.params, net.params)
-    np.testing.assert_array_equal(fresh._adam_v, net._adam_v)
+    np.testing.assert_array_equal(fresh.state_dict()["adam_v"], net.state_dict()["adam_v"])
     synced = QNetwork(sizes, seed=6, dueling=dueling, layer_norm=True)
     synced.copy_from(net)
     np.testing.assert_array_equal(synced.params, net.params)

@@ -13,7 +13,7 @@ make_batch = naive.make_batch
 
 
 def flat64(net: QNetwork) -> np.ndarray:
-    return net._params.astype(np.float64)
+    return net.params.astype(np.float64)
 
 
 # -- construction and forward --------------------------------------------------
@@ -30,8 +30,8 @@ def test_init_like_torch_linear_bounds_and_seed():
         assert abs(float(w.mean())) < 0.1 * bound
     same = QNetwork((4, 64, 64, 2), seed=3)
     other = QNetwork((4, 64, 64, 2), seed=4)
-    assert np.array_equal(net._params, same._params)
-    assert not np.array_equal(net._params, other._params)
+    assert np.array_equal(net.params, same.params)
+    assert not np.array_equal(net.params, other.params)
 
 
 def test_layer_sizes_and_shapes():
@@ -201,7 +201,7 @@ def test_huber_loss_both_sides_of_delta(residual):
     sizes = (2, 2)
     net, target = QNetwork(sizes, seed=0), QNetwork(sizes, seed=0)
     for p in (net, target):
-        p._params[:] = 0.0
+        p.params[:] = 0.0
     obs = np.ones((1, 2))
     batch = (obs, np.array([1]), np.array([-residual]), obs.copy(), np.zeros(1))
     delta = 1.0
@@ -265,7 +265,7 @@ def test_update_equals_reference_step(double):
         )
         assert loss == pytest.approx(expected_loss, rel=1e-4), step
     assert net.adam_step == 3
-    np.testing.assert_allclose(net._params, ref_params, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(net.params, ref_params, rtol=1e-4, atol=1e-5)
 
 
 def test_update_is_deterministic_over_100_steps():
@@ -296,9 +296,10 @@ def test_update_is_deterministic_over_100_steps():
     a, la = run()
     b, lb = run()
     assert la == lb
-    assert np.array_equal(a._params, b._params)
-    assert np.array_equal(a._adam_m, b._adam_m) and np.array_equal(a._adam_v, b._adam_v)
-    assert not np.array_equal(a._params, QNetwork((4, 64, 64, 2), seed=42)._params)
+    assert np.array_equal(a.params, b.params)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert np.array_equal(sa["adam_m"], sb["adam_m"]) and np.array_equal(sa["adam_v"], sb["adam_v"])
+    assert not np.array_equal(a.params, QNetwork((4, 64, 64, 2), seed=42).params)
 
 
 def test_update_reduces_loss_on_a_fixed_batch():
@@ -328,7 +329,7 @@ def test_update_errors_say_what_was_expected():
     net = QNetwork(sizes, seed=0)
     target = net.copy()
     obs, actions, rewards, next_obs, masks = make_batch(sizes, batch=8)
-    before = net._params.copy()
+    before = net.params.copy()
     kw = dict(gamma=0.9, learning_rate=1e-3)
     with pytest.raises(ValueError, match=r"actions must be in \[0, 2\)"):
         net.update(Batch(obs, np.full(8, 2), rewards, next_obs, masks), target, UpdateOptions(**kw))
@@ -365,7 +366,7 @@ def test_update_errors_say_what_was_expected():
         net.update(
             Batch(obs, actions, rewards, next_obs, masks), QNetwork((4, 9, 2)), UpdateOptions(**kw)
         )
-    assert np.array_equal(net._params, before)
+    assert np.array_equal(net.params, before)
     assert net.adam_step == 0
 
 
@@ -375,11 +376,11 @@ def test_update_errors_say_what_was_expected():
 def test_copy_is_independent_and_copy_from_syncs():
     net = QNetwork((4, 16, 2), seed=0)
     target = net.copy()
-    assert np.array_equal(target._params, net._params)
+    assert np.array_equal(target.params, net.params)
     net.update(make_batch((4, 16, 2)), target, UpdateOptions(gamma=0.9, learning_rate=1e-2))
-    assert not np.array_equal(target._params, net._params)
+    assert not np.array_equal(target.params, net.params)
     target.copy_from(net)
-    assert np.array_equal(target._params, net._params)
+    assert np.array_equal(target.params, net.params)
     target.weights[0][0, 0] += 1
     assert target.weights[0][0, 0] != net.weights[0][0, 0]
 
@@ -387,9 +388,9 @@ def test_copy_is_independent_and_copy_from_syncs():
 def test_soft_update_is_polyak_average():
     a = QNetwork((4, 16, 2), seed=0)
     b = QNetwork((4, 16, 2), seed=1)
-    expected = 0.1 * b._params.astype(np.float64) + 0.9 * a._params
+    expected = 0.1 * b.params.astype(np.float64) + 0.9 * a.params
     a.soft_update_from(b, 0.1)
-    np.testing.assert_allclose(a._params, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(a.params, expected, rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match=r"tau must be in \(0, 1\]"):
         a.soft_update_from(b, 0.0)
 
@@ -415,14 +416,15 @@ def test_state_dict_round_trip_includes_adam():
     }
     fresh = QNetwork(sizes, seed=99)
     fresh.load_state_dict(state)
-    assert np.array_equal(fresh._params, net._params)
-    assert np.array_equal(fresh._adam_m, net._adam_m) and fresh.adam_step == 3
+    assert np.array_equal(fresh.params, net.params)
+    assert np.array_equal(fresh.state_dict()["adam_m"], net.state_dict()["adam_m"])
+    assert fresh.adam_step == 3
     # both continue identically
     batch = make_batch(sizes, seed=5)
     assert net.update(batch, target, UpdateOptions(gamma=0.9, learning_rate=1e-2)) == fresh.update(
         batch, target, UpdateOptions(gamma=0.9, learning_rate=1e-2)
     )
-    assert np.array_equal(fresh._params, net._params)
+    assert np.array_equal(fresh.params, net.params)
     with pytest.raises(
         ValueError,
         match=r"layer_sizes mismatch: this network has \(4, 8, 2\), the state has \(4, 16, 2\)",

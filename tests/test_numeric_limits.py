@@ -249,7 +249,7 @@ def test_alpha_1000_keeps_the_total_finite_and_samples_every_overflowing_slot():
     drawn = np.concatenate([buf.sample(4, rng).indices for _ in range(64)])
     assert set(drawn.tolist()) == {0, 1}  # the two largest, equally: not one slot forever
     assert 96 <= (drawn == 0).sum() <= 160
-    assert_tree_invariants(buf._tree, 4)
+    assert_tree_invariants(buf.kernel_state.tree, 4)
 
 
 def test_a_tiny_eps_with_zero_td_errors_keeps_every_priority_positive():
@@ -261,7 +261,7 @@ def test_a_tiny_eps_with_zero_td_errors_keeps_every_priority_positive():
     rng = Rng(1)
     drawn = np.concatenate([buf.sample(8, rng).indices for _ in range(8)])
     assert set(drawn.tolist()) == set(range(8))  # all equal: every slot drawn
-    assert_tree_invariants(buf._tree, 8)
+    assert_tree_invariants(buf.kernel_state.tree, 8)
 
 
 F32_FINITE = st.floats(width=32, allow_nan=False, allow_infinity=False)
@@ -284,7 +284,7 @@ def test_prioritized_buffer_priorities_stay_finite_and_positive(alpha, eps, td, 
     assert np.isfinite(p).all() and (p > 0).all()
     assert np.isfinite(buf.max_priority) and buf.max_priority >= p.max()
     assert np.isfinite(buf.total_priority) and buf.total_priority > 0
-    assert_tree_invariants(buf._tree, n)
+    assert_tree_invariants(buf.kernel_state.tree, n)
     from ember_np import Rng
 
     drawn = buf.sample(n, Rng(0)).indices

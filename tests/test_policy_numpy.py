@@ -15,7 +15,7 @@ import pytest
 import ember_np
 from ember_np import DqnPolicy, IndexActionMapper, VecEncoder
 from ember_np.dqn import network
-from ember_np.dqn.forward import greedy_index, greedy_indices
+from ember_np.dqn.forward import CompiledForward, NumpyForward, greedy_index, greedy_indices
 
 HEAVY = ("numba", "llvmlite", "gymnasium", "tqdm")
 
@@ -68,7 +68,7 @@ def make_policy(sizes, seed, backend, scale=1.0, start=0):
 
 def naive_q(policy, x):
     """float64 reference forward of the policy's weights (tests/naive.py)."""
-    weights, biases = naive.unflatten(policy._params.astype(np.float64), policy.layer_sizes)
+    weights, biases = naive.unflatten(policy.params.astype(np.float64), policy.layer_sizes)
     return naive.forward(weights, biases, x.astype(np.float64))
 
 
@@ -239,10 +239,10 @@ def test_ties_go_to_the_lowest_action_on_both_paths():
         results = []
         for backend in ("numpy", "numba"):
             policy = make_policy(sizes, seed=0, backend=backend)
-            w_out = policy._params[3 * 8 + 8 : 3 * 8 + 8 + 8 * 3]
-            w_out[:] = 0.0
-            policy._params[-3:] = bias
-            policy = DqnPolicy(sizes, policy._params, policy.encoder, policy.action_mapper, backend)
+            params = policy.params.copy()
+            params[3 * 8 + 8 : 3 * 8 + 8 + 8 * 3] = 0.0  # W of the output layer
+            params[-3:] = bias
+            policy = DqnPolicy(sizes, params, policy.encoder, policy.action_mapper, backend)
             x = np.random.default_rng(2).standard_normal((20, 3)).astype(np.float32)
             results.append(([policy.act(o) for o in x], policy.act_batch(x).tolist()))
         assert results[0] == results[1] == ([expected] * 20, [expected] * 20)
@@ -276,7 +276,7 @@ def test_non_finite_observation_is_refused_by_act(sizes, backend):
         with pytest.raises(ValueError, match="observation must be finite"):
             policy.act(bad)
     # +inf whose first-layer products are all -inf: ReLU would hide it without a check
-    params = policy._params.copy()
+    params = policy.params.copy()
     params[sizes[1] * 0 : sizes[1]] = -1.0  # row 0 of W_0: every unit gets -inf from x[0]
     hidden = DqnPolicy(sizes, params, policy.encoder, policy.action_mapper, backend)
     with pytest.raises(ValueError, match="observation must be finite"):
@@ -300,7 +300,7 @@ def test_load_refuses_a_bad_backend_name_before_reading(tmp_path):
 
 def test_layers_are_copies_in_the_checkpoint_layout():
     policy = make_policy((5, 7, 3), seed=5, backend="numpy")
-    weights, biases = naive.unflatten(policy._params, policy.layer_sizes)
+    weights, biases = naive.unflatten(policy.params, policy.layer_sizes)
     layers = policy.layers()
     assert [w.shape for w, _ in layers] == [(5, 7), (7, 3)]
     for (w, b), w_ref, b_ref in zip(layers, weights, biases):
@@ -350,5 +350,10 @@ def test_act_fast_path_and_general_path_agree(backend):
     bad[2] = np.nan
     with pytest.raises(ValueError, match="observation must be finite"):
         policy.act(bad)  # a contiguous float32 vector: the fast path checks it too
-    again = pickle.loads(pickle.dumps(policy._forward))  # after the entry point was bound
+    # The forward pass alone pickles after its entry point was bound (as in act's fast path).
+    forward = (CompiledForward if backend == "numba" else NumpyForward)(
+        policy.layer_sizes, policy.params
+    )
+    assert [forward.greedy_one(o) + 1 for o in x] == fast
+    again = pickle.loads(pickle.dumps(forward))
     assert [again.greedy_one(o) + 1 for o in x] == fast

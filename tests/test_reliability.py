@@ -63,11 +63,17 @@ def assert_same_transitions(a, b):
         assert sa[key].tobytes() == sb[key].tobytes(), key
 
 
+def counters(agent):
+    """The agent's step and update counts, as a checkpoint's ``counters`` holds them."""
+    return np.array([agent.total_steps, agent.n_updates], dtype=np.int64)
+
+
 def assert_identical(a, b):
+    sa, sb = a.online.state_dict(), b.online.state_dict()
     for x, y in [
-        (a.online._params, b.online._params), (a.target._params, b.target._params),
-        (a.online._adam_m, b.online._adam_m), (a.online._adam_v, b.online._adam_v),
-        (a.online._adam_t, b.online._adam_t), (a._counters, b._counters),
+        (a.online.params, b.online.params), (a.target.params, b.target.params),
+        (sa["adam_m"], sb["adam_m"]), (sa["adam_v"], sb["adam_v"]),
+        (sa["adam_t"], sb["adam_t"]), (counters(a), counters(b)),
         (a.exploration_rng.state, b.exploration_rng.state),
         (a.replay_rng.state, b.replay_rng.state),
     ]:  # fmt: skip
@@ -466,7 +472,7 @@ def test_bad_observe_input_raises_value_error_and_stores_nothing(experience, mes
     buf = agent.buffer
 
     def state():
-        arrays = (buf.storage, buf.finals, buf._cursor, agent.online._params)
+        arrays = (buf.storage, buf.finals, buf.kernel_state.cursor, agent.online.params)
         return [a.tobytes() for a in arrays] + [agent.total_steps]
 
     before = state()
@@ -550,18 +556,18 @@ def test_a_bad_replay_buffer_in_a_checkpoint_changes_nothing(good_checkpoint, tm
     for e in transitions(40, seed=3):
         agent.observe(e)
     before = [
-        agent.online._params.tobytes(),
-        agent._counters.tobytes(),
+        agent.online.params.tobytes(),
+        counters(agent).tobytes(),
         agent.buffer.storage.tobytes(),
         agent.buffer.finals.tobytes(),
-        agent.buffer._cursor.tobytes(),
+        agent.buffer.kernel_state.cursor.tobytes(),
     ]
     with pytest.raises(CheckpointError, match="'status' has values outside"):
         agent.load(bad)
     assert [
-        agent.online._params.tobytes(),
-        agent._counters.tobytes(),
+        agent.online.params.tobytes(),
+        counters(agent).tobytes(),
         agent.buffer.storage.tobytes(),
         agent.buffer.finals.tobytes(),
-        agent.buffer._cursor.tobytes(),
+        agent.buffer.kernel_state.cursor.tobytes(),
     ] == before

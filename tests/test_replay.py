@@ -8,6 +8,7 @@ import pytest
 
 from ember_np import CircularBuffer, EpisodeStatus, PrioritizedBuffer, Rng
 from ember_np.dqn import replay
+from ember_np.dqn.replay_kernels import ROWS
 
 
 def transition(i: int, obs_size: int = 3, n_actions: int = 4, status: int = 0):
@@ -63,8 +64,9 @@ def test_next_obs_is_stored_once_except_at_episode_ends():
     # shared: every step but the last of each episode, and but the newest transition
     assert (refs >= 0).sum() == 1_000 // 50 + 1
     # finals rows are recycled: never more in use than the buffer needs at once
-    assert buf._cursor[2] <= 1_000 // 50 + 2
-    assert buf.nbytes_per_transition == 26 + buf._cursor[2] * (16 + 8) / 1_000 <= 26 + 0.53
+    rows = buf.kernel_state.cursor[ROWS]  # finals rows ever taken
+    assert rows <= 1_000 // 50 + 2
+    assert buf.nbytes_per_transition == 26 + rows * (16 + 8) / 1_000 <= 26 + 0.53
     for slot in range(1_000):  # every slot still gives back exactly what was pushed
         obs, action, reward, next_obs, status = pushed[1_520 + (slot - 520) % 1_000]
         got = buf.transition(slot)
@@ -236,7 +238,7 @@ def test_rejected_push_changes_nothing(change, message):
     buf = CircularBuffer(4, 3, 4)
     for i in range(6):  # wrapped: position 2
         buf.push(*transition(i))
-    arrays = (buf.storage, buf.finals, buf._cursor)
+    arrays = (buf.storage, buf.finals, buf.kernel_state.cursor)
     before = [a.tobytes() for a in arrays]
     args = dict(zip(("obs", "action", "reward", "next_obs", "status"), transition(99)))
     args.update(change)

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember_np import CircularBuffer, Rng
+from ember_np.dqn.replay_kernels import N_FREE, ROWS
 
 OBS_SIZE = 3
 N_ACTIONS = 4
@@ -64,7 +65,7 @@ def test_matches_a_list_model(capacity, ops, seed):
                     "next_obs": [0.0] * OBS_SIZE, "status": 0}  # fmt: skip
             args.update({"action": {"action": N_ACTIONS}, "nan": {"reward": float("nan")},
                          "shape": {"obs": [0.0]}, "status": {"status": 3}}[op[1]])  # fmt: skip
-            arrays = (buf.storage, buf.finals, buf._cursor)
+            arrays = (buf.storage, buf.finals, buf.kernel_state.cursor)
             before = [a.tobytes() for a in arrays]
             try:
                 buf.push(**args)
@@ -103,8 +104,9 @@ def test_matches_a_list_model(capacity, ops, seed):
             assert buf.transition(slot)[3].tobytes() == np.float32(row[3]).tobytes()
         # finals rows: one per slot that does not share, plus released ones, never more
         shares = (buf.storage["next_ref"][: len(buf)] < 0).sum()
-        assert buf._cursor[2] - buf._cursor[3] == len(buf) - shares
-        assert buf._cursor[2] <= capacity
+        cursor = buf.kernel_state.cursor
+        assert cursor[ROWS] - cursor[N_FREE] == len(buf) - shares
+        assert cursor[ROWS] <= capacity
 
 
 @settings(max_examples=50, deadline=None)

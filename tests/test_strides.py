@@ -202,8 +202,9 @@ def test_network_update_any_layout(data, sizes, batch):
         expected = twin.update(refs, target, UpdateOptions(**kw))
         before = compiled_versions()
         assert net.update(args, target, UpdateOptions(**kw)) == expected
-        for name in ("_params", "_adam_m", "_adam_v", "_adam_t"):
-            assert getattr(net, name).tobytes() == getattr(twin, name).tobytes(), (name, kind)
+        got, want = net.state_dict(), twin.state_dict()  # weights and Adam's m, v and t
+        for name in want:
+            assert got[name].tobytes() == want[name].tobytes(), (name, kind)
         assert compiled_versions() == before
 
 
@@ -240,7 +241,7 @@ CONFIG = DqnConfig(
 def test_policy_any_layout(data, shape, batch, backend):
     agent = DqnAgent(VecEncoder(shape), IndexActionMapper(3, start=2), CONFIG,
                      seed=data.draw(st.integers(0, 9)))  # fmt: skip
-    policy = DqnPolicy(agent.online.layer_sizes, agent.online._params, agent.encoder,
+    policy = DqnPolicy(agent.online.layer_sizes, agent.online.params, agent.encoder,
                        agent.action_mapper, backend)  # fmt: skip
     one = data.draw(f32(shape))
     many = data.draw(f32((batch, *shape)))
@@ -304,8 +305,9 @@ def test_buffer_push_any_layout(data, extra):
         action, status = data.draw(st.integers(0, 1)), data.draw(st.integers(0, 2))
         buf.push(x, action, 0.5, nx, status)
         twin.push(ref, action, 0.5, nref, status)
-    for name in ("storage", "finals", "_cursor"):
-        assert getattr(buf, name).tobytes() == getattr(twin, name).tobytes(), name
+    for name in ("storage", "finals", "cursor"):
+        got, want = getattr(buf.kernel_state, name), getattr(twin.kernel_state, name)
+        assert got.tobytes() == want.tobytes(), name
     assert compiled_versions() == before
 
 

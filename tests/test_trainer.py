@@ -93,14 +93,14 @@ def test_eval_runs_on_a_separate_env_and_leaves_training_unaffected():
     a_metrics += list(itertools.islice(a.steps(), 400))
     b_metrics = list(itertools.islice(b.steps(), 800))
     assert a_metrics == b_metrics
-    assert np.array_equal(a.agent.online._params, b.agent.online._params)
+    assert np.array_equal(a.agent.online.params, b.agent.online.params)
 
 
 def test_eval_env_defaults_to_spec_and_needs_one_otherwise():
     trainer = make_trainer()
     trainer.eval(1)
-    assert trainer._eval_env is not trainer.env
-    assert trainer._eval_env.spec.id == "CartPole-v1"
+    assert trainer.eval_env is not trainer.env
+    assert trainer.eval_env.spec.id == "CartPole-v1"
     env = gym.make("CartPole-v1").unwrapped  # no spec
     env.spec = None
     bare = DqnTrainer(env, DqnAgent.for_env(env, FAST))

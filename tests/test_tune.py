@@ -158,7 +158,7 @@ def test_worker_reports_each_evaluation_and_the_pruner_stops_trials():
 
 
 def test_trials_whose_buffers_do_not_fit_in_memory_are_pruned_before_training(monkeypatch, capsys):
-    import ember_np._memory
+    import ember_np._memory as memory
     from ember_np.dqn.replay import transition_dtype
     from ember_np.training.setup import SetupError
     from ember_np.tune import work
@@ -166,7 +166,7 @@ def test_trials_whose_buffers_do_not_fit_in_memory_are_pruned_before_training(mo
     row = transition_dtype(4, 2).itemsize  # CartPole: 4 observations, 2 actions
     capacity = DqnConfig().buffer_capacity
     # Room for one seed's buffer but not for the trial's two, side by side.
-    monkeypatch.setattr(ember_np._memory, "available_memory", lambda: int(1.5 * capacity * row))
+    monkeypatch.setattr(memory, "available_memory", lambda: int(1.5 * capacity * row))
     s = settings(fixed={"hidden_sizes": [32], "buffer_capacity": capacity})
     with pytest.raises(SetupError, match=r"needs .* for 2 replay buffers"):
         evaluate_config(s, DqnConfig(hidden_sizes=[32], buffer_capacity=capacity), [3, 4])
@@ -178,7 +178,7 @@ def test_trials_whose_buffers_do_not_fit_in_memory_are_pruned_before_training(mo
 
 
 def test_trials_beyond_the_count_end_at_once_as_surplus():
-    from ember_np.tune import _objective, _Surplus, work
+    from ember_np.tune import SurplusTrial, objective_for, work
 
     study = optuna.create_study(direction="maximize")
     for _ in range(2):
@@ -187,8 +187,8 @@ def test_trials_beyond_the_count_end_at_once_as_surplus():
     assert work(study, settings(), n_trials=2, quiet=True) == 0
     assert len(study.trials) == 2
     # A trial started anyway (two workers racing) ends before it samples anything.
-    with pytest.raises(_Surplus):
-        study.optimize(_objective(settings(), 2, quiet=True), n_trials=1)
+    with pytest.raises(SurplusTrial):
+        study.optimize(objective_for(settings(), 2, quiet=True), n_trials=1)
     third = study.trials[2]
     assert third.state == TrialState.FAIL and third.user_attrs == {"surplus": True}
     assert third.params == {}

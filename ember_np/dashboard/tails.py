@@ -186,12 +186,33 @@ class JsonlTail:
             if line.strip():
                 lines.append(line)
                 ends.append(pos)
-        rows, row_ends = self._parse(lines, ends)
+        rows, row_ends = self.parse_lines(lines, ends)
         self.offset += len(data)
         self._take(rows, row_ends)
 
-    def _parse(self, lines: list[bytes], ends: list[int]) -> tuple[list[dict[str, Any]], list[int]]:
-        """The lines that are JSON objects, with the end offsets of their lines."""
+    def parse_lines(
+        self, lines: list[bytes], ends: list[int]
+    ) -> tuple[list[dict[str, Any]], list[int]]:
+        """The lines that are JSON objects, with the end offsets of their lines.
+
+        :meth:`read` calls it once per chunk of new complete lines, so every
+        line of the file passes through it once (until the file is replaced).
+
+        Parameters
+        ----------
+        lines : list of bytes
+            Non-blank lines, without their newlines.
+        ends : list of int
+            Each line's end offset in the file (past its newline).
+
+        Returns
+        -------
+        rows : list of dict
+            The lines that parse as JSON objects, in order; each other line
+            adds one to ``skipped``.
+        row_ends : list of int
+            Their entries of ``ends``.
+        """
         # Whole lines that each look like one object are parsed in one call (a
         # few times faster than a call per line); any doubt, and each line is
         # parsed on its own, the malformed ones skipped.

@@ -139,6 +139,22 @@ class DqnPolicy:
         """The forward pass in use: ``"numpy"`` or ``"numba"``."""
         return self._forward.name
 
+    @property
+    def params(self) -> np.ndarray:
+        """All weights and biases as one float32 vector, shape (n_params,).
+
+        The layout of :attr:`ember_np.QNetwork.params`: layer by layer, ``W_l``
+        row-major ``(in, out)`` then ``b_l``, in the order of :meth:`layers` (a
+        dueling policy's value head last), then each hidden layer's LayerNorm
+        gain and bias (:meth:`norms`). It is the array the policy acts with, not
+        a copy (the ``params`` given to the constructor when that was already a
+        C-contiguous float32 array): treat it as read-only. The NumPy backend
+        keeps its own copy of the weights, so a write would reach the compiled
+        backend and :meth:`layers` but not the NumPy backend's actions; build a
+        new ``DqnPolicy`` for other weights.
+        """
+        return self._params
+
     def layers(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """Copies of each layer's ``(W, b)``: float32 ``(in, out)`` and ``(out,)``.
 

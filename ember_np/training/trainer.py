@@ -336,6 +336,23 @@ class DqnTrainer:
     def best_eval_reward(self) -> float:
         return self._best_eval_reward
 
+    @property
+    def eval_env(self) -> Any:
+        """The environment :meth:`eval` plays on.
+
+        The ``eval_env`` given to the constructor, else a separate env made at
+        first use from the training env's gymnasium spec by
+        :func:`make_eval_env` (it follows a ``NormalizeObservation`` wrapper's
+        training statistics, frozen).
+
+        Raises
+        ------
+        ValueError
+            If no ``eval_env`` was given and none can be made from the training
+            env (it has no spec, or see :func:`make_eval_env`).
+        """
+        return self._get_eval_env()
+
     # -- training -----------------------------------------------------------------
     def steps(self) -> Iterator[StepMetrics]:
         """An endless iterator: one env step, with all bookkeeping, per ``next()``."""
