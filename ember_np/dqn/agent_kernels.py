@@ -364,7 +364,7 @@ def agent_step(
         The next action index (0 unless ``act_next``), or -code for a rejected
         transition (nothing stored, counted or trained then).
     """
-    code = push_transition(agent.replay, obs, action, reward, next_obs, status, next_mask)
+    code = push_transition(agent.replay, 0, obs, action, reward, next_obs, status, next_mask)
     if code != 0:
         return -code
     counters = agent.counters
