@@ -312,12 +312,15 @@ def test_an_unreadable_run_file_is_a_permission_error_not_bad_json(run_dir, monk
         TrainingRun.resume(run_dir)
 
 
-def test_a_vectorised_env_given_to_the_trainer_says_what_to_pass():
+def test_a_vectorised_env_after_single_env_transitions_says_what_to_do():
+    """Issue 25: vector envs train, each env in a stream of the buffer; a buffer that
+    already holds one env's transitions cannot be split, and the error says why."""
+    env = gym.make("ember_np/CartPole-v1")
+    agent = DqnAgent.for_env(env, DqnConfig(hidden_sizes=(8,)))
+    DqnTrainer(env, agent).train(10)
     vec = NativeVecEnv("CartPole-v1", num_envs=4, seed=0)
-    agent = DqnAgent.for_env(gym.make("CartPole-v1"), DqnConfig(hidden_sizes=(8,)))
-    with pytest.raises(ValueError, match=r"DqnTrainer drives one environment, got NativeVecEnv "
-                                         r"with 4 copies: pass a single gymnasium env, e\.g\. "
-                                         r"gym\.make\('ember_np/CartPole-v1'\)"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"the buffer holds 10 transitions of 1 env\(s\); it can "
+                                         r"only be split into 4 streams while empty"):  # fmt: skip
         DqnTrainer(vec, agent)
 
 

@@ -59,6 +59,7 @@ from ember_np.dqn.agent_kernels import (
     train_from_buffer,
     update_settings_now,
 )
+from ember_np.dqn.agent_vec import VectorMethods
 from ember_np.dqn.circular import CircularBuffer
 from ember_np.dqn.config import DqnConfig
 from ember_np.dqn.mlp import greedy_action, greedy_action_legal
@@ -78,7 +79,6 @@ from ember_np.encoding import (
     nonfinite_observation,
 )
 from ember_np.rng import Rng
-from ember_np.training._fused import fused_steps
 from ember_np.types import Experience, ReplayBuffer
 
 __all__ = ["DqnAgent"]
@@ -86,8 +86,13 @@ __all__ = ["DqnAgent"]
 _F32 = np.dtype(np.float32)
 
 
-class DqnAgent:
+class DqnAgent(VectorMethods):
     """A DQN agent: acts epsilon-greedily, stores experience, learns from replay.
+
+    With several envs stepped together (a vectorised env) the agent acts on
+    them in one batch and learns from their transitions one by one, each
+    env's kept apart in the buffer (:class:`VectorMethods`: ``set_num_envs``,
+    ``observe_vector``, ``act_epsilon_greedy_batch``).
 
     Parameters
     ----------
@@ -168,6 +173,7 @@ class DqnAgent:
         # Compiled entry points of the per-step kernels, resolved at their first call.
         self._step_entry: Any = None
         self._explore_entry: Any = None
+        self._vec_entry: Any = None
         self.config = config  # sets the kernels' settings and state
 
     @property
@@ -475,32 +481,6 @@ class DqnAgent:
         self._out[0] = loss
         return float(loss)
 
-    # -- fused training ----------------------------------------------------------
-    def can_fuse(self, env: Any) -> bool:
-        """Whether :meth:`run_fused` can drive ``env``, a native env (``ember_np.envs``).
-
-        It can with the default CircularBuffer, VecEncoder and
-        IndexActionMapper(start=0), for an env of the network's sizes.
-        """
-        mapper = self.action_mapper
-        return (
-            self._fast_buffer
-            and self._flat_encoder
-            and type(mapper) is IndexActionMapper
-            and mapper.start == 0
-            and env.obs_size == self.online.obs_size
-            and env.n_actions == self.online.n_actions
-        )
-
-    def run_fused(self, env: Any, n_steps: int, loop: Any) -> int:
-        """``n_steps`` env steps of ``env`` and this agent in one compiled loop.
-
-        ``loop`` is the trainer's :class:`~ember_np.training._fused.FusedLoop`
-        (read and updated in place). Needs :meth:`can_fuse`. Returns 0, or
-        -code when the env produced a transition the buffer rejected.
-        """
-        return int(fused_steps(int(n_steps), env.kernel_state, loop, self._state))
-
     # -- policies and checkpoints ------------------------------------------------
     def into_policy(self) -> Any:
         """An inference-only :class:`~ember_np.DqnPolicy` with a copy of the weights."""
@@ -678,11 +658,12 @@ class DqnAgent:
         state = self.__dict__.copy()
         for derived in ("_settings", "_net", "_state"):
             del state[derived]
-        state["_step_entry"] = state["_explore_entry"] = None  # compiled for the original
+        state["_step_entry"] = state["_explore_entry"] = state["_vec_entry"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._vec_entry = None  # (older pickles have no such entry)
         # Own, writeable counters even when unpickled from shared (out-of-band) buffers.
         self._counters = np.array(self._counters, dtype=np.int64)
         self._out = np.array(self._out, dtype=np.float64)

@@ -33,7 +33,13 @@ from ember_np.dqn.learn import (
     polyak,
     update_settings,
 )
-from ember_np.dqn.mlp import all_finite, greedy_legal, greedy_unchecked
+from ember_np.dqn.mlp import (
+    all_finite,
+    argmax_legal,
+    forward_batch,
+    greedy_legal,
+    greedy_unchecked,
+)
 from ember_np.dqn.replay_kernels import ReplayState, push_transition, sample_into, update_priorities
 from ember_np.rng import next_below, next_double
 from ember_np.types import Batch
@@ -364,28 +370,189 @@ def agent_step(
         The next action index (0 unless ``act_next``), or -code for a rejected
         transition (nothing stored, counted or trained then).
     """
-    code = push_transition(agent.replay, obs, action, reward, next_obs, status, next_mask)
+    agent.out[1] = 0.0
+    code = observe_one(agent, 0, obs, action, reward, next_obs, status, next_mask)
     if code != 0:
         return -code
+    if act_next:
+        return epsilon_greedy(
+            agent.net.params, agent.net.sizes, next_obs,
+            epsilon_now(agent.settings, agent.counters[0]), agent.explore_rng, next_mask,
+        )  # fmt: skip
+    return 0
+
+
+# agent_vec_step's statuses[e] for an env that produced no transition this step
+# (gymnasium's NEXT_STEP autoreset: the step that resets a finished env).
+NO_TRANSITION = -1
+# agent_vec_step's error code for an observation to act on that holds NaN or inf
+# (push codes are 1-6; an error in env e is returned as -(code + ENV_CODES * e)).
+BAD_ACT_OBS = 7
+ENV_CODES = 8
+
+
+class VecStep(NamedTuple):
+    """One step of N envs, as :func:`agent_vec_step` reads and writes it.
+
+    obs : ndarray of float32, shape (N, obs_size)
+        The observations the actions were chosen for.
+    actions : ndarray of int64, shape (N,)
+        The action index each env took.
+    rewards : ndarray of float64, shape (N,)
+    next_obs : ndarray of float32, shape (N, obs_size)
+        Each transition's next observation: for an episode that ended, its
+        real last observation (truncated episodes bootstrap from it).
+    statuses : ndarray of int64, shape (N,)
+        An EpisodeStatus value per env, or NO_TRANSITION (nothing stored).
+    next_masks : ndarray of bool, shape (N, n_actions) or (N, 0)
+        The legal actions in each next_obs (width 0: all legal), stored with
+        the transitions by a masked buffer.
+    act_obs : ndarray of float32, shape (N, obs_size)
+        The observation each env acts on next (next_obs, or the first
+        observation of its next episode when the env has reset already).
+    act_masks : ndarray of bool, shape (N, n_actions) or (N, 0)
+        The legal actions in each act_obs.
+    acting : ndarray of bool, shape (N,)
+        Whether to pick env e's next action (False: the env ignores it, as
+        gymnasium's NEXT_STEP autoreset does on the step after an episode
+        ends; 0 is written and no random number drawn).
+    next_actions : ndarray of int64, shape (N,)
+        Written: the epsilon-greedy action index for each act_obs.
+    """
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    statuses: np.ndarray
+    next_masks: np.ndarray
+    act_obs: np.ndarray
+    act_masks: np.ndarray
+    acting: np.ndarray
+    next_actions: np.ndarray
+
+
+@kernel
+def observe_one(agent: AgentState, env: int, obs: np.ndarray, action: int, reward: float,
+                next_obs: np.ndarray, status: int, next_mask: np.ndarray) -> int:  # fmt: skip
+    """Store one transition of stream ``env``, count it, sync and train when due.
+
+    The per-transition schedule of :func:`agent_step` (arguments as there;
+    ``env`` in [0, replay.num_envs)). Sets ``agent.out[1]`` to 1.0 when it
+    trains (never clears it). Returns 0 or a push error code.
+    """
+    code = push_transition(agent.replay, env, obs, action, reward, next_obs, status, next_mask)
+    if code != 0:
+        return code
     counters = agent.counters
     settings = agent.settings
     step = counters[0] + 1
     counters[0] = step
     if target_due(step, settings):
         sync_target(agent.net, settings.tau)
-    out = agent.out
-    out[1] = 0.0
     if train_due(step, agent.replay.cursor[1], settings):
         n = settings.gradient_steps
-        out[0] = train_from_buffer(
+        agent.out[0] = train_from_buffer(
             agent.replay, agent.replay_rng, agent.net, n, settings.batch_size,
             update_settings_now(settings, step), per_beta(settings, step),
         )  # fmt: skip
         counters[1] += n
-        out[1] = 1.0
-    if act_next:
-        return epsilon_greedy(
-            agent.net.params, agent.net.sizes, next_obs, epsilon_now(settings, step),
-            agent.explore_rng, next_mask,
-        )  # fmt: skip
+        agent.out[1] = 1.0
+    return 0
+
+
+@kernel
+def act_batch_explore(net: NetState, epsilon: float, rng_state: np.ndarray, obs: np.ndarray,
+                      masks: np.ndarray, acting: np.ndarray, out: np.ndarray) -> int:  # fmt: skip
+    """Epsilon-greedy action indices for the rows of ``obs``, one forward pass for the greedy ones.
+
+    Env by env, in order, from the one stream ``rng_state``: u ~ U[0, 1)
+    when epsilon > 0, and a random legal action when u < epsilon (the draws
+    of :func:`epsilon_greedy`); the rows left greedy then go through the
+    network together. One row takes :func:`epsilon_greedy` itself (the
+    one-observation forward pass), so one env acts exactly as a single env.
+
+    net : NetState; epsilon : float in [0, 1]; rng_state : uint64 (4,), advanced;
+    obs : float32 (N, obs_size); masks : bool (N, n_actions) or (N, 0);
+    acting : bool (N,), rows to act for (others get 0, no draw);
+    out : int64 (N,), written.
+    Returns -1, or the first acting row holding NaN or inf (no draw for it
+    or after it).
+    """
+    n_envs = obs.shape[0]
+    n_actions = net.sizes[net.sizes.shape[0] - 1]
+    if n_envs == 1:
+        out[0] = 0
+        if acting[0]:
+            out[0] = epsilon_greedy(net.params, net.sizes, obs[0], epsilon, rng_state, masks[0])
+            if out[0] < 0:
+                return 0
+        return -1
+    greedy = np.empty(n_envs, dtype=np.int64)
+    n_greedy = 0
+    for e in range(n_envs):
+        out[e] = 0
+        if not acting[e]:
+            continue
+        if not all_finite(obs[e]):
+            return e
+        if epsilon > 0.0 and next_double(rng_state) < epsilon:
+            out[e] = random_legal(rng_state, n_actions, masks[e])
+        else:
+            greedy[n_greedy] = e
+            n_greedy += 1
+    if n_greedy == 0:
+        return -1
+    x = np.empty((n_greedy, obs.shape[1]), dtype=np.float32)
+    for g in range(n_greedy):
+        x[g] = obs[greedy[g]]
+    q = np.empty((n_greedy, n_actions), dtype=net.params.dtype)
+    forward_batch(net.params, net.sizes, x, q)
+    for g in range(n_greedy):
+        e = greedy[g]
+        out[e] = argmax_legal(q[g], masks[e])
+    return -1
+
+
+@kernel
+def agent_vec_step(agent: AgentState, step: VecStep) -> int:
+    """One step of N envs: every transition through :func:`agent_step`'s schedule,
+    then all N next actions at once.
+
+    Env by env, in order (SB3's counting: each transition is one env step),
+    store the transition in its env's stream, count it, sync the target and
+    train when due; then pick the next actions (:func:`act_batch_explore`,
+    at the exploration rate after the last transition). With one env this is
+    exactly :func:`agent_step` (and, after an episode ended, the first
+    action of the next one).
+
+    Parameters
+    ----------
+    agent : AgentState
+        With a ReplayState of ``num_envs`` N (N streams); updated in place.
+        ``agent.out`` gets [latest mean loss, 1.0 if any transition trained].
+    step : VecStep
+        Read; ``step.next_actions`` written.
+
+    Returns
+    -------
+    int
+        0, or -(code + ENV_CODES * e) for a push error ``code`` (or
+        BAD_ACT_OBS) of env e: the transitions of envs before e were stored
+        and counted, nothing after.
+    """
+    agent.out[1] = 0.0
+    statuses = step.statuses
+    for e in range(statuses.shape[0]):
+        if statuses[e] == NO_TRANSITION:
+            continue
+        code = observe_one(agent, e, step.obs[e], step.actions[e], step.rewards[e],
+                           step.next_obs[e], statuses[e], step.next_masks[e])  # fmt: skip
+        if code != 0:
+            return -(code + ENV_CODES * e)
+    epsilon = epsilon_now(agent.settings, agent.counters[0])
+    row = act_batch_explore(agent.net, epsilon, agent.explore_rng, step.act_obs, step.act_masks,
+                            step.acting, step.next_actions)  # fmt: skip
+    if row >= 0:
+        return -(BAD_ACT_OBS + ENV_CODES * row)
     return 0

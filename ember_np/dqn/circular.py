@@ -15,8 +15,19 @@ from ember_np._arrays import as_f32
 from ember_np._jit import entry_point
 from ember_np._masks import ALL_LEGAL, check_action_mask, packed_mask_bytes
 from ember_np._validate import check_int
+from ember_np.dqn.replay_io import (
+    check_segments,
+    check_transition_arrays,
+    clear_cursor,
+    load_segments,
+    new_cursor,
+    segments_of,
+    state_arrays,
+    stored_slots,
+)
 from ember_np.dqn.replay_kernels import (
     BAD_ACTION,
+    BAD_ENV,
     BAD_NEXT_OBS,
     BAD_OBS,
     BAD_REWARD,
@@ -25,10 +36,7 @@ from ember_np.dqn.replay_kernels import (
     F32_MAX,
     N_FREE,
     NO_F64,
-    PENDING,
-    POS,
     ROWS,
-    SIZE,
     ReplayState,
     push_transition,
     sample_into,
@@ -83,6 +91,14 @@ class CircularBuffer:
         Also keep each transition's next-state action mask, as packed bits
         (ceil(num_actions / 8) bytes per slot); sampled batches then carry
         them in ``next_action_masks``. Default False (no memory, no cost).
+    num_envs : int >= 1, keyword
+        Streams of transitions kept apart (the envs of a vectorised env):
+        the slots are split into ``num_envs`` segments of consecutive slots,
+        each a ring of its own that :meth:`push` ``(..., env=e)`` writes, so
+        a transition only ever continues into (and an n-step return only
+        ever walks through) the next transition of its own env. Sampling
+        stays uniform over every stored transition. Default 1 (one stream:
+        the buffer as it always was); at most ``capacity``.
 
     Attributes
     ----------
@@ -95,9 +111,10 @@ class CircularBuffer:
 
     def __init__(
         self, capacity: int, obs_size: int, num_actions: int, *, n_step: int = 1,
-        gamma: float = 0.99, action_masks: bool = False,
+        gamma: float = 0.99, action_masks: bool = False, num_envs: int = 1,
     ) -> None:  # fmt: skip
         self._capacity = check_int("capacity", capacity)
+        self._num_envs = self._checked_num_envs(num_envs)
         self._obs_size = check_int("obs_size", obs_size)
         self._num_actions = check_int("num_actions", num_actions)
         self._n_step = check_int("n_step", n_step)
@@ -106,8 +123,8 @@ class CircularBuffer:
         dtype = transition_dtype(self._obs_size, self._num_actions)
         self.storage = np.zeros(self._capacity, dtype=dtype)
         self.finals = np.zeros((self._capacity, self._obs_size), dtype=np.float32)
-        # The counters POS ... PENDING, then the stack of released finals rows.
-        self._cursor = np.zeros(CURSOR_LEN + self._capacity, dtype=np.int64)
+        # The counters POS ... PENDING, the stack of released finals rows, the streams.
+        self._cursor = new_cursor(self._capacity, self._num_envs)
         self._obs_shape = (self._obs_size,)
         if not isinstance(action_masks, (bool, np.bool_)):
             raise ValueError(f"action_masks must be True or False, got {action_masks!r}")
@@ -132,12 +149,14 @@ class CircularBuffer:
         self._state = ReplayState(
             self.storage, self.finals, self._cursor, int(self._num_actions), int(self._n_step),
             float(self._gamma), tree, float(alpha), float(eps), self.next_action_masks,
+            int(self._num_envs),
         )  # fmt: skip
         self._fills_optional = self._action_masks or tree.shape[0] > 0
 
     def _options(self) -> dict[str, Any]:
         """The keyword arguments of ``__init__`` (for copies)."""
-        return {"n_step": self._n_step, "gamma": self._gamma, "action_masks": self._action_masks}
+        return {"n_step": self._n_step, "gamma": self._gamma, "action_masks": self._action_masks,
+                "num_envs": self._num_envs}  # fmt: skip
 
     @property
     def n_step(self) -> int:
@@ -162,6 +181,42 @@ class CircularBuffer:
         s = self._state
         self._set_kernel_state(s.tree, s.alpha, s.eps)
         self._forget_entry_points()  # the batches' discounts dtype may have changed
+
+    def _checked_num_envs(self, num_envs: int) -> int:
+        n = check_int("num_envs", num_envs)
+        if n > self._capacity:
+            raise ValueError(
+                f"num_envs must be at most the capacity ({self._capacity}): each env's "
+                f"transitions get a segment of the buffer, got num_envs={n}"
+            )
+        return n
+
+    @property
+    def num_envs(self) -> int:
+        """Streams (envs) whose transitions are kept apart (see the class docstring)."""
+        return self._num_envs
+
+    def set_num_envs(self, num_envs: int) -> None:
+        """Split the slots into ``num_envs`` streams (an empty buffer only).
+
+        Raises ValueError when transitions are stored: they were pushed
+        without streams to keep apart (:meth:`clear` first, or build the
+        buffer with ``num_envs``).
+        """
+        n = self._checked_num_envs(num_envs)
+        if n == self._num_envs:
+            return
+        if len(self):
+            raise ValueError(
+                f"the buffer holds {len(self)} transitions of {self._num_envs} env(s); it can "
+                f"only be split into {n} streams while empty (clear() it, or start from a "
+                f"checkpoint made with {n} envs)"
+            )
+        self._num_envs = n
+        self._cursor = new_cursor(self._capacity, n)
+        s = self._state
+        self._set_kernel_state(s.tree, s.alpha, s.eps)
+        self._forget_entry_points()
 
     def _forget_entry_points(self) -> None:
         """Drop the resolved compiled entry points: the next call resolves them again."""
@@ -192,8 +247,17 @@ class CircularBuffer:
 
     @property
     def position(self) -> int:
-        """Slot the next push writes to."""
-        return int(self._cursor[0])
+        """Slot the next push writes to (of env 0's stream, with several)."""
+        return self._segments()[0].pos
+
+    def _segments(self) -> list[Any]:
+        """Each stream's :class:`~ember_np.dqn.replay_io.Segment`."""
+        return segments_of(self._cursor, self._capacity, self._num_envs)
+
+    def stored_slots(self) -> np.ndarray:
+        """The slots holding transitions, int64, in :meth:`state_dict` order (each
+        stream's from its first slot; with one stream ``0 .. len(self) - 1``)."""
+        return stored_slots(self._segments())
 
     def __len__(self) -> int:
         return int(self._cursor[1])
@@ -225,15 +289,21 @@ class CircularBuffer:
     def transition(self, slot: int) -> tuple[np.ndarray, int, float, np.ndarray, int]:
         """The transition stored in ``slot``: (obs, action, reward, next_obs, status).
 
-        Slots count from 0 in storage order; ``slot`` must be below ``len(self)``.
+        Slots count from 0 in storage order; ``slot`` must hold a transition
+        (with one stream: be below ``len(self)``; see :meth:`stored_slots`).
         """
-        size = len(self)
-        if not 0 <= slot < size:
-            raise ValueError(f"slot must be in [0, {size}), got {slot}")
+        segments = self._segments()
+        seg = next((g for g in segments if g.lo <= slot < g.lo + g.size), None)
+        if seg is None:
+            size = len(self)
+            if self._num_envs == 1:
+                raise ValueError(f"slot must be in [0, {size}), got {slot}")
+            raise ValueError(f"slot {slot} holds no transition (see stored_slots())")
         rec = self.storage[slot]
         row = int(rec["next_ref"])
-        if row < 0:  # as in sample_into: the following slot holds it
-            next_obs = self.storage[(slot + 1) % self._capacity]["obs"].copy()
+        if row < 0:  # as in sample_into: the following slot of its stream holds it
+            following = slot + 1 if slot + 1 < seg.hi else seg.lo
+            next_obs = self.storage[following]["obs"].copy()
         else:
             next_obs = self.finals[row].copy()
         return (
@@ -252,8 +322,9 @@ class CircularBuffer:
         next_obs: Any,
         status: int | EpisodeStatus = EpisodeStatus.CONTINUING,
         next_action_mask: Any = None,
+        env: int = 0,
     ) -> None:
-        """Store one transition, overwriting the oldest when full.
+        """Store one transition, overwriting the oldest (of its stream) when full.
 
         Parameters
         ----------
@@ -264,6 +335,8 @@ class CircularBuffer:
         next_action_mask : array_like of bool, shape (num_actions,), optional
             The legal actions in ``next_obs`` (a buffer built with
             ``action_masks=True``); default: all legal.
+        env : int in [0, num_envs)
+            The stream (env) the transition belongs to; default 0.
 
         Raises
         ------
@@ -291,11 +364,20 @@ class CircularBuffer:
         push = self._push_entry
         if push is None:  # same argument types every time: skip numba's dispatch
             push = self._push_entry = entry_point(
-                push_transition, self._state, o, a, r, no, s, legal
+                push_transition, self._state, 0, o, a, r, no, s, legal
             )
-        code = push(self._state, o, a, r, no, s, legal)
+        e = env if type(env) is int else self._checked_env(env)
+        code = push(self._state, e, o, a, r, no, s, legal)
         if code:
-            self.raise_push_error(code, a, r, o, no, s)
+            self.raise_push_error(code, a, r, o, no, s, e)
+
+    def _checked_env(self, env: Any) -> int:
+        try:
+            return operator.index(env)
+        except TypeError:
+            raise ValueError(
+                f"env must be an integer in [0, {self._num_envs}), got {env!r}"
+            ) from None
 
     def check_next_mask(self, mask: Any) -> np.ndarray:
         """``mask`` as the bool (num_actions,) array :func:`push_transition` takes
@@ -334,8 +416,12 @@ class CircularBuffer:
         obs: np.ndarray,
         next_obs: np.ndarray,
         status: int,
+        env: int = 0,
     ) -> NoReturn:
+        """Raise the ValueError of push error ``code`` (a kernel's return value)."""
         tail = "; nothing was stored"
+        if code == BAD_ENV:
+            raise ValueError(f"env must be in [0, {self._num_envs}), got {env}{tail}")
         if code == BAD_ACTION:
             raise ValueError(f"action must be in [0, {self._num_actions}), got {action}{tail}")
         if code == BAD_REWARD:
@@ -460,7 +546,7 @@ class CircularBuffer:
 
     def clear(self) -> None:
         """Forget every stored transition (finals rows are reused from the first)."""
-        self._cursor[:CURSOR_LEN] = 0  # the free-row stack is empty; its old rows are unread
+        clear_cursor(self._cursor, self._capacity, self._num_envs)
 
     # -- state ---------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -471,101 +557,56 @@ class CircularBuffer:
         format does not depend on how the buffer shares them) and ``cursor`` =
         [position, size, capacity] (int64); with ``action_masks`` also
         ``next_action_masks`` (uint8 (len, ceil(num_actions / 8)), packed bits).
+        With ``num_envs`` > 1 the transitions are each stream's stored slots
+        in turn (:meth:`stored_slots`) and ``segments`` (int64 (num_envs, 2))
+        holds each stream's [position, size]; ``cursor`` is [0, size, capacity].
         """
+        segments = self._segments()
+        state = state_arrays(self.storage, self.finals, segments)
         n = len(self)
-        s = self.storage[:n]
-        # Every slot's following obs (slot n is unused or, when full, slot 0),
-        # then the rows that are not shared.
-        after = self.storage["obs"]
-        last = n % self._capacity
-        next_obs = np.concatenate([after[1:n], after[last : last + min(n, 1)]])
-        own = np.flatnonzero(s["next_ref"] >= 0)
-        next_obs[own] = self.finals[s["next_ref"][own]]
-        state = {
-            "obs": s["obs"].copy(),
-            "action": s["action"].astype(np.int32),
-            "reward": s["reward"].copy(),
-            "next_obs": next_obs,
-            "status": s["status"].copy(),
-            "cursor": np.array([self._cursor[POS], n, self._capacity], dtype=np.int64),
-        }
+        pos = segments[0].pos if self._num_envs == 1 else 0
+        state["cursor"] = np.array([pos, n, self._capacity], dtype=np.int64)
+        if self._num_envs > 1:
+            state["segments"] = np.array([[g.pos, g.size] for g in segments], dtype=np.int64)
         if self._action_masks:  # packed bits, as stored
-            state["next_action_masks"] = self.next_action_masks[:n].copy()
+            state["next_action_masks"] = self.next_action_masks[stored_slots(segments)]
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore a :meth:`state_dict` exactly; a mismatch raises ValueError, changing nothing.
 
         Each slot whose ``next_obs`` has the bits of the following slot's
-        ``obs`` shares it, as :meth:`push` would have decided; the newest
-        slot keeps its own row until the next push. Sampling the restored
-        buffer gives the same transitions, with the same random draws.
+        ``obs`` (in its stream) shares it, as :meth:`push` would have
+        decided; each stream's newest slot keeps its own row until the next
+        push. Sampling the restored buffer gives the same transitions, with
+        the same random draws. The buffer takes the state's number of
+        streams (``segments``; none: one).
         """
-        pos, n = self.check_state_dict(state)
-        for key in ("obs", "action", "reward", "status"):
-            self.storage[key][:n] = state[key]
+        self.check_state_dict(state)
+        segments = check_segments(state, self._capacity)
+        if len(segments) != self._num_envs:
+            self._num_envs = len(segments)
+            self._cursor = new_cursor(self._capacity, self._num_envs)
+            s = self._state
+            self._set_kernel_state(s.tree, s.alpha, s.eps)
+            self._forget_entry_points()
+        slots = load_segments(self.storage, self.finals, self._cursor, state, segments)
         if self._action_masks:
-            self.next_action_masks[:n] = state["next_action_masks"]
-        cursor = np.zeros(CURSOR_LEN, dtype=np.int64)
-        cursor[POS] = pos
-        if n:
-            obs = np.ascontiguousarray(state["obs"]).view(np.uint32)
-            next_obs = np.ascontiguousarray(state["next_obs"])
-            bits = next_obs.view(np.uint32)
-            shared = np.empty(n, dtype=bool)  # next_obs[i] has the bits of obs[i + 1 (mod n)]
-            shared[:-1] = (bits[:-1] == obs[1:]).all(axis=1)
-            shared[-1] = (bits[-1] == obs[0]).all()
-            shared[(pos - 1) % n] = False  # the newest slot: its successor is not stored
-            own = np.flatnonzero(~shared)
-            refs = np.full(n, -1, dtype=np.int32)
-            refs[own] = np.arange(own.size, dtype=np.int32)
-            self.storage["next_ref"][:n] = refs
-            self.finals[: own.size] = next_obs[own]
-            cursor[SIZE], cursor[ROWS], cursor[PENDING] = n, own.size, 1
-        self._cursor[:CURSOR_LEN] = cursor
+            self.next_action_masks[slots] = state["next_action_masks"]
 
     def check_state_dict(self, state: dict[str, np.ndarray]) -> tuple[int, int]:
         """Raise ValueError unless :meth:`load_state_dict` would accept ``state``.
 
-        Returns the (position, size) it would restore. Reads, never writes.
+        Returns the (position, size) it would restore (position: of the first
+        stream). Reads, never writes.
         """
         for key in ("obs", "action", "reward", "next_obs", "status", "cursor"):
             if key not in state:
                 raise ValueError(f"replay buffer state is missing {key!r}")
-        cursor = np.asarray(state["cursor"])
-        if cursor.shape != (3,) or cursor.dtype.kind not in "iu":
-            raise ValueError(
-                f"replay buffer 'cursor' must be 3 integers, found shape {cursor.shape}"
-            )
-        pos, n, cap = (int(c) for c in cursor)
-        if cap != self._capacity:
-            raise ValueError(
-                f"replay buffer capacity mismatch: expected {self._capacity}, found {cap}"
-            )
-        if not (0 <= n <= cap and 0 <= pos < cap and (n == cap or pos == n)):
-            raise ValueError(
-                f"replay buffer cursor is inconsistent: position {pos}, size {n}, capacity {cap}"
-            )
-        expected = {
-            "obs": ((n, self._obs_size), np.float32),
-            "action": ((n,), np.int32),
-            "reward": ((n,), np.float32),
-            "next_obs": ((n, self._obs_size), np.float32),
-            "status": ((n,), np.uint8),
-        }
-        for key, (shape, dtype) in expected.items():
-            arr = np.asarray(state[key])
-            if arr.shape != shape or arr.dtype != dtype:
-                raise ValueError(
-                    f"replay buffer {key!r}: expected {np.dtype(dtype)} of shape {shape}, "
-                    f"found {arr.dtype} of shape {arr.shape}"
-                )
+        segments = check_segments(state, self._capacity)
+        pos, n = segments[0].pos, sum(g.size for g in segments)
+        check_transition_arrays(state, n, self._obs_size, self._num_actions)
         self._check_mask_state(state, n)
-        actions = np.asarray(state["action"])
-        if n and (actions.min() < 0 or actions.max() >= self._num_actions):
-            raise ValueError(f"replay buffer 'action' has values outside [0, {self._num_actions})")
-        if n and np.asarray(state["status"]).max() > 2:
-            raise ValueError("replay buffer 'status' has values outside {0, 1, 2}")
         return pos, n
 
     def _check_mask_state(self, state: dict[str, np.ndarray], n: int) -> None:
@@ -605,7 +646,8 @@ class CircularBuffer:
         and its memory, like the original's, is committed as it fills.
         """
         c = self._cursor
-        used = len(self)
+        used = len(self) if self._num_envs == 1 else self._capacity  # streams: every segment
+        stack = CURSOR_LEN + c[N_FREE] if self._num_envs == 1 else len(c)
         return {
             "capacity": self._capacity,
             "obs_size": self._obs_size,
@@ -614,7 +656,7 @@ class CircularBuffer:
             "next_action_masks": self.next_action_masks[:used],
             "storage": self.storage[:used],
             "finals": self.finals[: c[ROWS]],
-            "cursor": c[: CURSOR_LEN + c[N_FREE]],
+            "cursor": c[:stack],
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -631,5 +673,6 @@ class CircularBuffer:
             f"{type(self).__name__}(capacity={self._capacity}, obs_size={self._obs_size}, "
             f"num_actions={self._num_actions}{n_step}, "
             + ("action_masks=True, " if self._action_masks else "")
+            + (f"num_envs={self._num_envs}, " if self._num_envs > 1 else "")
             + f"len={len(self)})"
         )

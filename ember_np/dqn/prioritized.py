@@ -48,18 +48,19 @@ class PrioritizedBuffer(CircularBuffer):
         How much the priorities count (0: uniform). Typical 0.4-0.7. Default 0.6.
     eps : float > 0, keyword
         Added to |td| so no transition gets priority 0. Default 1e-6.
-    n_step, gamma, action_masks : keyword
+    n_step, gamma, action_masks, num_envs : keyword
         As for :class:`CircularBuffer`.
     """
 
     def __init__(
         self, capacity: int, obs_size: int, num_actions: int, *, alpha: float = 0.6,
         eps: float = 1e-6, n_step: int = 1, gamma: float = 0.99, action_masks: bool = False,
+        num_envs: int = 1,
     ) -> None:  # fmt: skip
         a = _check_real("alpha", alpha, "a finite number >= 0", lambda v: v >= 0.0)
         e = _check_real("eps", eps, "a positive finite number", lambda v: v > 0.0)
         super().__init__(capacity, obs_size, num_actions, n_step=n_step, gamma=gamma,
-                         action_masks=action_masks)  # fmt: skip
+                         action_masks=action_masks, num_envs=num_envs)  # fmt: skip
         leaves = 1 << max(0, (self._capacity - 1).bit_length())  # as SumTree lays it out
         self._alpha, self._eps = a, e
         self._tree = np.zeros(2 * leaves, dtype=np.float64)
@@ -95,9 +96,12 @@ class PrioritizedBuffer(CircularBuffer):
         return float(self._tree[1])
 
     def priorities(self) -> np.ndarray:
-        """The priority of each stored slot, float64 of shape (len(self),) (a copy)."""
+        """The priority of each stored slot, float64 of shape (len(self),) (a copy),
+        in :meth:`stored_slots` order (with one stream, slot order)."""
         leaves = self._tree.shape[0] // 2
-        return self._tree[leaves : leaves + len(self)].copy()
+        if self.num_envs == 1:
+            return self._tree[leaves : leaves + len(self)].copy()
+        return self._tree[leaves + self.stored_slots()]
 
     @property
     def nbytes(self) -> int:
@@ -155,11 +159,13 @@ class PrioritizedBuffer(CircularBuffer):
                 f"{idx.size} indices)"
             )
         size = len(self)
-        if idx.size and (idx.min() < 0 or idx.max() >= size):
+        if self.num_envs == 1 and idx.size and (idx.min() < 0 or idx.max() >= size):
             raise ValueError(
                 f"indices must be stored slots in [0, {size}), got values from {idx.min()} "
                 f"to {idx.max()}"
             )
+        if self.num_envs > 1 and not np.isin(idx, self.stored_slots()).all():
+            raise ValueError("indices must be stored slots (see stored_slots())")
         if not np.isfinite(td).all():
             raise ValueError("td_errors must be finite (as float32), got NaN or inf")
         update = self._priority_entry
@@ -213,14 +219,13 @@ class PrioritizedBuffer(CircularBuffer):
         built push by push) and the largest priority."""
         self.check_state_dict(state)
         super().load_state_dict(state)
-        n = len(self)
-        leaves = self._tree.shape[0] // 2
+        slots = self._tree.shape[0] // 2 + self.stored_slots()  # their leaves
         self._tree[:] = 0.0
         if "priorities" in state:
-            self._tree[leaves : leaves + n] = state["priorities"]
+            self._tree[slots] = state["priorities"]
             largest = float(np.asarray(state["max_priority"])[0])
         else:
-            self._tree[leaves : leaves + n] = 1.0
+            self._tree[slots] = 1.0
             largest = 1.0
         self._rebuild(largest)
 
@@ -249,5 +254,5 @@ class PrioritizedBuffer(CircularBuffer):
         super().__setstate__(state)
         self._tree[:] = 0.0
         leaves = self._tree.shape[0] // 2
-        self._tree[leaves : leaves + len(state["priorities"])] = state["priorities"]
+        self._tree[leaves + self.stored_slots()] = state["priorities"]
         self._rebuild(state["max_priority"])

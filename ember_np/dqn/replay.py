@@ -31,9 +31,12 @@ n-step returns (``n_step > 1``) are computed at sample time from this layout,
 so nothing is stored twice. A transition in slot t *continues* into slot t+1
 when its status is CONTINUING and its next_obs is slot t+1's obs (``next_ref
 == -1``, the rule above: bitwise equal); that is what an episode stream is
-here. With two streams pushed alternately (vectorised envs), no transition
-continues into the next slot, and every return is a 1-step one: the buffer
-never mixes streams. For slot t, the walk takes m = 1 + the number of
+here. A buffer built with ``num_envs`` N > 1 (vectorised envs) splits its
+slots into N segments, one ring per env with its own cursor
+(``replay_io.py``): ``push(..., env=e)`` writes env e's segment, so
+continuation and the n-step walk below never leave one env's stream, even
+when two envs' observations are bitwise equal; sampling stays uniform over
+every stored transition. For slot t, the walk takes m = 1 + the number of
 continuing links from t, at most n, stopping at a terminated or truncated
 transition, at a jump, and at the newest stored transition (the write
 cursor). Then

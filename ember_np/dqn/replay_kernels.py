@@ -42,7 +42,7 @@ def transition_dtype(obs_size: int, num_actions: int) -> np.dtype:
 
 
 # Push error codes (0 = stored).
-BAD_ACTION, BAD_REWARD, BAD_OBS, BAD_NEXT_OBS, BAD_STATUS = 1, 2, 3, 4, 5
+BAD_ACTION, BAD_REWARD, BAD_OBS, BAD_NEXT_OBS, BAD_STATUS, BAD_ENV = 1, 2, 3, 4, 5, 6
 
 # cursor[]: int64 (CURSOR_LEN + capacity,), the buffer's mutable state besides
 # storage and finals (one array: each array argument costs ~55 ns per push call).
@@ -54,6 +54,12 @@ BAD_ACTION, BAD_REWARD, BAD_OBS, BAD_NEXT_OBS, BAD_STATUS = 1, 2, 3, 4, 5
 #            waiting for the next push to show whether it continues
 POS, SIZE, ROWS, N_FREE, PENDING = range(5)
 CURSOR_LEN = 5
+# A buffer of num_envs > 1 streams (segments) has, after the free-row stack,
+# one block of CURSOR_LEN per stream with the head's layout: POS, SIZE and
+# PENDING of that stream's segment, and in the places of ROWS and N_FREE the
+# segment's first slot and the slot past its last (SEG_LO, SEG_HI). The head's
+# SIZE then counts every stored transition, and its POS and PENDING are unused.
+SEG_LO, SEG_HI = ROWS, N_FREE
 
 
 class ReplayState(NamedTuple):
@@ -61,8 +67,10 @@ class ReplayState(NamedTuple):
 
     storage : ndarray of :func:`transition_dtype`, shape (capacity,)
     finals : ndarray of float32, shape (capacity, obs_size)
-    cursor : ndarray of int64, shape (CURSOR_LEN + capacity,)
-        ``POS, SIZE, ROWS, N_FREE, PENDING``, then the stack of free finals rows.
+    cursor : ndarray of int64, shape (CURSOR_LEN + capacity,), or
+        (CURSOR_LEN * (1 + num_envs) + capacity,) when num_envs > 1
+        ``POS, SIZE, ROWS, N_FREE, PENDING``, then the stack of free finals
+        rows, then (num_envs > 1) each stream's block (:func:`segment_base`).
     num_actions : int
         Actions are indices in ``[0, num_actions)``.
     n_step : int >= 1
@@ -82,6 +90,11 @@ class ReplayState(NamedTuple):
         Each slot's next-state legal actions as packed bits (``np.packbits``
         layout), in a buffer built with ``action_masks=True``; else 0 rows and
         no memory.
+    num_envs : int >= 1
+        Streams the slots are split into (``ember_np/dqn/replay.py``: one
+        segment of consecutive slots per env of a vectorised env, each with
+        its own cursor, so that continuation and n-step walks stay inside one
+        env's stream). 1: one stream over every slot, the head's cursor.
     """
 
     storage: np.ndarray
@@ -94,6 +107,71 @@ class ReplayState(NamedTuple):
     alpha: float
     eps: float
     next_action_masks: np.ndarray
+    num_envs: int
+
+
+def segment_bounds(capacity: int, num_envs: int, env: int) -> tuple[int, int]:
+    """Slots [lo, hi) of stream ``env`` of ``num_envs`` over ``capacity`` slots.
+
+    The first ``capacity % num_envs`` streams get one slot more than the
+    others; precondition ``capacity >= num_envs`` (every stream has a slot).
+    (Plain Python and compiled alike: the buffer's one home of the split.)
+    """
+    q, r = divmod(capacity, num_envs)
+    lo = env * q + min(env, r)
+    return lo, lo + q + (1 if env < r else 0)
+
+
+@kernel
+def segment_base(buf: ReplayState, env: int) -> int:
+    """Where stream ``env``'s POS, SIZE and PENDING are in ``buf.cursor`` (0: the head)."""
+    if buf.num_envs == 1:
+        return 0
+    return CURSOR_LEN + buf.storage.shape[0] + CURSOR_LEN * env
+
+
+@kernel
+def segment_of(buf: ReplayState, slot: int) -> int:
+    """The stream whose segment holds ``slot`` (int in [0, capacity)); see segment_bounds."""
+    q, r = divmod(buf.storage.shape[0], buf.num_envs)
+    wide = r * (q + 1)  # the first r segments have q + 1 slots
+    return slot // (q + 1) if slot < wide else r + (slot - wide) // q
+
+
+@kernel
+def following_slot(buf: ReplayState, slot: int) -> int:
+    """The slot after ``slot`` in its stream's ring (the whole buffer when num_envs == 1)."""
+    capacity = buf.storage.shape[0]
+    if buf.num_envs == 1:
+        return slot + 1 if slot + 1 < capacity else 0
+    b = segment_base(buf, segment_of(buf, slot))
+    return slot + 1 if slot + 1 < buf.cursor[b + SEG_HI] else buf.cursor[b + SEG_LO]
+
+
+@kernel
+def newest_slot(buf: ReplayState, slot: int) -> int:
+    """The newest stored slot of ``slot``'s stream (the one its POS wrote last)."""
+    b = 0 if buf.num_envs == 1 else segment_base(buf, segment_of(buf, slot))
+    lo = 0 if b == 0 else buf.cursor[b + SEG_LO]
+    hi = buf.storage.shape[0] if b == 0 else buf.cursor[b + SEG_HI]
+    pos = buf.cursor[b + POS]
+    return pos - 1 if pos > lo else hi - 1
+
+
+@kernel
+def stored_slot(buf: ReplayState, k: int) -> int:
+    """The slot of the k-th stored transition (k in [0, len)): streams in order,
+    each stream's slots from its first; with one stream, slot k."""
+    if buf.num_envs == 1:
+        return k
+    cursor = buf.cursor
+    for env in range(buf.num_envs):
+        b = segment_base(buf, env)
+        size = cursor[b + SIZE]
+        if k < size:
+            return cursor[b + SEG_LO] + k
+        k -= size
+    return -1  # unreachable for k < len
 
 
 @kernel
@@ -107,6 +185,7 @@ def release_row(cursor: np.ndarray, row: int) -> None:
 @kernel
 def push_transition(
     buf: ReplayState,
+    env: int,
     obs: np.ndarray,
     action: int,
     reward: float,
@@ -114,7 +193,7 @@ def push_transition(
     status: int,
     next_mask: np.ndarray,
 ) -> int:
-    """Validate one transition, then write it at ``cursor[POS]`` and advance.
+    """Validate one transition, then write it at its stream's POS and advance.
 
     Every value is checked here, so callers need not pre-validate.
 
@@ -122,6 +201,10 @@ def push_transition(
     ----------
     buf : ReplayState
         storage, finals and cursor (and next_action_masks) are updated in place.
+    env : int in [0, buf.num_envs)
+        The stream (env of a vectorised env) the transition belongs to: it is
+        written in that stream's segment, and only that stream's previous
+        transition can continue into it.
     obs, next_obs : ndarray of float32, shape (obs_size,)
         C-contiguous (the bits of ``obs`` are compared with the previous
         transition's parked ``next_obs``).
@@ -153,14 +236,19 @@ def push_transition(
             return BAD_NEXT_OBS
     if status < 0 or status > 2:
         return BAD_STATUS
-    capacity = storage.shape[0]
-    i = cursor[POS]
-    if cursor[SIZE] == capacity and storage[i].next_ref >= 0:
+    if env < 0 or env >= buf.num_envs:
+        return BAD_ENV
+    b = segment_base(buf, env)  # 0 for one stream: the head's POS, SIZE, PENDING
+    lo = 0 if b == 0 else cursor[b + SEG_LO]
+    hi = storage.shape[0] if b == 0 else cursor[b + SEG_HI]
+    capacity = hi - lo
+    i = cursor[b + POS]
+    if cursor[b + SIZE] == capacity and storage[i].next_ref >= 0:
         release_row(cursor, storage[i].next_ref)  # the overwritten transition's row
-    if cursor[PENDING] != 0 and capacity > 1:
+    if cursor[b + PENDING] != 0 and capacity > 1:
         # Does the previous transition continue into this one? Compare bits, so
         # that -0.0 and 0.0 stay apart and the stored next_obs is exact.
-        prev = storage[i - 1 if i > 0 else capacity - 1]
+        prev = storage[i - 1 if i > lo else hi - 1]
         row = prev.next_ref
         parked, incoming = finals[row].view(np.uint32), obs.view(np.uint32)
         j = 0
@@ -185,10 +273,12 @@ def push_transition(
     rec.next_ref = row
     if buf.next_action_masks.shape[0] > 0:
         pack_mask(next_mask, buf.num_actions, buf.next_action_masks[i])
-    cursor[PENDING] = 1
-    cursor[POS] = i + 1 if i + 1 < capacity else 0
-    if cursor[SIZE] < capacity:
-        cursor[SIZE] += 1
+    cursor[b + PENDING] = 1
+    cursor[b + POS] = i + 1 if i + 1 < hi else lo
+    if cursor[b + SIZE] < capacity:
+        cursor[b + SIZE] += 1
+        if b != 0:
+            cursor[SIZE] += 1  # the head counts every stream's transitions
     if buf.tree.shape[0] > 0:  # prioritized: a new transition gets the largest priority
         set_one(buf.tree, i, buf.tree[MAX_PRIORITY])
     return 0
@@ -248,7 +338,7 @@ def sample_into(buf: ReplayState, rng_state: np.ndarray, out: Batch, beta: float
         slots = out.actions
         size = buf.cursor[SIZE]
         for k in range(batch_size):
-            slots[k] = next_below(rng_state, size)
+            slots[k] = stored_slot(buf, next_below(rng_state, size))
     if buf.n_step > 1:
         gather_n_step(buf, slots, out)
     else:
@@ -287,14 +377,16 @@ def gather_one_step(
     legal = buf.next_action_masks
     masked = legal.shape[0] > 0
     legal_out = out.next_action_masks
+    one = buf.num_envs == 1
     for k in range(slots.shape[0]):
-        i = next_below(rng_state, size) if draw else slots[k]
+        i = stored_slot(buf, next_below(rng_state, size)) if draw else slots[k]
         rec = storage[i]
         for j in range(n):
             obs[k, j] = rec.obs[j]
         row = rec.next_ref
         if row < 0:
-            following = storage[i + 1 if i + 1 < capacity else 0]
+            after = (i + 1 if i + 1 < capacity else 0) if one else following_slot(buf, i)
+            following = storage[after]
             for j in range(n):
                 next_obs[k, j] = following.obs[j]
         else:
@@ -328,12 +420,15 @@ def gather_n_step(buf: ReplayState, slots: np.ndarray, out: Batch) -> None:
     gamma = buf.gamma
     n_step = buf.n_step
     n = out.obs.shape[1]
+    one = buf.num_envs == 1
     for k in range(slots.shape[0]):
         i = slots[k]
         rec = storage[i]
         for j in range(n):
             out.obs[k, j] = rec.obs[j]
         out.actions[k] = rec.action
+        if not one:  # the walk stays in slot i's stream
+            newest = newest_slot(buf, i)
         # Walk t, t+1, ... while the transition continues into the next slot.
         last = i
         total = 0.0
@@ -344,11 +439,12 @@ def gather_n_step(buf: ReplayState, slots: np.ndarray, out: Batch) -> None:
             discount *= gamma
             if m + 1 == n_step or step.status != 0 or step.next_ref >= 0 or last == newest:
                 break
-            last = last + 1 if last + 1 < capacity else 0
+            last = (last + 1 if last + 1 < capacity else 0) if one else following_slot(buf, last)
         step = storage[last]
         row = step.next_ref
         if row < 0:
-            following = storage[last + 1 if last + 1 < capacity else 0]
+            after = (last + 1 if last + 1 < capacity else 0) if one else following_slot(buf, last)
+            following = storage[after]
             for j in range(n):
                 out.next_obs[k, j] = following.obs[j]
         else:

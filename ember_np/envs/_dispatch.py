@@ -47,6 +47,21 @@ class EnvState(NamedTuple):
     max_steps: int
 
 
+class VecEnvState(NamedTuple):
+    """N native envs of one kind as kernels see them (one value).
+
+    kind : int; states : float64 (N, STATE_SIZE); counters : int64 (N, 2);
+    rngs : uint64 (N, 4), each copy's reset stream; max_steps : int (0: none).
+    Row i is copy i's :class:`EnvState`.
+    """
+
+    kind: int
+    states: np.ndarray
+    counters: np.ndarray
+    rngs: np.ndarray
+    max_steps: int
+
+
 @inlined_exact_kernel
 def env_reset(
     kind: int, state: np.ndarray, counters: np.ndarray, rng_state: np.ndarray, obs: np.ndarray

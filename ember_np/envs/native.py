@@ -12,6 +12,7 @@ vectorised :class:`NativeVecEnv` and ``DqnTrainer``'s fused training loop.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from typing import Any, ClassVar
@@ -210,8 +211,32 @@ class NativeVecEnv:
         self.observation_space = self.single.observation_space
         self.action_space = self.single.action_space
 
-    def reset(self) -> np.ndarray:
-        """Reset every copy; returns the observations, float32 (num_envs, obs_size)."""
+    @property
+    def kernel_state(self) -> d.VecEnvState:
+        """The copies' live arrays as one :class:`~ember_np.envs._dispatch.VecEnvState`."""
+        return d.VecEnvState(int(self.kind), self.states, self.counters, self.rng_states,
+                             int(self.max_steps))  # fmt: skip
+
+    @property
+    def spec(self) -> Any:
+        """The gymnasium spec of one copy (``ember_np/<id>``): what evaluation makes."""
+        spec = gym.spec(f"ember_np/{self.single.GYMNASIUM_ID}")
+        if self.max_steps == self.single.MAX_STEPS:
+            return spec
+        return dataclasses.replace(spec, kwargs={**spec.kwargs, "max_steps": self.max_steps})
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset every copy; returns the observations, float32 (num_envs, obs_size).
+
+        With ``seed``, copy i's reset stream restarts from ``seed + i``, as
+        gymnasium's vector envs seed their copies (so copy 0 plays the
+        episodes of a single env reset with ``seed``); without, each copy
+        continues its stream.
+        """
+        if seed is not None:
+            check_int("seed", seed, minimum=0, maximum=None)
+            for i in range(self.num_envs):
+                self.rng_states[i] = Rng(seed + i).state
         for i in range(self.num_envs):
             d.env_reset(
                 self.kind, self.states[i], self.counters[i], self.rng_states[i], self.obs[i]

@@ -406,14 +406,18 @@ class TrainingRun:
             raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
 
     def log_train_episode(
-        self, record: EpisodeRecord, episode: int | None = None, total_steps: int | None = None
-    ) -> None:
-        """Append one training episode to ``train_episodes.jsonl``."""
+        self, record: EpisodeRecord, episode: int | None = None, total_steps: int | None = None,
+        env: int | None = None,
+    ) -> None:  # fmt: skip
+        """Append one training episode to ``train_episodes.jsonl`` (``env``: the index
+        of the env of a vector env that played it)."""
         row = record.to_dict()
         if episode is not None:
             row["episode"] = int(episode)
         if total_steps is not None:
             row["total_steps"] = int(total_steps)
+        if env is not None:
+            row["env"] = int(env)
         self._append("train_episodes.jsonl", row)
 
     def log_eval_episode(self, record: EpisodeRecord, total_steps: int) -> None:

@@ -11,6 +11,17 @@ Both do the same bookkeeping: episode statistics, ``train_episodes.jsonl``,
 numbered checkpoints every ``checkpoint_freq`` steps with rotation,
 ``latest.npz`` and ``metadata.json``.
 
+A vectorised env (a gymnasium ``VectorEnv`` or a ``NativeVecEnv``) of N
+copies is stepped N at a time (``training/vector.py``): ``total_steps``,
+``train(n)``, ``checkpoint_freq`` and every schedule of the agent count env
+transitions (SB3's counting: N per vector step), each training episode's log
+row carries the index of the env that played it (``"env"``, with N > 1),
+and evaluation stays greedy on one single env. A vector step cannot be cut:
+``train(n)`` ends at the first vector step that reaches n transitions, and a
+numbered checkpoint is written after each vector step that reaches or passes
+a multiple of ``checkpoint_freq`` (named by the step count there). With N = 1
+the logs and checkpoints are those of the single env, byte for byte.
+
 Two defects of the original are fixed here: the first ``reset`` uses the
 trainer's seed (the original hard-coded 0), and evaluation runs on a separate
 environment, so the training episode in progress continues exactly where it
@@ -113,21 +124,8 @@ class StepMetrics(NamedTuple):
     """Whether this step ended the episode."""
     episode_status: EpisodeStatus
     """How the step left the episode (CONTINUING unless episode_done)."""
-
-
-def _check_single_env(env: Any) -> None:
-    """Refuse vectorised envs with what to pass instead (they fail later with a TypeError)."""
-    from gymnasium.vector import VectorEnv
-
-    from ember_np.envs.native import NativeVecEnv
-
-    if isinstance(env, (NativeVecEnv, VectorEnv)):
-        name = type(env).__name__
-        raise ValueError(
-            f"DqnTrainer drives one environment, got {name} with {env.num_envs} copies: pass a "
-            "single gymnasium env, e.g. gym.make('ember_np/CartPole-v1') (a native env: the "
-            "trainer then runs its compiled loop)"
-        )
+    env: int = 0
+    """Which env of a vector env took the step (0 for a single env)."""
 
 
 def make_eval_env(env: Any, frozen_stats: bool = True) -> Any:
@@ -202,13 +200,19 @@ class DqnTrainer:
 
     Parameters
     ----------
-    env : gymnasium.Env
-        The training environment (``reset(seed=...)``, ``step(action)``).
+    env : gymnasium.Env, gymnasium.vector.VectorEnv or NativeVecEnv
+        The training environment (``reset(seed=...)``, ``step(action)``), or
+        N of them stepped together: a gymnasium ``VectorEnv`` (``SyncVectorEnv``,
+        ``AsyncVectorEnv``, ``gymnasium.make_vec``; autoreset mode NEXT_STEP
+        or SAME_STEP) or an ``ember_np.envs.NativeVecEnv`` (compiled loop).
+        With N envs the agent's replay buffer is split into N streams
+        (:meth:`DqnAgent.set_num_envs <ember_np.DqnAgent.set_num_envs>`).
     agent : LearningAgent
         A :class:`~ember_np.DqnAgent`, or any agent implementing the protocol;
         the trainer uses nothing else of it.
     seed : int
-        Seeds the first ``env.reset`` (and the eval env's first reset, with seed + 1).
+        Seeds the first ``env.reset`` (a vector env's copy i: seed + i) and the
+        eval env's first reset, with seed + 1.
     run : TrainingRun, optional
         Where checkpoints, logs and metadata go. A resumed run continues its
         episode numbering and best eval reward.
@@ -229,7 +233,8 @@ class DqnTrainer:
         Run ``train`` in compiled chunks (env step, agent step, episode
         bookkeeping) when the env is a native one (``ember_np.envs``, possibly
         behind gymnasium's OrderEnforcing / PassiveEnvChecker) and the agent
-        uses the default buffer, encoder and mapper. None (default) fuses
+        uses the default buffer, encoder and mapper, or when it is a
+        ``NativeVecEnv`` (N envs in one compiled loop). None (default) fuses
         whenever possible; True raises ValueError if it is not possible; False
         never fuses. Results are identical either way.
     """
@@ -253,7 +258,11 @@ class DqnTrainer:
                 f"agent must be a DqnAgent or implement LearningAgent, got "
                 f"{type(agent).__name__} (missing {missing})"
             )
-        _check_single_env(env)
+        from ember_np.training.vector import VectorDriver, is_vector_env, vector_agent_error
+
+        vector = is_vector_env(env)
+        if vector and vector_agent_error(agent):
+            raise ValueError(vector_agent_error(agent))
         for method in ("reset", "step"):
             if not callable(getattr(env, method, None)):
                 raise ValueError(
@@ -274,14 +283,16 @@ class DqnTrainer:
         self._index = 0  # action index already chosen for it
         self._first_reset_done = False
         self._episode = 0
+        self._checkpointed_at = -1  # total_steps of the last numbered checkpoint
+        self._vec = VectorDriver(env, agent, self.seed, self._masks) if vector else None
         if run is not None:
             self._attach_run(run)
         self._native = self._fusable_env()
         if fused and self._native is None:
             raise ValueError(
                 "fused=True needs a native env (ember_np.envs, e.g. gym.make('ember_np/"
-                "CartPole-v1')) and an agent with the default CircularBuffer, VecEncoder and "
-                "IndexActionMapper(start=0)"
+                "CartPole-v1'), or a NativeVecEnv) and an agent with the default "
+                "CircularBuffer, VecEncoder and IndexActionMapper(start=0)"
             )
         self.fused = self._native is not None and fused is not False
         self._episode_step = 0
@@ -307,9 +318,12 @@ class DqnTrainer:
 
     def _fusable_env(self) -> Any:
         """The native env the agent's compiled loop can drive, or None."""
-        from ember_np.envs.native import unwrap_native
+        from ember_np.envs.native import NativeVecEnv, unwrap_native
 
-        native = unwrap_native(self._env)
+        if self._vec is not None:
+            native = self._env if isinstance(self._env, NativeVecEnv) else None
+        else:
+            native = unwrap_native(self._env)
         if native is None or not self._agent.can_fuse(native):
             return None
         return native
@@ -354,8 +368,21 @@ class DqnTrainer:
         return self._get_eval_env()
 
     # -- training -----------------------------------------------------------------
+    @property
+    def num_envs(self) -> int:
+        """Envs stepped together (1 for a single env)."""
+        return 1 if self._vec is None else self._vec.num_envs
+
     def steps(self) -> Iterator[StepMetrics]:
-        """An endless iterator: one env step, with all bookkeeping, per ``next()``."""
+        """An endless iterator: one env step, with all bookkeeping, per ``next()``.
+
+        With a vector env each vector step yields one StepMetrics per
+        transition, in env order (``env`` says which); stopping between two
+        of them stops after that vector step.
+        """
+        if self._vec is not None:
+            while True:
+                yield from self._vector_step(True)
         step = self._step
         while True:
             yield step(True)  # type: ignore[misc]
@@ -368,13 +395,18 @@ class DqnTrainer:
         when training stops between two of them.
         """
         n = check_int("n_steps", n_steps, minimum=0)
-        if self.fused:
+        if self._vec is not None:
+            self._train_vector(n)
+        elif self.fused:
             self._train_fused(n)
         else:
             step = self._step
             for _ in range(n):
                 step(False)
-        if self.run is not None and n and self._agent.total_steps % self.checkpoint_freq:
+        total = self._agent.total_steps
+        if self.run is not None and n and total % self.checkpoint_freq and (
+            total != self._checkpointed_at
+        ):
             # End between two numbered checkpoints: keep latest.npz current, so
             # nothing trained here is lost when the process stops.
             self._agent.save(self.run.latest_checkpoint_path(), include_buffer=self.save_buffer)
@@ -507,6 +539,88 @@ class DqnTrainer:
                 self.checkpoint()
             remaining -= chunk
 
+    def _train_vector(self, n: int) -> None:
+        """Vector steps until ``n`` more transitions are counted (the last step may pass it).
+
+        Native envs run in the agent's compiled loop in chunks that end at
+        checkpoint steps; gymnasium vector envs step through Python.
+        """
+        agent = self._agent
+        vec = self._vec
+        assert vec is not None
+        end = agent.total_steps + n
+        if self.fused and vec.step_arrays is None:
+            vec.start()
+        while agent.total_steps < end:
+            before = agent.total_steps
+            if not self.fused:
+                self._vector_step(False)  # (checkpoints when due)
+                continue
+            until = min(end, before + FUSED_CHUNK)
+            if self.run is not None:
+                until = min(until, (before // self.checkpoint_freq + 1) * self.checkpoint_freq)
+            self._log_ends(vec.run_fused(until, self._episode))
+            self._checkpoint_if_passed(before)
+
+    def _vector_step(self, metrics: bool) -> list[StepMetrics]:
+        """One Python vector step with its bookkeeping; its StepMetrics if ``metrics``."""
+        vec = self._vec
+        assert vec is not None
+        if vec.step_arrays is None:
+            vec.start()
+        agent = self._agent
+        before = agent.total_steps
+        steps_in = vec.episode_steps.copy()
+        rewards_in = vec.episode_rewards.copy()
+        ends = vec.step_python()
+        result = []
+        if metrics:
+            result = self._vector_metrics(before, steps_in, rewards_in, ends)
+        self._log_ends(ends)
+        self._checkpoint_if_passed(before)
+        return result
+
+    def _vector_metrics(self, before: int, steps_in: np.ndarray, rewards_in: np.ndarray,
+                        ends: list[Any]) -> list[StepMetrics]:  # fmt: skip
+        """The StepMetrics of a vector step's transitions, in env order."""
+        from ember_np.training.vector import NO_TRANSITION
+
+        s = self._vec.step_arrays  # type: ignore[union-attr]
+        agent = self._agent
+        out = []
+        k = before
+        episode = self._episode
+        for e, code in enumerate(s.statuses.tolist()):
+            if code == NO_TRANSITION:
+                continue
+            k += 1
+            reward = float(s.rewards[e])
+            out.append(StepMetrics(
+                k, episode, int(steps_in[e]) + 1, reward,
+                float(rewards_in[e]) + reward, agent.epsilon_at(before),
+                agent.last_step_trained, code != 0, _STATUSES[code], e,
+            ))  # fmt: skip
+            episode += code != 0
+        return out
+
+    def _log_ends(self, ends: list[Any]) -> None:
+        """Record the episodes a vector step ended (stats, ``train_episodes.jsonl``)."""
+        vec = self._vec
+        assert vec is not None
+        for end in ends:
+            record = vec.record(end, self._episode_extras(end.total_steps, end.loss))
+            self.stats.update(record)
+            if self.run is not None:
+                env = end.env if vec.num_envs > 1 else None
+                self.run.log_train_episode(record, self._episode, end.total_steps, env=env)
+            self._episode += 1
+
+    def _checkpoint_if_passed(self, before: int) -> None:
+        """A numbered checkpoint when the last vector step reached a multiple of checkpoint_freq."""
+        freq = self.checkpoint_freq
+        if self.run is not None and self._agent.total_steps // freq > before // freq:
+            self.checkpoint()
+
     def checkpoint(self) -> None:
         """Save ``step_<N>.npz`` and ``latest.npz``, prune, update metadata (needs a run).
 
@@ -515,7 +629,7 @@ class DqnTrainer:
         """
         if self.run is None:
             raise ValueError("checkpoint() needs a TrainingRun: DqnTrainer(..., run=...)")
-        total = self._agent.total_steps
+        total = self._checkpointed_at = self._agent.total_steps
         self._agent.save(self.run.checkpoint_path(total))
         self._agent.save(self.run.latest_checkpoint_path(), include_buffer=self.save_buffer)
         self.run.prune_checkpoints(self.keep_checkpoints)
@@ -523,6 +637,10 @@ class DqnTrainer:
 
     # -- evaluation ---------------------------------------------------------------
     def _get_eval_env(self) -> Any:
+        if self._eval_env is None and self._vec is not None:
+            from ember_np.training.vector import make_single_env
+
+            self._eval_env = make_single_env(self._env)
         if self._eval_env is None:
             spec = getattr(self._env, "spec", None)
             if spec is None:

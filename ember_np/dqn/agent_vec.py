@@ -1,0 +1,270 @@
+"""DqnAgent's members for N envs at once and for the fused compiled loops.
+
+:class:`VectorMethods` is a base class of :class:`~ember_np.DqnAgent` (kept
+here so each module stays readable): batched acting, the vector step the
+trainer calls after stepping N envs, the replay buffer's streams, and the
+compiled loops over native envs.
+
+Reading map of one vector step (``DqnTrainer`` with N envs), in call order::
+
+    VectorMethods.observe_vector       this module: checks, then one kernel call
+      agent_vec_step                   dqn/agent_kernels.py
+        observe_one (env by env)       push into the env's stream, count, sync, train
+        act_batch_explore              N epsilon-greedy actions, one forward pass
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember_np._arrays import as_f32
+from ember_np._jit import entry_point
+from ember_np._masks import check_action_masks
+from ember_np.dqn.agent_kernels import (
+    BAD_ACT_OBS,
+    ENV_CODES,
+    NO_TRANSITION,
+    VecStep,
+    act_batch_explore,
+    agent_vec_step,
+    epsilon_now,
+)
+from ember_np.dqn.mlp import greedy_actions_checked, greedy_actions_legal_checked
+from ember_np.encoding import IndexActionMapper, nonfinite_row
+from ember_np.training._fused import FusedVecLoop, fused_steps, fused_vec_steps
+
+__all__ = ["NO_TRANSITION", "VecStep", "VectorMethods"]
+
+
+class VectorMethods:
+    """Batched acting, N-env steps and the fused loops of :class:`~ember_np.DqnAgent`.
+
+    Not used on its own: it reads the agent's networks, buffer, counters and
+    random streams.
+    """
+
+    # Set by DqnAgent.__init__ (declared for type checkers).
+    _state: Any
+    _net: Any
+    _settings: Any
+    _counters: np.ndarray
+    _explore_rng: Any
+    _fast_buffer: bool
+    _flat_encoder: bool
+    _vec_entry: Any
+    buffer: Any
+    online: Any
+    encoder: Any
+    action_mapper: Any
+
+    # -- acting on a batch ----------------------------------------------------
+    def encode_batch(self, obs_batch: Any) -> np.ndarray:
+        """The encoder's output for a batch: C-contiguous float32 (N, obs_size)."""
+        x = as_f32(self.encoder.encode_batch(obs_batch), "the encoder's output")
+        if x.ndim != 2 or x.shape[1] != self.online.obs_size:
+            raise ValueError(
+                f"expected a batch of observations encoded to shape (N, "
+                f"{self.online.obs_size}), got {x.shape}"
+            )
+        return x
+
+    def _masks_for(self, masks: Any, n: int) -> np.ndarray:
+        """Masks (N, n_actions) as the kernels' bool array; None: width 0 (all legal)."""
+        if masks is None:
+            return np.zeros((n, 0), dtype=np.bool_)
+        return check_action_masks(masks, n, self.online.n_actions)
+
+    def indices_to_actions(self, indices: np.ndarray) -> np.ndarray:
+        """The env actions of action indices (int (N,)), as an array (the mapper's)."""
+        mapper = self.action_mapper
+        if isinstance(mapper, IndexActionMapper):
+            return indices + mapper.start
+        return np.array([mapper.index_to_action(int(i)) for i in indices])
+
+    def act_batch(self, obs_batch: Any, action_masks: Any = None) -> np.ndarray:
+        """Greedy env actions for a batch of observations (N, ...), one forward pass.
+
+        ``action_masks`` (bool or 0/1, shape (N, n_actions)): each row's legal
+        actions. Raises ValueError for a row holding NaN or inf.
+        """
+        x = self.encode_batch(obs_batch)
+        out = np.empty(x.shape[0], dtype=np.int64)
+        net = self._net
+        if action_masks is None:
+            row = greedy_actions_checked(net.params, net.sizes, x, out) if len(x) else -1
+        else:
+            legal = check_action_masks(action_masks, x.shape[0], self.online.n_actions)
+            row = greedy_actions_legal_checked(net.params, net.sizes, x, legal, out)
+        if row >= 0:
+            raise nonfinite_row(x, row, "obs_batch")
+        return self.indices_to_actions(out)
+
+    def act_epsilon_greedy_batch(self, obs_batch: Any, action_masks: Any = None) -> np.ndarray:
+        """Exploring env actions for a batch: per row, a random legal action with
+        probability :attr:`epsilon`, else the greedy one.
+
+        The rows draw in order from the agent's one exploration stream, and the
+        greedy rows go through the network together; one row draws and acts
+        exactly as :meth:`act_epsilon_greedy`.
+        """
+        x = self.encode_batch(obs_batch)
+        n = x.shape[0]
+        out = np.empty(n, dtype=np.int64)
+        eps = epsilon_now(self._settings, int(self._counters[0]))
+        masks = self._masks_for(action_masks, n)
+        state = self._explore_rng.state
+        row = act_batch_explore(self._net, eps, state, x, masks, np.ones(n, np.bool_), out)
+        if row >= 0:
+            raise nonfinite_row(x, row, "obs_batch")
+        return self.indices_to_actions(out)
+
+    # -- N envs -----------------------------------------------------------------
+    @property
+    def num_envs(self) -> int:
+        """Envs whose transitions the replay buffer keeps apart (1 for a custom buffer)."""
+        return int(getattr(self.buffer, "num_envs", 1))
+
+    def set_num_envs(self, num_envs: int) -> None:
+        """Get ready to learn from ``num_envs`` envs stepped together.
+
+        The default buffer keeps each env's transitions in a stream of its
+        own (:class:`~ember_np.CircularBuffer`'s ``num_envs``), so n-step
+        returns never mix envs; it must be empty to be split, or already
+        split so. A custom buffer is pushed every transition in env order.
+
+        Raises
+        ------
+        ValueError
+            When the buffer holds transitions of another number of envs.
+        """
+        if self._fast_buffer:
+            self.buffer.set_num_envs(num_envs)
+            self.config = self.config  # type: ignore[has-type]  # the kernels' new ReplayState
+
+    def new_vec_step(self, num_envs: int, masks: bool = False) -> VecStep:
+        """Zeroed arrays of one :class:`VecStep` of ``num_envs`` envs, for :meth:`observe_vector`.
+
+        ``masks``: room for (N, n_actions) action masks (else width 0: all legal).
+        """
+        n, k = int(num_envs), self.online.obs_size
+        width = self.online.n_actions if masks else 0
+        return VecStep(
+            np.zeros((n, k), np.float32), np.zeros(n, np.int64), np.zeros(n, np.float64),
+            np.zeros((n, k), np.float32), np.zeros(n, np.int64),
+            np.ones((n, width), np.bool_), np.zeros((n, k), np.float32),
+            np.ones((n, width), np.bool_), np.ones(n, np.bool_), np.zeros(n, np.int64),
+        )  # fmt: skip
+
+    def observe_vector(self, step: VecStep) -> np.ndarray:
+        """Learn from one step of N envs and pick their next actions.
+
+        Every transition (``step.statuses[e] != NO_TRANSITION``) goes, env by
+        env in order, through the per-transition schedule of
+        :meth:`observe_encoded` (store in env e's stream, count one step, sync
+        and train when due); then the next action of every acting env is
+        picked epsilon-greedily at the exploration rate after the last
+        transition, from the one exploration stream, the greedy ones in one
+        forward pass. With one env this is :meth:`observe_encoded` with
+        ``act_next`` (or :meth:`act_encoded` after an episode ended), bit for bit.
+
+        Parameters
+        ----------
+        step : VecStep
+            Arrays from :meth:`new_vec_step`, filled in (see :class:`VecStep`);
+            ``step.next_actions`` is written.
+
+        Returns
+        -------
+        ndarray of int64, shape (N,)
+            ``step.next_actions``: the next action indices (0 for envs not acting).
+
+        Raises
+        ------
+        ValueError
+            On a transition the buffer rejects or a non-finite observation to
+            act on; the transitions of the envs before it were learnt from.
+        """
+        if self._fast_buffer and self.num_envs != step.statuses.shape[0]:
+            raise ValueError(
+                f"the step has {step.statuses.shape[0]} envs but the replay buffer keeps "
+                f"{self.num_envs} streams: call set_num_envs({step.statuses.shape[0]}) first"
+            )
+        if not self._fast_buffer:
+            return self._observe_vector_python(step)
+        run = self._vec_entry
+        if run is None:  # same argument types every time: skip numba's dispatch
+            run = self._vec_entry = entry_point(agent_vec_step, self._state, step)
+        code = run(self._state, step)
+        if code < 0:
+            self.raise_vec_error(code, step)
+        return step.next_actions
+
+    def raise_vec_error(self, code: int, step: VecStep) -> None:
+        """Raise the ValueError of a vector kernel's negative return ``code``."""
+        env, kind = divmod(-code, ENV_CODES)
+        if kind == BAD_ACT_OBS:
+            raise nonfinite_row(step.act_obs, env, "the observations to act on")
+        try:
+            self.buffer.raise_push_error(kind, int(step.actions[env]), float(step.rewards[env]),
+                                         step.obs[env], step.next_obs[env],
+                                         int(step.statuses[env]), env)  # fmt: skip
+        except ValueError as exc:
+            raise ValueError(f"env {env}: {exc}") from None
+
+    def _observe_vector_python(self, step: VecStep) -> np.ndarray:
+        """:meth:`observe_vector` for a custom buffer: env by env through Python."""
+        trained = False
+        for e, status in enumerate(step.statuses.tolist()):
+            if status != NO_TRANSITION:
+                mask = step.next_masks[e] if step.next_masks.shape[1] else None
+                self.observe_encoded(step.obs[e], int(step.actions[e]), step.rewards[e],  # type: ignore[attr-defined]
+                                     step.next_obs[e], status, next_action_mask=mask)  # fmt: skip
+                trained = trained or self.last_step_trained  # type: ignore[attr-defined]
+        for e in range(step.statuses.shape[0]):
+            step.next_actions[e] = 0
+            if step.acting[e]:
+                mask = step.act_masks[e] if step.act_masks.shape[1] else None
+                step.next_actions[e] = self.act_encoded(step.act_obs[e], action_mask=mask)  # type: ignore[attr-defined]
+        self._state.out[1] = float(trained)
+        return step.next_actions
+
+    # -- the fused compiled loops -------------------------------------------------
+    def can_fuse(self, env: Any) -> bool:
+        """Whether :meth:`run_fused` (or, for a ``NativeVecEnv``, :meth:`run_fused_vector`)
+        can drive ``env``, a native env (``ember_np.envs``).
+
+        It can with the default CircularBuffer, VecEncoder and
+        IndexActionMapper(start=0), for an env of the network's sizes.
+        """
+        mapper = self.action_mapper
+        single = getattr(env, "single", env)  # a NativeVecEnv's copies
+        return (
+            self._fast_buffer
+            and self._flat_encoder
+            and type(mapper) is IndexActionMapper
+            and mapper.start == 0
+            and single.obs_size == self.online.obs_size
+            and single.n_actions == self.online.n_actions
+        )
+
+    def run_fused(self, env: Any, n_steps: int, loop: Any) -> int:
+        """``n_steps`` env steps of ``env`` and this agent in one compiled loop.
+
+        ``loop`` is the trainer's :class:`~ember_np.training._fused.FusedLoop`
+        (read and updated in place). Needs :meth:`can_fuse`. Returns 0, or
+        -code when the env produced a transition the buffer rejected.
+        """
+        return int(fused_steps(int(n_steps), env.kernel_state, loop, self._state))
+
+    def run_fused_vector(self, env: Any, until: int, loop: FusedVecLoop) -> int:
+        """Vector steps of ``env`` (a ``NativeVecEnv``) and this agent in one compiled
+        loop, until :attr:`total_steps` reaches ``until``.
+
+        ``loop`` is the trainer's :class:`~ember_np.training._fused.FusedVecLoop`
+        (read and updated in place). Needs :meth:`can_fuse` and
+        :meth:`set_num_envs` ``(env.num_envs)``. Returns 0, or a negative
+        code for :meth:`raise_vec_error`.
+        """
+        return int(fused_vec_steps(int(until), env.kernel_state, loop, self._state))

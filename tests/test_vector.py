@@ -1,0 +1,349 @@
+"""Training on N envs stepped together (issue 25): gymnasium vector envs and NativeVecEnv.
+
+The envs here encode where they are in their observations (env, episode,
+step), so a transition that pairs the wrong observations, crosses an
+episode end or mixes envs is visible in the replay buffer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+from ember_np import CircularBuffer, DqnAgent, DqnTrainer, Rng, TrainingRun
+from ember_np.dqn.config import DqnConfig
+from ember_np.dqn.prioritized import PrioritizedBuffer
+from ember_np.envs import NativeVecEnv
+from ember_np.training.loop import train_and_evaluate
+
+SMALL = DqnConfig(hidden_sizes=(16,), batch_size=8, min_replay_size=20, buffer_capacity=3_000,
+                  train_freq=2, target_update_freq=50, epsilon_decay_steps=300)  # fmt: skip
+
+
+class CounterEnv(gym.Env):
+    """obs = [env id, episode, step]; episode k lasts 3 + k % 3 steps, ending
+    terminated for even k and truncated for odd k. Reward = 1 + step."""
+
+    observation_space = spaces.Box(-1e6, 1e6, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, env_id: int = 0) -> None:
+        self.env_id = env_id
+        self.episode = -1
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.env_id, self.episode, self.t], dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode += 1
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        assert self.t < 3 + self.episode % 3, "stepped past the end of an episode"
+        self.t += 1
+        done = self.t == 3 + self.episode % 3
+        return self._obs(), float(self.t), done and self.episode % 2 == 0, (
+            done and self.episode % 2 == 1), {}
+
+
+def counter_vec(n: int, mode: AutoresetMode) -> SyncVectorEnv:
+    return SyncVectorEnv([lambda i=i: CounterEnv(i) for i in range(n)], autoreset_mode=mode)
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_every_stored_transition_pairs_one_envs_consecutive_observations(mode):
+    n = 3
+    agent = DqnAgent.for_env(CounterEnv(), SMALL, seed=0)
+    trainer = DqnTrainer(counter_vec(n, mode), agent, seed=0, eval_env=CounterEnv())
+    trainer.train(150)
+    buf = agent.buffer
+    assert buf.num_envs == n and len(buf) == agent.total_steps == 150
+    seen_ends = {"terminated": 0, "truncated": 0}
+    for slot in buf.stored_slots():
+        obs, _, reward, next_obs, status = buf.transition(int(slot))
+        env, episode, t = obs
+        # each env's transitions live in its own segment of the buffer
+        assert env == int(slot) * n // buf.capacity
+        # the next observation is the same env's, same episode, one step on
+        np.testing.assert_array_equal(next_obs, [env, episode, t + 1])
+        assert reward == t + 1
+        length = 3 + episode % 3
+        if t + 1 == length:  # the last step: real final observation, the episode's status
+            assert status == (1 if episode % 2 == 0 else 2)
+            seen_ends["terminated" if status == 1 else "truncated"] += 1
+        else:
+            assert status == 0
+    assert min(seen_ends.values()) > 5
+    assert trainer.episode == sum(seen_ends.values())  # every episode counted once
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_episode_log_rows_carry_the_env_and_its_episode(tmp_path, mode):
+    agent = DqnAgent.for_env(CounterEnv(), SMALL, seed=0)
+    run = TrainingRun.create("vec", "counter", root=tmp_path)
+    trainer = DqnTrainer(counter_vec(2, mode), agent, seed=0, run=run, eval_env=CounterEnv(),
+                         checkpoint_freq=50)  # fmt: skip
+    trainer.train(100)
+    rows = run.read_train_episodes()
+    assert [r["episode"] for r in rows] == list(range(len(rows)))
+    for env in (0, 1):
+        mine = [r for r in rows if r["env"] == env]
+        # env e's k-th episode lasts 3 + k % 3 steps, ends as the env says
+        assert [r["length"] for r in mine] == [3 + k % 3 for k in range(len(mine))]
+        assert [r["total_reward"] for r in mine] == [
+            sum(range(1, 4 + k % 3)) for k in range(len(mine))
+        ]
+        assert [r["status"] for r in mine][:2] == ["TERMINATED", "TRUNCATED"]
+    assert sorted(p.name for p in run.checkpoints_dir.glob("step_*.npz")) == [
+        "step_100.npz", "step_50.npz"
+    ]
+
+
+def test_disabled_autoreset_is_refused():
+    vec = counter_vec(2, AutoresetMode.DISABLED)
+    agent = DqnAgent.for_env(CounterEnv(), SMALL, seed=0)
+    with pytest.raises(ValueError, match="autoreset_mode.*NEXT_STEP.*SAME_STEP"):
+        DqnTrainer(vec, agent, seed=0)
+
+
+# -- the buffer's streams ---------------------------------------------------------------
+
+
+def naive_n_step(rewards: list[float], statuses: list[int], n: int, gamma: float) -> list[float]:
+    """Each transition's n-step return within one env's stream (all stored, the newest cut)."""
+    out = []
+    for t in range(len(rewards)):
+        total, k = 0.0, 0
+        while True:
+            total += gamma**k * rewards[t + k]
+            k += 1
+            if k == n or statuses[t + k - 1] != 0 or t + k == len(rewards):
+                break
+        out.append(total)
+    return out
+
+
+def test_n_step_returns_never_cross_envs_even_with_identical_observations():
+    """Two envs whose observations are bitwise identical, pushed interleaved and
+    irregularly (as NEXT_STEP leaves gaps): each return is its own env's."""
+    buf = CircularBuffer(200, 2, 2, n_step=3, gamma=0.5, num_envs=2)
+    streams: dict[int, tuple[list[float], list[int]]] = {0: ([], []), 1: ([], [])}
+    rng = np.random.default_rng(0)
+    t = [0, 0]
+    for _ in range(60):
+        for env in (0, 1):
+            if env == 1 and rng.random() < 0.3:
+                continue  # env 1 skips a step
+            status = 1 if t[env] == 4 else 0
+            reward = 1.0 if env == 0 else 100.0 + t[env]
+            buf.push(np.array([t[env], 0], np.float32), 0, reward,
+                     np.array([t[env] + 1, 0], np.float32), status, env=env)  # fmt: skip
+            streams[env][0].append(reward)
+            streams[env][1].append(status)
+            t[env] = 0 if status else t[env] + 1
+    expected = {env: naive_n_step(*streams[env], 3, 0.5) for env in (0, 1)}
+    sizes = buf.state_dict()["segments"][:, 1]
+    assert sizes.tolist() == [len(streams[0][0]), len(streams[1][0])]
+    # the two segments' returns, slot by slot, through the kernel's own slot order
+    for env, lo in ((0, 0), (1, 100)):
+        got = [_slot_return(buf, lo + i) for i in range(sizes[env])]
+        np.testing.assert_allclose(got, expected[env], rtol=1e-6)
+
+
+def _slot_return(buf: CircularBuffer, slot: int) -> float:
+    """The n-step return the buffer samples for ``slot`` (PER-free: draw it alone)."""
+    from ember_np.dqn.replay_kernels import gather_n_step
+
+    batch = buf.empty_batch(1)
+    gather_n_step(buf.kernel_state, np.array([slot], dtype=np.int64), batch)
+    return float(batch.rewards[0])
+
+
+@pytest.mark.parametrize("kind", [CircularBuffer, PrioritizedBuffer])
+def test_stream_state_round_trips_and_samples_the_same(kind):
+    buf = kind(11, 2, 3, num_envs=3, n_step=2)
+    for i in range(40):
+        env = i % 3 if i % 7 else 0
+        buf.push(np.array([i, env], np.float32), i % 3, float(i),
+                 np.array([i + 3, env], np.float32), int(i % 5 == 0), env=env)  # fmt: skip
+    state = buf.state_dict()
+    assert state["segments"].shape == (3, 2)
+    other = kind(11, 2, 3, n_step=2)  # one stream: load_state_dict takes the state's three
+    other.load_state_dict(state)
+    assert other.num_envs == 3
+    for key, value in other.state_dict().items():
+        np.testing.assert_array_equal(value, state[key], err_msg=key)
+    a, b = buf.sample(6, Rng(4)), other.sample(6, Rng(4))
+    for name in ("obs", "actions", "rewards", "next_obs", "discounts"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    import copy
+
+    twin = copy.deepcopy(buf)
+    np.testing.assert_array_equal(twin.sample(6, Rng(4)).obs, a.obs)
+
+
+def test_a_buffer_with_transitions_cannot_be_split():
+    buf = CircularBuffer(10, 2, 2)
+    buf.push(np.zeros(2, np.float32), 0, 0.0, np.ones(2, np.float32), 0)
+    with pytest.raises(ValueError, match="only be split into 2 streams while empty"):
+        buf.set_num_envs(2)
+    with pytest.raises(ValueError, match="env must be in \\[0, 1\\), got 3"):
+        buf.push(np.zeros(2, np.float32), 0, 0.0, np.ones(2, np.float32), 0, env=3)
+
+
+# -- masks per env ----------------------------------------------------------------------
+
+
+class MaskedEnv(gym.Env):
+    """Four actions; in env e only actions e and e + 2 are legal (info["action_mask"])."""
+
+    observation_space = spaces.Box(-10, 10, (2,), np.float32)
+    action_space = spaces.Discrete(4)
+
+    def __init__(self, env_id: int = 0) -> None:
+        self.env_id = env_id
+        self.t = 0
+
+    def _info(self):
+        mask = np.zeros(4, np.int8)
+        mask[[self.env_id, self.env_id + 2]] = 1
+        return {"action_mask": mask}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.env_id, 0], np.float32), self._info()
+
+    def step(self, action):
+        assert action in (self.env_id, self.env_id + 2), f"illegal action {action}"
+        self.t += 1
+        return np.array([self.env_id, self.t], np.float32), 1.0, self.t == 5, False, self._info()
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_each_env_acts_and_learns_under_its_own_mask(mode):
+    config = DqnConfig(hidden_sizes=(8,), batch_size=4, min_replay_size=8, buffer_capacity=400,
+                       action_masks=True, epsilon_decay_steps=100)  # fmt: skip
+    agent = DqnAgent.for_env(MaskedEnv(), config, seed=0)
+    vec = SyncVectorEnv([lambda i=i: MaskedEnv(i) for i in range(2)], autoreset_mode=mode)
+    trainer = DqnTrainer(vec, agent, seed=0, eval_env=MaskedEnv())
+    trainer.train(300)  # MaskedEnv asserts every action is legal, exploring and greedy
+    buf = agent.buffer
+    for slot in buf.stored_slots():
+        env = int(buf.transition(int(slot))[0][0])
+        legal = np.unpackbits(buf.next_action_masks[slot], count=4).astype(bool)
+        assert legal.tolist() == [a in (env, env + 2) for a in range(4)]
+
+
+# -- one env is a single env, byte for byte ----------------------------------------------
+
+WALL_CLOCK = ("run_id", "started_at", "last_updated")
+
+
+def files_of(run_dir: Path) -> dict[str, bytes]:
+    """Every file under ``run_dir`` (metadata.json without its wall-clock times)."""
+    out = {}
+    for path in sorted(p for p in run_dir.rglob("*") if p.is_file() and p.name != ".lock"):
+        data = path.read_bytes()
+        if path.name == "metadata.json":
+            meta = json.loads(data)
+            for key in WALL_CLOCK:
+                meta.pop(key)
+            data = json.dumps(meta, sort_keys=True).encode()
+        out[path.relative_to(run_dir).as_posix()] = data
+    return out
+
+
+def train_run(env, root: Path, config: DqnConfig, steps: int, fused=None) -> tuple[Path, DqnTrainer]:
+    agent = DqnAgent.for_env(gym.make("ember_np/CartPole-v1"), config, seed=3)
+    run = TrainingRun.create("one", "env", root=root)
+    trainer = DqnTrainer(env, agent, seed=7, run=run, checkpoint_freq=400, keep_checkpoints=2,
+                         fused=fused)  # fmt: skip
+    train_and_evaluate(trainer, steps, 500, 2)
+    return run.dir, trainer
+
+
+CARTPOLE = DqnConfig(hidden_sizes=(32, 32), batch_size=16, min_replay_size=100,
+                     buffer_capacity=5_000, train_freq=2, n_step=3, prioritized_replay=True,
+                     target_update_freq=200, epsilon_decay_steps=800)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "make_vec, make_single, fused",
+    [
+        (lambda: NativeVecEnv("CartPole-v1", 1), lambda: gym.make("ember_np/CartPole-v1"), True),
+        (lambda: NativeVecEnv("CartPole-v1", 1), lambda: gym.make("ember_np/CartPole-v1"), False),
+        (lambda: gym.make_vec("CartPole-v1", 1, vectorization_mode="sync"),
+         lambda: gym.make("CartPole-v1"), None),
+        (lambda: SyncVectorEnv([lambda: gym.make("CartPole-v1")],
+                               autoreset_mode=AutoresetMode.SAME_STEP),
+         lambda: gym.make("CartPole-v1"), None),
+    ],
+    ids=["native-fused", "native-python", "gymnasium-next-step", "gymnasium-same-step"],
+)  # fmt: skip
+def test_one_env_writes_the_files_of_the_single_env(tmp_path, make_vec, make_single, fused):
+    vec_dir, vec_trainer = train_run(make_vec(), tmp_path / "vec", CARTPOLE, 1_300, fused)
+    one_dir, one_trainer = train_run(make_single(), tmp_path / "one", CARTPOLE, 1_300, fused)
+    assert vec_trainer.fused == one_trainer.fused == (fused is not False and "native" in str(
+        type(vec_trainer.env)))
+    vec_files, one_files = files_of(vec_dir), files_of(one_dir)
+    assert "checkpoints/best.npz" in vec_files and "checkpoints/step_1200.npz" in vec_files
+    assert sorted(vec_files) == sorted(one_files)
+    different = [name for name in vec_files if vec_files[name] != one_files[name]]
+    assert not different, f"files that differ: {different}"
+
+
+def test_fused_and_python_loops_give_the_same_run_with_several_native_envs(tmp_path):
+    fused_dir, fused = train_run(NativeVecEnv("CartPole-v1", 3), tmp_path / "f", CARTPOLE, 1_300)
+    python_dir, python = train_run(NativeVecEnv("CartPole-v1", 3), tmp_path / "p", CARTPOLE,
+                                   1_300, fused=False)  # fmt: skip
+    assert fused.fused and not python.fused
+    assert fused.agent.total_steps == python.agent.total_steps == 1_302  # whole vector steps
+    a, b = files_of(fused_dir), files_of(python_dir)
+    assert sorted(a) == sorted(b)
+    assert [name for name in a if a[name] != b[name]] == []
+    rows = [json.loads(line) for line in a["train_episodes.jsonl"].splitlines()]
+    assert {r["env"] for r in rows} == {0, 1, 2}
+    # checkpoints after the vector steps that reached 400, 800, 1200 (kept: the last 2)
+    assert sorted(n for n in a if "step_" in n) == ["checkpoints/step_1200.npz",
+                                                    "checkpoints/step_801.npz"]
+
+
+def test_vector_training_is_deterministic_and_sync_equals_async():
+    def train(vec):
+        agent = DqnAgent.for_env(CounterEnv(), SMALL, seed=2)
+        trainer = DqnTrainer(vec, agent, seed=4, eval_env=CounterEnv())
+        trainer.train(200)
+        vec.close()
+        return agent
+
+    make = [lambda i=i: CounterEnv(i) for i in range(3)]
+    first = train(SyncVectorEnv(make))
+    again = train(SyncVectorEnv(make))
+    spread = train(AsyncVectorEnv(make))
+    for other in (again, spread):
+        np.testing.assert_array_equal(first.online.params, other.online.params)
+        np.testing.assert_array_equal(first.exploration_rng.state, other.exploration_rng.state)
+        for key, value in first.buffer.state_dict().items():
+            np.testing.assert_array_equal(value, other.buffer.state_dict()[key], err_msg=key)
+
+
+def test_batched_acting_matches_one_observation_at_a_time():
+    """act_batch is the greedy action of each row; with epsilon 1 the batch draws as
+    N single draws from the one exploration stream."""
+    env = gym.make("ember_np/CartPole-v1")
+    agent = DqnAgent.for_env(env, SMALL, seed=5)
+    obs = np.random.default_rng(0).normal(size=(7, 4)).astype(np.float32)
+    np.testing.assert_array_equal(agent.act_batch(obs), [agent.act(o) for o in obs])
+    twin = DqnAgent.for_env(env, SMALL, seed=5)  # epsilon_start = 1 at step 0: all random
+    batch = agent.act_epsilon_greedy_batch(obs)
+    assert batch.tolist() == [twin.act_epsilon_greedy(o) for o in obs]
