@@ -98,11 +98,11 @@ class Batch(NamedTuple):
         For an n-step buffer, the discounted sum of up to n rewards.
     masks : ndarray of float32, shape (batch,)
         Bootstrap masks: 0 for terminated transitions, 1 otherwise.
-    discounts : ndarray of float64 or float32, shape (batch,) (or (0,) unfilled)
-        The bootstrap discount of each transition: ``gamma * mask`` (float64),
-        or ``gamma**m * mask`` for an m-step return (float32). Replay buffers
-        always fill it (they own gamma); the update reads the discount from
-        here only, and computes the TD target in the discounts' precision.
+    discounts : ndarray of float64, shape (batch,) (or (0,) unfilled)
+        The bootstrap discount of each transition: ``gamma * mask``, or
+        ``gamma**m * mask`` for an m-step return. Replay buffers always fill it
+        (they own gamma); the update reads the discount from here only, and
+        computes the TD target in float64.
     weights : ndarray of float32, shape (batch,) or (0,)
         Importance weights of prioritized replay; length 0 (the default): all 1.
     indices : ndarray of int64, shape (batch,) or (0,)

@@ -274,15 +274,9 @@ def train_from_buffer(
     Every batch carries its per-sample discounts (gamma * mask, or gamma^m *
     mask for n-step: the buffer owns gamma), which the update reads; a
     prioritized buffer's importance weights go to it as the PerSample (length
-    0: weight 1). The discounts' dtype sets the TD target's precision:
-    float64 for one-step batches, float32 for n-step ones (as
-    :meth:`CircularBuffer.sample` hands them over); both kinds compile into
-    this one specialization, chosen at run time by ``replay.n_step``.
+    0: weight 1). The discounts are float64, one-step or n-step alike (one
+    dtype, so the update chain compiles once).
     """
-    if replay.n_step > 1:
-        discounts = np.empty(batch_size, dtype=np.float32)
-        batch = new_batch(replay, net.sizes[0], discounts)
-        return train_on_batches(replay, rng_state, net, n_steps, batch, hp, beta)
     discounts64 = np.empty(batch_size, dtype=np.float64)
     batch64 = new_batch(replay, net.sizes[0], discounts64)
     return train_on_batches(replay, rng_state, net, n_steps, batch64, hp, beta)
@@ -292,7 +286,7 @@ def train_from_buffer(
 def new_batch(replay: ReplayState, obs_size: int, discounts: np.ndarray) -> Batch:
     """An uninitialised Batch of ``len(discounts)`` rows for ``replay`` to fill.
 
-    discounts : float64 or float32 (B,), becomes the batch's discounts. Weights
+    discounts : float64 (B,), becomes the batch's discounts. Weights
     and indices have B rows for a prioritized buffer (else 0), next_action_masks
     B rows of packed bits for a masked one (else 0).
     """

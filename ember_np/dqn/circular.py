@@ -458,7 +458,7 @@ class CircularBuffer:
         Batch
             obs (B, obs_size) float32, actions (B,) int64, rewards (B,) float32,
             next_obs (B, obs_size) float32, masks (B,) float32, discounts (B,)
-            float64 (gamma * mask), float32 for n_step > 1 (gamma^m * mask);
+            float64 (gamma * mask, or gamma^m * mask for n_step > 1);
             weights and indices of length 0;
             with ``action_masks`` next_action_masks (B, ceil(num_actions / 8))
             uint8 (packed bits; ``np.unpackbits(..., axis=1, count=num_actions)``
@@ -530,9 +530,7 @@ class CircularBuffer:
             np.empty(b, dtype=np.float32),
             np.empty((b, self._obs_size), dtype=np.float32),
             np.empty(b, dtype=np.float32),
-            # the TD target's precision: float64 for gamma * mask, float32 for
-            # gamma^m * mask (the update computes r + discount * Q in it)
-            np.empty(b, dtype=np.float32 if self._n_step > 1 else np.float64),
+            np.empty(b, dtype=np.float64),  # the update computes r + discount * Q in float64
         )
         if not self._fills_optional:
             return batch

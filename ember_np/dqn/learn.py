@@ -477,8 +477,7 @@ def dqn_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) 
         in place; ``target`` is read.
     batch : Batch
         obs, next_obs of float32, shape (B, obs_size); actions of int64, rewards
-        and masks of float32, shape (B,); discounts of float64 (one-step) or
-        float32 (n-step), shape (B,), which set the TD target's precision;
+        and masks of float32, shape (B,); discounts of float64, shape (B,);
         next_action_masks of uint8, shape (B, ceil(n_actions / 8)) or no rows.
         Precondition: valid (see :func:`check_batch`).
     per : PerSample

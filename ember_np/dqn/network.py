@@ -399,13 +399,12 @@ class QNetwork:
             - ``rewards``: array_like of float32, shape (batch,)
             - ``masks``: array_like of float32, shape (batch,); bootstrap masks,
               0 where the episode terminated, else 1.
-            - ``discounts``: array_like of float32 (or ndarray of float64), shape
-              (batch,), or length 0 (the default): ``gamma * masks`` in float64.
-              Given, the target is ``y = r + discounts * Q_target(s', a*)`` and
-              ``options.gamma`` and ``masks`` are not used for it (a replay
-              buffer hands over ``gamma * mask`` as float64, or
-              ``gamma**m * mask`` as float32 for n-step). The target is computed
-              in the discounts' precision.
+            - ``discounts``: array_like of float32 or float64, shape (batch,),
+              or length 0 (the default): ``gamma * masks``. Given, the target
+              is ``y = r + discounts * Q_target(s', a*)`` and ``options.gamma``
+              and ``masks`` are not used for it (a replay buffer hands over
+              ``gamma * mask``, or ``gamma**m * mask`` for n-step, as float64).
+              The target is computed in float64.
             - ``weights``: array_like of float32, shape (batch,), non-negative, or
               length 0 (the default: all 1): the loss is the batch mean of
               ``weight * Huber`` (importance weights of prioritized replay).

@@ -41,10 +41,10 @@ F64 = np.dtype(np.float64)
 def batch_discounts(discounts: Any, gamma: Any, masks: np.ndarray) -> np.ndarray:
     """The batch's per-sample discounts (batch,): given ones, else ``gamma * masks``.
 
-    Given discounts are used as float64 when they are float64 (a one-step
-    buffer's ``gamma * mask``), else read as float32, as they always were (an
-    n-step buffer's ``gamma**m * mask``); ``gamma * masks`` is float64. The
-    TD target is computed in the discounts' precision.
+    Always float64, as replay buffers hand them over (given float32 ones are
+    checked as float32 values, then widened exactly), so that the update
+    compiles once: a second discounts dtype would compile the whole update
+    chain a second time.
     """
     g = float(gamma)
     if not 0.0 <= g <= 1.0:
@@ -54,7 +54,7 @@ def batch_discounts(discounts: Any, gamma: Any, masks: np.ndarray) -> np.ndarray
     if type(discounts) is np.ndarray and discounts.dtype is F64 and discounts.flags.carray:
         d = discounts
     else:
-        d = as_f32(discounts, "discounts")
+        d = as_f32(discounts, "discounts").astype(F64)
     if d.shape != masks.shape:
         raise ValueError(f"expected discounts of shape {masks.shape}, got {d.shape}")
     return d
