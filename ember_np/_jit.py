@@ -315,6 +315,24 @@ def inlined_exact_kernel(fn: F) -> F:
     )(fn)
 
 
+def cached_on_disk(dispatcher: Any) -> bool | None:
+    """Whether numba's disk cache holds a compiled version of ``dispatcher`` (a kernel)
+    that is valid for its source as it is now: True or False, or None when that cannot
+    be told (caching off, or a numba whose cache is laid out otherwise).
+
+    Reads the kernel's cache index the way numba does before compiling (a missing,
+    stale or foreign index counts as no version); compiles nothing.
+    """
+    cache = getattr(dispatcher, "_cache", None)
+    load_index = getattr(getattr(cache, "_cache_file", None), "_load_index", None)
+    if load_index is None:
+        return None
+    try:
+        return bool(load_index())
+    except Exception:  # noqa: BLE001  (numba's internals: unsure means "cannot tell")
+        return None
+
+
 def entry_point(dispatcher: Any, *args: Any) -> Callable[..., Any]:
     """The compiled function ``dispatcher`` runs for the types of ``args``, callable directly.
 

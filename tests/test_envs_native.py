@@ -179,8 +179,9 @@ def test_env_dynamics_stay_exact_when_the_fused_trainer_compiles_them_first(tmp_
     keys on the signature alone: compiled first inside the fast-math fused kernel, the env
     dynamics once came out with fast-math, and every later process loaded that version
     (Acrobot and MountainCar then differed from gymnasium by an ulp). With a fresh cache:
-    the fused trainer first, then the bit-for-bit checks of test_envs_classic, in that
-    process and in a second one that loads the cache.
+    ``ember-np train CartPole-v1`` (the fused trainer) first, then the bit-for-bit checks of
+    test_envs_classic, in that process and in a second one that loads the cache. The first
+    process's first line of output says that the kernels are compiling; the second's does not.
 
     The fresh cache is seeded with the agent's kernels already compiled by this test run
     (:func:`_seed_cache_without_envs`): what this test is about, the env dynamics and the
@@ -194,17 +195,16 @@ def test_env_dynamics_stay_exact_when_the_fused_trainer_compiles_them_first(tmp_
 
     script = textwrap.dedent(
         """
+        import contextlib
+        import io
         import sys
-        import gymnasium as gym
-        from ember_np import DqnAgent, DqnConfig, DqnTrainer
+        from ember_np.cli import main
 
-        if sys.argv[1] == "fused-first":
-            env = gym.make("ember_np/CartPole-v1")
-            config = DqnConfig(hidden_sizes=(8,), batch_size=4, buffer_capacity=64,
-                               min_replay_size=4)
-            trainer = DqnTrainer(env, DqnAgent.for_env(env, config, seed=0), seed=0)
-            assert trainer.fused
-            trainer.train(50)
+        # the Quick start's command, which trains in the fused loop: the first process
+        # compiles the fused trainer (and says so first), the second loads it
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["train", "CartPole-v1", "--steps", "50", "--quiet",
+                         "--root", sys.argv[3]]) == 0
         sys.path.insert(0, sys.argv[2])
         from test_envs_classic import test_one_step_from_arbitrary_states
 
@@ -217,6 +217,8 @@ def test_env_dynamics_stay_exact_when_the_fused_trainer_compiles_them_first(tmp_
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     tests_dir = str(Path(__file__).parent)
     for mode in ("fused-first", "from-cache"):
-        out = subprocess.run([sys.executable, "-c", script, mode, tests_dir],
+        out = subprocess.run([sys.executable, "-c", script, mode, tests_dir, str(tmp_path / mode)],
                              capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
         assert out.returncode == 0 and out.stdout.strip() == "exact", (mode, out.stderr[-2000:])
+        said = out.stderr.startswith("compiling ember_np's kernels for the first time: about")
+        assert said == (mode == "fused-first"), (mode, out.stderr[:500])

@@ -43,6 +43,7 @@ from ember_np.training.setup import (
     NATIVE_IDS,
     check_checkpoint_env,
     check_replay_memory,
+    first_compile_notice,
     native_to_plain,
     parse_sets,
     run_name,
@@ -152,7 +153,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     set_blas_threads(1)  # the same numbers on any core count (and in --seeds workers)
     args.env_id, args.set = env_id_and_sets(args.env_id, args.set or [])
     env_id = args.env_id
-    if not args.gymnasium_env and env_id in NATIVE_IDS:
+    native = not args.gymnasium_env and env_id in NATIVE_IDS
+    notice = first_compile_notice(native)
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
+    if native:
         env_id = NATIVE_IDS[env_id]
         print(f"{args.env_id}: training on {env_id}, the compiled env (bit for bit "
               "gymnasium's); --gymnasium-env uses gymnasium's own")  # fmt: skip

@@ -20,6 +20,7 @@ __all__ = [
     "SetupError",
     "check_checkpoint_env",
     "check_replay_memory",
+    "first_compile_notice",
     "gives_masks",
     "make_env",
     "native_to_plain",
@@ -179,6 +180,28 @@ def check_replay_memory(env: Any, config: Any, copies: int = 1) -> None:
             f"({per_row} bytes a transition), more than the {format_bytes(free)} of "
             f"memory available: use --set buffer_capacity=N with N <= {free // per_row // copies:,}"
         )
+
+
+def first_compile_notice(native: bool) -> str | None:
+    """One line for a run about to compile its kernels (an empty or stale numba cache),
+    else None.
+
+    ``native``: the run trains a native env in the fused loop (its kernel
+    ``fused_steps``), else the Python loop (``agent_step``); the rest of the
+    kernels a run uses compile with these. Nothing is compiled here.
+    """
+    from ember_np._jit import cached_on_disk
+
+    if native:
+        from ember_np.training._fused import fused_steps as entry
+    else:
+        from ember_np.dqn.agent_kernels import agent_step as entry
+    if cached_on_disk(entry) is not False:
+        return None
+    return (
+        "compiling ember_np's kernels for the first time: about half a minute to a minute "
+        "on 2 cores; later runs load them from numba's cache in about a second"
+    )
 
 
 def check_checkpoint_env(env: Any, env_id: str, encoder: Any, mapper: Any, path: Path) -> None:
