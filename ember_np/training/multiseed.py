@@ -46,7 +46,8 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,7 @@ def train_seeds(
     version: str = "default",
     progress: bool = True,
     on_start: Callable[[Path], None] | None = None,
+    scheduler: Any = None,
     **options: Any,
 ) -> MultiSeedResult:
     """Train ``seeds`` independently on ``workers`` processes; returns their results.
@@ -224,6 +226,13 @@ def train_seeds(
         One tqdm bar over all seeds' env steps (stderr).
     on_start : callable, optional
         Called with the parent directory once it exists, before training.
+    scheduler : str or distributed.Client, optional
+        A Dask scheduler's address (``"tcp://HOST:8786"``) or a connected
+        client: each seed is one task on that cluster instead of a local
+        worker process (:mod:`ember_np.training.cluster`; ``workers`` must be
+        left out). An address that does not answer raises
+        :class:`~ember_np.training.cluster.ClusterError` before anything is
+        written. Without it, Dask is not imported.
 
     Returns
     -------
@@ -254,14 +263,44 @@ def train_seeds(
             raise ValueError(f"{option} must be an integer >= {minimum}, got "
                              f"{getattr(spec, option)}")  # fmt: skip
     if workers is not None:
+        _check_not_both(workers, scheduler)
         workers = check_workers(workers)
-    parent = _make_parent(root, spec.name, spec.version)
-    with parent_lock(parent):  # one writer: a `resume PARENT` meanwhile is refused
-        atomic_write_text(parent / SPEC_FILE, json.dumps({"spec": spec.to_dict(),
-                                                          "seeds": seeds}, indent=1))  # fmt: skip
-        if on_start is not None:
-            on_start(parent)
-        return _run(parent, spec, seeds, workers, progress)
+    with _cluster(scheduler) as client:  # reached before anything is written
+        parent = _make_parent(root, spec.name, spec.version)
+        with parent_lock(parent):  # one writer: a `resume PARENT` meanwhile is refused
+            spec_text = json.dumps({"spec": spec.to_dict(), "seeds": seeds}, indent=1)
+            atomic_write_text(parent / SPEC_FILE, spec_text)
+            if on_start is not None:
+                on_start(parent)
+            return _run(parent, spec, seeds, workers, progress, client)
+
+
+def _check_not_both(workers: int | None, scheduler: Any) -> None:
+    if workers is not None and scheduler is not None:
+        raise ValueError(
+            f"workers ({workers}) counts local processes and cannot go with a scheduler: on a "
+            "Dask cluster every worker trains (start them with `dask worker ADDRESS "
+            "--nworkers N --nthreads 1`); leave workers out"
+        )
+
+
+@contextmanager
+def _cluster(scheduler: Any) -> Iterator[Any]:
+    """None (local workers), or a Dask client: connected here from an address and closed
+    at the end, or the caller's own client, left open."""
+    if scheduler is None:
+        yield None
+        return
+    if not isinstance(scheduler, str):
+        yield scheduler
+        return
+    from ember_np.training.cluster import connect
+
+    client = connect(scheduler)
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def parent_lock(parent: str | os.PathLike[str]) -> DirectoryLock:
@@ -276,16 +315,22 @@ def parent_lock(parent: str | os.PathLike[str]) -> DirectoryLock:
 
 
 def resume_seeds(
-    parent: str | os.PathLike[str], workers: int | None = None, progress: bool = True
+    parent: str | os.PathLike[str],
+    workers: int | None = None,
+    progress: bool = True,
+    scheduler: Any = None,
 ) -> MultiSeedResult:
     """Train the seeds of ``parent`` that did not finish; returns all its results.
 
     A seed without ``result.json`` is trained again from the start, so it is
     exactly the run ``--seed s`` makes; its partial directory is kept,
     renamed ``seed_<s>.interrupted`` (``..._1``, ... for later attempts).
+    ``scheduler``: as :func:`train_seeds`' (the run may have trained on
+    local workers or a cluster either way).
     """
     parent = Path(parent)
-    with parent_lock(parent):  # before anything is read: one writer per parent
+    _check_not_both(workers, scheduler)
+    with _cluster(scheduler) as client, parent_lock(parent):  # one writer per parent
         spec, _ = read_spec(parent)
         missing = load_multiseed(parent).failed
         for seed in missing:
@@ -299,16 +344,26 @@ def resume_seeds(
                         target = parent / f"seed_{seed}.interrupted_{k}"
                     partial.rename(target)
         if missing:
-            _run(parent, spec, missing, workers, progress)
+            _run(parent, spec, missing, workers, progress, client)
         return load_multiseed(parent)
 
 
 def _run(
-    parent: Path, spec: SeedSpec, seeds: list[int], workers: int | None, progress: bool
+    parent: Path,
+    spec: SeedSpec,
+    seeds: list[int],
+    workers: int | None,
+    progress: bool,
+    client: Any = None,
 ) -> MultiSeedResult:
     t0 = time.perf_counter()
-    workers = default_workers() if workers is None else check_workers(workers)
-    _Pool(parent, spec, seeds, min(workers, len(seeds)), progress).run()
+    if client is not None:
+        from ember_np.training.cluster import run_seeds
+
+        run_seeds(client, parent, spec, seeds, progress)
+    else:
+        workers = default_workers() if workers is None else check_workers(workers)
+        _Pool(parent, spec, seeds, min(workers, len(seeds)), progress).run()
     result = load_multiseed(parent)
     result.wall_seconds = time.perf_counter() - t0
     return result

@@ -84,5 +84,3 @@ class CurveCallback(LoopCallback):
         """Append the evaluation to the curve."""
         self.curve.append((trainer.agent.total_steps, report.mean_reward,
                            time.perf_counter() - self.t0))  # fmt: skip
-
-
