@@ -3,8 +3,9 @@
 Both build their trainer and hand it to the one training loop
 (:func:`ember_np.training.loop.train_and_evaluate`) with a progress bar
 and a line per evaluation as callbacks; ``--seeds`` hands the same options
-to :func:`ember_np.training.multiseed.train_seeds`, whose workers run the
-same loop.
+to :func:`ember_np.training.multiseed.train_seeds`, whose workers (local
+processes, or with ``--scheduler`` the tasks of a Dask cluster) run the same
+loop.
 """
 
 from __future__ import annotations

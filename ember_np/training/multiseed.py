@@ -10,9 +10,10 @@ parent directory::
             ...                 (config.json, checkpoints/, *.jsonl, metadata.json)
             result.json         written last: the seed finished
 
-Each seed runs :func:`train_seed`, the same steps in the same order as the
-single-seed command line: :func:`ember_np.training.loop.train_and_evaluate`,
-a greedy evaluation every ``eval_every`` steps, a final one. Same
+Each seed runs :func:`~ember_np.training.seed_run.train_seed`, the same
+steps in the same order as the single-seed command line:
+:func:`ember_np.training.loop.train_and_evaluate`, a greedy evaluation every
+``eval_every`` steps, a final one. Same
 seed, same options: the same numbers in the logs and checkpoints
 (``tests/test_multiseed.py`` compares the files).
 
@@ -31,6 +32,11 @@ written atomically); its seed has no ``result.json``, and
 not finish again from the start (a partial attempt is kept, renamed
 ``seed_<s>.interrupted``), so every seed is still exactly the run
 ``--seed s`` makes.
+
+With ``scheduler=`` (``--scheduler tcp://HOST:PORT``) the seeds are tasks
+on a Dask cluster instead of local processes, and each seed's run directory
+comes back to this process, which writes it here the same way
+(:mod:`ember_np.training.cluster`, imported only then).
 
 The files a multi-seed run leaves (``seeds.json``, ``result.json``) are read
 and written by :mod:`ember_np.training.seeds`; its public names are
