@@ -10,7 +10,9 @@ Each measurement is the whole command ``ember-np train CartPole-v1 --seeds 8
 --quiet`` (the default preset, rainbow, 35,000 steps a seed), wall time from
 start to exit, in a fresh process:
 
-* ``local 2``: ``--workers 2``, today's two spawned worker processes;
+* ``local 1`` and ``local 2``: ``--workers 1`` / ``2``, today's spawned
+  worker processes (``local 1`` is a control: what one more process buys on
+  this machine at the moment);
 * ``dask 1`` and ``dask 2``: ``--scheduler ADDRESS`` against a fresh
   ``dask scheduler`` and 1 or 2 ``dask worker --nworkers 1 --nthreads 1``
   bound to 127.0.0.1, started (and connected) before the clock starts; the
@@ -26,7 +28,13 @@ Bars (issue 28): ``dask 2`` >= 1.7x as fast as ``dask 1``; ``dask 2`` at most
 5% slower than ``local 2``; the killed run 8 of 8 seeds, identical, none
 trained twice. Modes are interleaved, their order alternating each round;
 the load average is printed with each measurement (the machine is shared).
-Prints a markdown table.
+For the cluster runs, "concurrency" is the seeds' task time (start to
+``trained`` events, the attempt that finished) over the time from the first
+start to the last ``trained``: 2.0 means both workers trained all along.
+Linux shares the CPU between sessions (autogroups) before processes: on a
+busy machine, every process this script starts shares one session's share,
+so more workers may not get more CPU, for the local path and the cluster
+alike (compare ``local 1`` with ``local 2``). Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -160,12 +168,23 @@ def kill_mid_run(cluster: Cluster, root: Path, half: int, killed: list[dict]):
     return watch
 
 
+def concurrency(client, parent: Path) -> float:
+    """Task time of the attempts that finished / (last ``trained`` - first ``start``)."""
+    from ember_np.training.cluster import topic
+
+    events = client.get_events(topic(parent))
+    start = {m["attempt"]: t for t, m in events if m["event"] == "start"}
+    done = {m["attempt"]: t for t, m in events if m["event"] == "trained"}
+    busy = sum(done[a] - start[a] for a in done)
+    return busy / (max(done.values()) - min(start.values()))
+
+
 def measure(mode: str, args: argparse.Namespace, where: Path, reference: Path | None) -> dict:
     root = where / "runs"
     before = load()
     out: dict = {"load": before}
-    if mode == "local 2":
-        out["wall"] = timed(command(args.seeds, args.steps, root, ["--workers", "2"]))
+    if mode.startswith("local"):
+        out["wall"] = timed(command(args.seeds, args.steps, root, ["--workers", mode[-1]]))
         out["parent"] = parent_of(root)
     else:
         workers = 1 if mode == "dask 1" else 2
@@ -182,6 +201,7 @@ def measure(mode: str, args: argparse.Namespace, where: Path, reference: Path | 
             out["wall"] = timed(command(args.seeds, args.steps, root, extra), watch)
             parent = parent_of(root)
             out["parent"] = parent
+            out["concurrency"] = concurrency(cluster.client, parent)
             if "killed" in mode:
                 from ember_np.training.cluster import trainings
                 from ember_np.training.multiseed import load_multiseed
@@ -200,6 +220,8 @@ def measure(mode: str, args: argparse.Namespace, where: Path, reference: Path | 
         finally:
             cluster.close()
     out["load"] = f"{before} -> {load()}"
+    if "concurrency" in out:
+        out["load"] += f"; concurrency {out['concurrency']:.2f}"
     print(f"{mode}: {out['wall']:.1f} s (load {out['load']})" + (
         f"; {out['killed']}" if "killed" in out else ""), file=sys.stderr)  # fmt: skip
     return out
@@ -211,7 +233,8 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=8)
     p.add_argument("--steps", type=int, help="instead of the preset's budget (a quick check)")
     p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--modes", default="local 2,dask 1,dask 2,dask 2 one killed")
+    p.add_argument("--modes", default="local 2,local 1,dask 1,dask 2,dask 2 one killed",
+                   help="comma-separated; local 2 first (the killed run's reference)")  # fmt: skip
     args = p.parse_args()
     modes = args.modes.split(",")
     walls: dict[str, list[float]] = {m: [] for m in modes}
@@ -227,7 +250,7 @@ def main() -> None:
                 got = measure(mode, args, where, reference)
                 walls[mode].append(got["wall"])
                 if mode == "local 2":
-                    reference = got["parent"]
+                    reference = got["parent"]  # kept until the round ends
                 notes.append(f"round {r + 1}, {mode}: load {got['load']}"
                              + (f"; {got['killed']}" if "killed" in got else ""))  # fmt: skip
     med = {m: statistics.median(w) for m, w in walls.items() if w}
@@ -239,6 +262,8 @@ def main() -> None:
         if w:
             lines.append(f"| {m} | {med[m]:.1f} s | {', '.join(f'{x:.1f}' for x in w)} |")
     lines.append("")
+    if "local 1" in med and "local 2" in med:
+        lines.append(f"- control, local 2 processes vs 1: {med['local 1'] / med['local 2']:.2f}x")
     if "dask 1" in med and "dask 2" in med:
         lines.append(f"- 2 workers vs 1 (bar >= 1.7x): **{med['dask 1'] / med['dask 2']:.2f}x**")
     if "local 2" in med and "dask 2" in med:

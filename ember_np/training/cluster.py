@@ -282,10 +282,14 @@ class _Progress:
             total = sum(steps for _, steps in self.steps.values())
             notes, self.notes = self.notes, []
         for note in notes:
-            self.bar.write(note, file=sys.stderr)
+            self.write(note)
         if total != self.bar.n or done or failed:
             self.bar.set_postfix(done=done, failed=failed, refresh=False)
             self.bar.update(total - self.bar.n)  # down when a seed starts again
+
+    def write(self, line: str) -> None:
+        """A line on stderr above the bar."""
+        self.bar.write(line, file=sys.stderr)
 
     def close(self) -> None:
         self.bar.close()
@@ -323,7 +327,7 @@ def run_seeds(
                                    pure=False, retries=0)  # fmt: skip
             futures[future] = seed
         while futures:
-            for future in [f for f in futures if f.status != "pending"]:
+            for future in [f for f in futures if f.done()]:  # finished, error or cancelled
                 seed = futures.pop(future)
                 try:
                     if future.status != "finished":
@@ -332,9 +336,8 @@ def run_seeds(
                     done += 1
                 except (RuntimeError, OSError) as exc:
                     failed.append(seed)
-                    bar.bar.write(f"seed {seed} did not finish: {exc}; the other seeds go on "
-                                  f"(ember-np resume {parent} trains it again)",
-                                  file=sys.stderr)  # fmt: skip
+                    bar.write(f"seed {seed} did not finish: {exc}; the other seeds go on "
+                              f"(ember-np resume {parent} trains it again)")  # fmt: skip
                 future.release()
             bar.refresh(done, len(failed))
             time.sleep(POLL_EVERY)
