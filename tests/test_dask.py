@@ -239,3 +239,18 @@ def test_without_a_scheduler_dask_is_not_imported(tmp_path):
                          env=child_env(), timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "0 []"
+
+
+def test_a_seed_that_raises_on_a_worker_is_named_and_the_others_go_on(cluster, tmp_path, capsys):
+    from ember_np.training.multiseed import train_seeds
+
+    _, client = cluster
+    client.wait_for_workers(2, timeout=60)
+    result = train_seeds("NoSuchEnv-v0", [3, 4], steps=100, root=tmp_path, progress=False,
+                         scheduler=client)  # fmt: skip  (a client of the caller's: left open)
+    assert result.failed == [3, 4] and result.runs == []
+    err = capsys.readouterr().err
+    for seed in (3, 4):
+        assert f"seed {seed} did not finish: it raised " in err and "NoSuchEnv" in err
+        assert not (result.parent / f"seed_{seed}").exists()  # nothing of it was written
+    assert client.status == "running"

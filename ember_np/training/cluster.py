@@ -10,8 +10,9 @@ Reading map, in call order::
 
     connect(address)        the client: a short connect timeout, before anything is written
     run_seeds               one task per seed (pure=False), progress events, polling
-      seed_task             on a worker: one BLAS thread, train_seed into the worker's
-                            own temporary directory, the files returned as bytes
+      seed_task             on a worker: one BLAS thread, malloc as in a plain process
+                            (_plain_heap), train_seed into the worker's own temporary
+                            directory, the files returned as bytes
       write_seed            on the client: the files under <parent>/seed_<s>/, result.json last
 
 No shared filesystem is needed or used: a worker trains in a temporary
@@ -51,6 +52,8 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +151,58 @@ def topic(parent: str | os.PathLike[str]) -> str:
 
 # -- on a worker ------------------------------------------------------------------
 
+#: glibc's ``mallopt`` parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_GLIBC_MMAP_THRESHOLD = 128 * 1024  # glibc's default, where a set trim threshold leaves it
+_heap_lock = threading.Lock()
+_heap_users = [0]  # tasks of this process inside _plain_heap
+
+
+def _mallopt() -> Any:
+    """glibc's ``mallopt``, or None (not glibc)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.mallopt if hasattr(libc, "gnu_get_libc_version") else None
+    except OSError:
+        return None
+
+
+@contextmanager
+def _plain_heap() -> Iterator[None]:
+    """While a task trains: malloc as in a plain process, not as Dask's nanny sets it.
+
+    The nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which makes
+    glibc hand memory back to the system at every free above 64 KB and map
+    every allocation above 128 KB afresh (a set trim threshold turns off
+    glibc's adaptive thresholds): a seed's per-step temporaries then fault
+    their pages in again and again (~30% more CPU per seed measured, ~80,000
+    to ~300,000 page faults per 20,000 steps instead of ~600). Large
+    thresholds while training, as the adaptive ones end up in a plain
+    process; the worker's own afterwards. Numbers are unchanged: only where
+    memory comes from.
+    """
+    trim = os.environ.get("MALLOC_TRIM_THRESHOLD_", "")
+    mallopt = _mallopt() if trim.isdigit() else None
+    if mallopt is None:
+        yield
+        return
+    with _heap_lock:
+        _heap_users[0] += 1
+        if _heap_users[0] == 1:
+            mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest adaptive value (64-bit)
+            mallopt(_M_TRIM_THRESHOLD, 64 << 20)
+    try:
+        yield
+    finally:
+        with _heap_lock:
+            _heap_users[0] -= 1
+            if _heap_users[0] == 0:
+                mallopt(_M_TRIM_THRESHOLD, int(trim))
+                mallopt(_M_MMAP_THRESHOLD, _GLIBC_MMAP_THRESHOLD)
+
 
 class _Reporter:
     """``on_steps`` of a task: steps so far as events; stops a task its client let go."""
@@ -212,7 +267,8 @@ def seed_task(spec_data: dict[str, Any], seed: int, where: str, key: str) -> dic
     with tempfile.TemporaryDirectory(prefix=f"ember_np-seed_{seed}-",
                                      dir=worker.local_directory) as tmp:  # fmt: skip
         run_dir = Path(tmp) / f"seed_{seed}"
-        result = train_seed(spec, seed, run_dir, report)
+        with _plain_heap():
+            result = train_seed(spec, seed, run_dir, report)
         report.send()
         dirs = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_dir())
         files = {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
