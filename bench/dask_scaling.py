@@ -28,6 +28,10 @@ Bars (issue 28): ``dask 2`` >= 1.7x as fast as ``dask 1``; ``dask 2`` at most
 5% slower than ``local 2``; the killed run 8 of 8 seeds, identical, none
 trained twice. Modes are interleaved, their order alternating each round;
 the load average is printed with each measurement (the machine is shared).
+CPU: user + system seconds of every process of the measurement (the
+command, its worker processes; for the cluster runs also the scheduler, the
+nannies and the workers, counted from the command's start to its end), which
+on a busy machine says more about the cost of the path than wall time.
 For the cluster runs, "concurrency" is the seeds' task time (start to
 ``trained`` events, the attempt that finished) over the time from the first
 start to the last ``trained``: 2.0 means both workers trained all along.
@@ -55,6 +59,22 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
     p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))  # fmt: skip
+
+
+def cpu_of(pid: int) -> float:
+    """User + system CPU seconds of a live process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # reaped descendants included
+    return usage.ru_utime + usage.ru_stime
 
 
 def load() -> str:
@@ -89,6 +109,17 @@ class Cluster:
         except BaseException:
             self.close()
             raise
+
+    def cpu(self) -> float:
+        """CPU seconds so far of the scheduler, the nannies and their worker processes."""
+        pids = [p.pid for p in self.procs]
+        for pid in list(pids):
+            try:
+                pids += [int(c) for c in
+                         Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]  # fmt: skip
+            except FileNotFoundError:
+                pass
+        return sum(cpu_of(pid) for pid in pids)
 
     def close(self) -> None:
         if getattr(self, "client", None) is not None:
@@ -183,9 +214,11 @@ def measure(mode: str, args: argparse.Namespace, where: Path, reference: Path | 
     root = where / "runs"
     before = load()
     out: dict = {"load": before}
+    c0 = children_cpu()
     if mode.startswith("local"):
         out["wall"] = timed(command(args.seeds, args.steps, root, ["--workers", mode[-1]]))
         out["parent"] = parent_of(root)
+        out["cpu"] = children_cpu() - c0  # the command and its worker processes
     else:
         workers = 1 if mode == "dask 1" else 2
         cluster = Cluster(workers, where)
@@ -198,7 +231,10 @@ def measure(mode: str, args: argparse.Namespace, where: Path, reference: Path | 
 
                 half = (args.steps or default_preset("CartPole-v1").steps) // 2
                 watch = kill_mid_run(cluster, root, half, killed)
+            before = cluster.cpu()
             out["wall"] = timed(command(args.seeds, args.steps, root, extra), watch)
+            if "killed" not in mode:  # a killed worker's CPU is gone with it
+                out["cpu"] = children_cpu() - c0 + cluster.cpu() - before
             parent = parent_of(root)
             out["parent"] = parent
             out["concurrency"] = concurrency(cluster.client, parent)
@@ -220,6 +256,8 @@ def measure(mode: str, args: argparse.Namespace, where: Path, reference: Path | 
         finally:
             cluster.close()
     out["load"] = f"{before} -> {load()}"
+    if "cpu" in out:
+        out["load"] += f"; CPU {out['cpu']:.1f} s"
     if "concurrency" in out:
         out["load"] += f"; concurrency {out['concurrency']:.2f}"
     print(f"{mode}: {out['wall']:.1f} s (load {out['load']})" + (
@@ -238,6 +276,7 @@ def main() -> None:
     args = p.parse_args()
     modes = args.modes.split(",")
     walls: dict[str, list[float]] = {m: [] for m in modes}
+    cpus: dict[str, list[float]] = {m: [] for m in modes}
     notes = []
     print(f"load average before: {load()}", file=sys.stderr)
     for r in range(args.rounds):
@@ -249,6 +288,8 @@ def main() -> None:
                 where.mkdir()
                 got = measure(mode, args, where, reference)
                 walls[mode].append(got["wall"])
+                if "cpu" in got:
+                    cpus[mode].append(got["cpu"])
                 if mode == "local 2":
                     reference = got["parent"]  # kept until the round ends
                 notes.append(f"round {r + 1}, {mode}: load {got['load']}"
@@ -257,10 +298,12 @@ def main() -> None:
     budget = f"{args.steps:,} steps" if args.steps else "the preset's 35,000 steps"
     lines = [f"`ember-np train CartPole-v1 --seeds {args.seeds} --quiet` (rainbow, {budget} a "
              f"seed), whole command, {args.rounds} round(s), median", "",
-             "| mode | wall time (median) | per round |", "|---|---|---|"]  # fmt: skip
+             "| mode | wall time (median) | per round | CPU s of all its processes (median) |",
+             "|---|---|---|---|"]  # fmt: skip
     for m, w in walls.items():
         if w:
-            lines.append(f"| {m} | {med[m]:.1f} s | {', '.join(f'{x:.1f}' for x in w)} |")
+            cpu = f"{statistics.median(cpus[m]):.1f} s" if cpus[m] else "-"
+            lines.append(f"| {m} | {med[m]:.1f} s | {', '.join(f'{x:.1f}' for x in w)} | {cpu} |")
     lines.append("")
     if "local 1" in med and "local 2" in med:
         lines.append(f"- control, local 2 processes vs 1: {med['local 1'] / med['local 2']:.2f}x")
@@ -269,6 +312,9 @@ def main() -> None:
     if "local 2" in med and "dask 2" in med:
         extra = med["dask 2"] / med["local 2"] - 1
         lines.append(f"- cluster (2 workers) vs local 2 processes (bar <= +5%): **{extra:+.1%}**")
+        if cpus.get("dask 2") and cpus.get("local 2"):
+            more = statistics.median(cpus["dask 2"]) / statistics.median(cpus["local 2"]) - 1
+            lines.append(f"- CPU time, cluster (2 workers) vs local 2 processes: {more:+.1%}")
     lines += [f"- {n}" for n in notes]
     print("\n".join(lines))
 
