@@ -113,10 +113,11 @@ class Cluster:
     def cpu(self) -> float:
         """CPU seconds so far of the scheduler, the nannies and their worker processes."""
         pids = [p.pid for p in self.procs]
-        for pid in list(pids):
+        for pid in pids:  # grows as it goes: every descendant, of any of their threads
             try:
-                pids += [int(c) for c in
-                         Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]  # fmt: skip
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    children = Path(f"/proc/{pid}/task/{tid}/children").read_text()
+                    pids += [int(c) for c in children.split()]
             except FileNotFoundError:
                 pass
         return sum(cpu_of(pid) for pid in pids)
@@ -231,10 +232,10 @@ def measure(mode: str, args: argparse.Namespace, where: Path, reference: Path | 
 
                 half = (args.steps or default_preset("CartPole-v1").steps) // 2
                 watch = kill_mid_run(cluster, root, half, killed)
-            before = cluster.cpu()
+            cluster_c0 = cluster.cpu()
             out["wall"] = timed(command(args.seeds, args.steps, root, extra), watch)
             if "killed" not in mode:  # a killed worker's CPU is gone with it
-                out["cpu"] = children_cpu() - c0 + cluster.cpu() - before
+                out["cpu"] = children_cpu() - c0 + cluster.cpu() - cluster_c0
             parent = parent_of(root)
             out["parent"] = parent
             out["concurrency"] = concurrency(cluster.client, parent)
