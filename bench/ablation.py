@@ -4,6 +4,7 @@ Usage::
 
     python bench/ablation.py --envs CartPole-v1 --seeds 20 --workers 2
     python bench/ablation.py --report      # bench/results_ablation.md from the saved results
+    python bench/ablation.py --envs CartPole-v1 --scheduler tcp://HOST:8786   # on a Dask cluster
 
 For each env, the ``rainbow`` preset and, for every component it uses, the
 preset with that component removed (n-step -> 1, prioritized replay off,
@@ -39,6 +40,7 @@ from learning import (  # noqa: E402
     FINAL_EPISODES,
     REFERENCE,
     ci_text,
+    cluster_client,
     evaluate,
     final_eval_seed,
     load_average,
@@ -72,18 +74,20 @@ def variants(config: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def train_variant(
-    env_id: str, config: Any, steps: int, seeds: list[int], workers: int
+    env_id: str, config: Any, steps: int, seeds: list[int], workers: int, client: Any = None
 ) -> dict[str, Any]:
-    """Train ``seeds`` of one config; each seed's final policy on 20 fresh episodes."""
+    """Train ``seeds`` of one config (on ``workers`` processes, or the cluster of the Dask
+    ``client``); each seed's final policy on 20 fresh episodes."""
     from ember_np import DqnPolicy
     from ember_np.training.multiseed import train_seeds
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         result = train_seeds(
-            f"ember_np/{env_id}", seeds, config=config, steps=steps, workers=workers, root=tmp,
-            version="ablation", eval_every=steps + 1, eval_episodes=1, checkpoint_freq=steps,
-            keep=0, progress=sys.stderr.isatty(),
+            f"ember_np/{env_id}", seeds, config=config, steps=steps,
+            workers=None if client else workers, root=tmp, version="ablation",
+            eval_every=steps + 1, eval_episodes=1, checkpoint_freq=steps, keep=0,
+            progress=sys.stderr.isatty(), scheduler=client,
         )  # fmt: skip
         wall = time.perf_counter() - t0
         finals = {}
@@ -148,7 +152,7 @@ def ablate(env_id: str, args: argparse.Namespace) -> dict:
             row = reused_full_row(args.results, env_id, preset.config, steps, seeds)
         if row is None:
             config = preset.config.replace(**overrides)
-            row = train_variant(env_id, config, steps, seeds, args.workers)
+            row = train_variant(env_id, config, steps, seeds, args.workers, args.client)
         row.update(overrides=overrides, workers=args.workers,
                    load=f"{load_before} before, {load_average()} after")  # fmt: skip
         data["variants"][label] = row
@@ -226,10 +230,14 @@ def main() -> None:
     p.add_argument("--results", type=Path, default=RESULTS, help="where the JSON files go")
     p.add_argument("--report", action="store_true", help="write the table from saved results")
     p.add_argument("--out", type=Path, default=HERE / "results_ablation.md")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="train the seeds on this Dask cluster (tcp://HOST:8786), one task per "
+                   "seed; --workers is then the cluster's thread count")  # fmt: skip
     args = p.parse_args()
     if args.report:
         print(report(args.results, args.out))
         return
+    args.client = cluster_client(args)
     args.results.mkdir(parents=True, exist_ok=True)
     for env_id in [e for e in args.envs.split(",") if e]:
         ablate(env_id, args)

@@ -6,6 +6,7 @@ Usage::
     python bench/learning.py --library ember_np --preset rainbow   # ember_np's own presets
     nice -n 10 python bench/learning.py --library sb3 --envs CartPole-v1
     python bench/learning.py --report        # table + curves from the saved results
+    python bench/learning.py --library ember_np --scheduler tcp://HOST:8786   # on a Dask cluster
 
 Protocol, the same for both libraries: each seed trains with the preset's
 config for the preset's step budget, one process per seed at a time on
@@ -17,8 +18,10 @@ ember_np trains through its multi-seed runner
 (:func:`ember_np.training.multiseed.train_seeds`, the code behind
 ``ember-np train ENV --seeds 20``) on its compiled env (bit for bit
 gymnasium's), with the preset ``--preset`` names (``zoo``, the default, or
-``rainbow``); SB3 always gets the Zoo's own arguments (the ``zoo`` preset's
-``sb3_kwargs``) on gymnasium's env, one subprocess per seed.
+``rainbow``), on ``--workers`` local processes or, with ``--scheduler``, as
+one task per seed on that Dask cluster (the same runs either way); SB3
+always gets the Zoo's own arguments (the ``zoo`` preset's ``sb3_kwargs``) on
+gymnasium's env, one subprocess per seed.
 
 Each (library, preset, env) writes
 ``bench/results/learning_<library>-<preset>_<env>.json`` (SB3:
@@ -95,10 +98,13 @@ def run_ember(
     runs_root: Path | None = None,
     collect: bool = False,
     preset_name: str = "zoo",
+    client=None,
 ) -> dict:
     """Train (or, with a ``runs_root`` holding this env's multi-seed run, finish) the
     seeds of ``preset_name``; then evaluate every finished seed's final and best
-    policy. ``collect``: evaluate the seeds finished so far, train nothing."""
+    policy. ``collect``: evaluate the seeds finished so far, train nothing.
+    ``client``: a Dask client whose cluster trains the seeds (``workers``
+    then only spreads the seeds' times in an estimate)."""
     from ember_np import DqnPolicy
     from ember_np.presets import get_preset
     from ember_np.training.multiseed import load_multiseed, resume_seeds, train_seeds
@@ -114,16 +120,17 @@ def run_ember(
             result = (
                 load_multiseed(parent)
                 if collect
-                else resume_seeds(parent, workers, progress=sys.stderr.isatty())
+                else resume_seeds(parent, None if client else workers,
+                                  progress=sys.stderr.isatty(), scheduler=client)
             )
         elif collect:
             raise SystemExit(f"no multi-seed run of {env_id} under {root} to collect")
         else:
             result = train_seeds(
-                env_id, seeds, config=preset.config, steps=steps, workers=workers, root=root,
-                version=version, preset=preset_name, eval_every=steps // 10,
-                eval_episodes=EVAL_EPISODES, checkpoint_freq=steps, keep=1,
-                progress=sys.stderr.isatty(),
+                env_id, seeds, config=preset.config, steps=steps,
+                workers=None if client else workers, root=root, version=version,
+                preset=preset_name, eval_every=steps // 10, eval_episodes=EVAL_EPISODES,
+                checkpoint_freq=steps, keep=1, progress=sys.stderr.isatty(), scheduler=client,
             )  # fmt: skip
         wall = time.perf_counter() - t0
         per_seed = []
@@ -430,6 +437,23 @@ def load_average() -> str:
         return "?"
 
 
+def cluster_client(args: argparse.Namespace):
+    """``--scheduler``'s Dask client (None without it); ``args.workers`` becomes the cluster's
+    thread count. Exits with one line when the scheduler does not answer."""
+    if args.scheduler is None:
+        return None
+    if getattr(args, "library", "ember_np") != "ember_np":
+        raise SystemExit("--scheduler trains ember_np's seeds; SB3 runs on --workers processes")
+    from ember_np.training.cluster import ClusterError, connect
+
+    try:
+        client = connect(args.scheduler)
+    except ClusterError as exc:
+        raise SystemExit(f"--scheduler {args.scheduler}: {exc}") from None
+    args.workers = sum(client.nthreads().values()) or args.workers
+    return client
+
+
 def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -461,6 +485,12 @@ def main() -> None:
         action="store_true",
         help="with --runs-root: report the seeds finished so far, train nothing",
     )
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="ember_np: train the seeds on this Dask cluster (tcp://HOST:8786), one task per "
+        "seed; --workers is then the cluster's thread count",
+    )
     p.add_argument("--sb3-worker", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.sb3_worker:
@@ -472,6 +502,7 @@ def main() -> None:
         return
     from ember_np.presets import get_preset
 
+    client = cluster_client(args)
     args.results.mkdir(parents=True, exist_ok=True)
     seeds = list(range(args.seeds))
     preset = "zoo" if args.library == "sb3" else args.preset
@@ -482,7 +513,7 @@ def main() -> None:
             data = run_sb3(env_id, seeds, args.workers, steps, args.runs_root, args.collect)
         else:
             data = run_ember(env_id, seeds, args.workers, steps, args.runs_root, args.collect,
-                             preset)  # fmt: skip
+                             preset, client)  # fmt: skip
         if not data["runs"]:
             print(f"{args.library} {env_id}: no seed finished; nothing written", file=sys.stderr)
             continue
@@ -495,6 +526,7 @@ def main() -> None:
             + f"--seeds {args.seeds} --workers {args.workers}"
             + (f" --steps {args.steps}" if args.steps else "")
             + (f" --runs-root {args.runs_root}" if args.runs_root else "")
+            + (f" --scheduler {args.scheduler}" if args.scheduler else "")
             + (" --collect" if args.collect else ""),
         )  # fmt: skip
         result_path(args.results, args.library, env_id, preset).write_text(json.dumps(data) + "\n")

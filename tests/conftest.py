@@ -31,6 +31,8 @@ SLOW_FIRST = (
     "test_envs_native.py::test_env_dynamics_stay_exact_when_the_fused_trainer_compiles_them_first",
     "test_tune_workers.py::test_ctrl_c_fails_the_running_trials_and_a_rerun_reaches_exactly_the_trials",
     "test_multiseed.py::test_sigkilled_worker_leaves_other_seeds_and_resume_finishes",
+    "test_dask.py::test_a_worker_sigkilled_mid_seed_costs_only_that_seeds_progress",
+    "test_dask.py::test_a_client_killed_mid_run_leaves_a_parent_that_resume_on_the_cluster_finishes",
     "test_tune.py::test_postgres_three_workers_one_killed_mid_trial_ends_with_exactly_the_trials",
     "test_tune_workers.py::test_workers_end_with_their_command_and_a_rerun_reaches_exactly_the_trials",
     "test_tune.py::test_the_storage_password_never_reaches_a_workers_command_line",

@@ -115,8 +115,10 @@ def one_cycle(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 
 
 def test_the_graph_sees_imports_inside_functions_and_relative_ones():
-    # cmd_train imports DqnTrainer inside the function; tune imports tune_storage at the top.
-    assert "ember_np.training.trainer" in GRAPH["ember_np.training.multiseed"]
+    # train_seed imports DqnTrainer inside the function, multiseed the Dask path inside
+    # _cluster; tune imports tune_storage at the top.
+    assert "ember_np.training.trainer" in GRAPH["ember_np.training.seed_run"]
+    assert "ember_np.training.cluster" in GRAPH["ember_np.training.multiseed"]
     assert "ember_np.tune_storage" in GRAPH["ember_np.tune"]
     assert (
         "ember_np.cli.common" in GRAPH["ember_np.cli.training"]

@@ -3,8 +3,9 @@
 Both build their trainer and hand it to the one training loop
 (:func:`ember_np.training.loop.train_and_evaluate`) with a progress bar
 and a line per evaluation as callbacks; ``--seeds`` hands the same options
-to :func:`ember_np.training.multiseed.train_seeds`, whose workers run the
-same loop.
+to :func:`ember_np.training.multiseed.train_seeds`, whose workers (local
+processes, or with ``--scheduler`` the tasks of a Dask cluster) run the same
+loop.
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     set_blas_threads(1)  # the same numbers on any core count (and in --seeds workers)
     args.env_id, args.set = env_id_and_sets(args.env_id, args.set or [])
+    check_scheduler_options(args, args.seeds is not None)
     env_id = args.env_id
     native = not args.gymnasium_env and env_id in NATIVE_IDS
     notice = first_compile_notice(native)
@@ -225,6 +227,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     if is_multiseed(args.run_path):
         return resume_many(args)
+    check_scheduler_options(args, False)
     if args.steps is None:
         raise UsageError("the following arguments are required: --steps")
     set_blas_threads(1)  # as train: the same numbers on any core count
@@ -273,7 +276,13 @@ def train_many(
 
     steps, name, version = where
 
-    workers = args.workers or default_workers()
+    client = connect_scheduler(args.scheduler)  # before anything is written
+    if client is not None:
+        workers = None
+        on = describe_cluster(client)
+    else:
+        workers = args.workers or default_workers()
+        on = f"{min(workers, len(args.seeds))} worker processes"
     seeds = args.seeds
     started: list[Path] = []
 
@@ -281,7 +290,7 @@ def train_many(
         started.append(parent)
         print(f"{len(seeds)} seeds ({format_seeds(seeds)}) of {env_id}, preset "
               f"{preset or '(none: DqnConfig defaults)'}, {steps:,} steps each, on "
-              f"{min(workers, len(seeds))} worker processes; runs: {parent}/seed_<s>/")  # fmt: skip
+              f"{on}; runs: {parent}/seed_<s>/")  # fmt: skip
         sys.stdout.flush()
 
     try:
@@ -289,7 +298,7 @@ def train_many(
             env_id, seeds, config=config, steps=steps, workers=workers, root=args.root,
             name=name, version=version, preset=preset, eval_every=args.eval_every,
             eval_episodes=args.eval_episodes, checkpoint_freq=args.checkpoint_freq,
-            keep=args.keep, progress=not args.quiet, on_start=announce,
+            keep=args.keep, progress=not args.quiet, on_start=announce, scheduler=client,
         )  # fmt: skip
     except (RunLockedError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -297,8 +306,47 @@ def train_many(
         if started:
             say_interrupted(started[0])
         raise
+    finally:
+        if client is not None:
+            client.close()
     print(result.summary())
     return 1 if result.failed else 0
+
+
+def check_scheduler_options(args: Any, many: bool) -> None:
+    """``--scheduler`` goes with many seeds and without ``--workers``: UsageError if not."""
+    if args.scheduler is None:
+        return
+    if not many:
+        raise UsageError(
+            "--scheduler trains the seeds of a multi-seed run on a Dask cluster: give --seeds K "
+            "(train) or a multi-seed run's directory (resume)"
+        )
+    if args.workers is not None:
+        raise UsageError(
+            "--workers counts processes on this machine; with --scheduler the cluster's "
+            "workers train (start them with `dask worker ADDRESS --nworkers N --nthreads 1`): "
+            "drop --workers"
+        )
+
+
+def connect_scheduler(address: str | None) -> Any:
+    """A Dask client of ``--scheduler`` (None without it); one line and exit 2 if unreachable."""
+    if address is None:
+        return None
+    from ember_np.training.cluster import ClusterError, connect
+
+    try:
+        return connect(address)
+    except ClusterError as exc:
+        raise UsageError(f"--scheduler {address}: {exc}") from None
+
+
+def describe_cluster(client: Any) -> str:
+    """The cluster as the announcement names it (workers and threads now)."""
+    from ember_np.training.cluster import describe
+
+    return describe(client)
 
 
 def resume_many(args: Any) -> int:
@@ -311,6 +359,8 @@ def resume_many(args: Any) -> int:
         )
     from ember_np.training.run import RunLockedError
 
+    check_scheduler_options(args, True)
+    client = connect_scheduler(args.scheduler)  # before anything is printed or moved
     try:
         with parent_lock(args.run_path):  # refused before anything is printed or moved
             before = load_multiseed(args.run_path)
@@ -319,13 +369,19 @@ def resume_many(args: Any) -> int:
                       f"{format_seeds(before.failed)} again from the start")  # fmt: skip
             else:
                 print(f"{before.parent}: all {len(before.runs)} seeds already finished")
+            if before.failed and client is not None:
+                print(f"training them on {describe_cluster(client)}")
             sys.stdout.flush()
-            result = resume_seeds(args.run_path, workers=args.workers, progress=not args.quiet)
+            result = resume_seeds(args.run_path, workers=args.workers, progress=not args.quiet,
+                                  scheduler=client)  # fmt: skip
     except (RunLockedError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     except KeyboardInterrupt:
         say_interrupted(Path(args.run_path))
         raise
+    finally:
+        if client is not None:
+            client.close()
     print(result.summary())
     return 1 if result.failed else 0
 
@@ -351,6 +407,11 @@ def say_interrupted(parent: Path) -> None:
 
 # -- parsers ------------------------------------------------------------------------------
 
+SCHEDULER_HELP = (
+    "a Dask scheduler, e.g. tcp://HOST:8786: each seed of --seeds is one task on its workers "
+    "instead of a local process (pip install 'ember-np[dask]')"
+)
+
 
 def add_train_parser(sub: Any) -> None:
     """Register ``train`` on the command line's subparsers."""
@@ -373,6 +434,7 @@ def add_train_parser(sub: Any) -> None:
         help="many seeds: 20, 0-19 or 1,4,7 (at most 10,000 seeds, each 0..2**63-1)",
     )  # fmt: skip
     p.add_argument("--workers", type=positive, help="processes for --seeds (default: cores)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help=SCHEDULER_HELP)
     p.add_argument("--gymnasium-env", action="store_true",
                    help="train on gymnasium's env even where a compiled one exists")  # fmt: skip
     p.add_argument("--name", help="run name (default: the env id)")
@@ -398,5 +460,6 @@ def add_resume_parser(sub: Any) -> None:
     p.add_argument("run_path")
     p.add_argument("--steps", type=positive, help="more env steps (a single run)")
     p.add_argument("--workers", type=positive, help="processes (a multi-seed run)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help=SCHEDULER_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_resume)

@@ -2,7 +2,7 @@
 
 Everything that trains calls :func:`train_and_evaluate`: ``ember-np train``
 and ``resume`` (``ember_np.cli.training``), each seed of a multi-seed run
-(:func:`ember_np.training.multiseed.train_seed`) and each seed of a tune
+(:func:`ember_np.training.seed_run.train_seed`) and each seed of a tune
 trial (:func:`ember_np.tune.evaluate_config`). What varies between them goes
 in as callbacks (SB3's ``BaseCallback``, trimmed to the events this loop has):
 a progress bar, an evaluation curve, a line per evaluation.

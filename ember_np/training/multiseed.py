@@ -10,9 +10,10 @@ parent directory::
             ...                 (config.json, checkpoints/, *.jsonl, metadata.json)
             result.json         written last: the seed finished
 
-Each seed runs :func:`train_seed`, the same steps in the same order as the
-single-seed command line: :func:`ember_np.training.loop.train_and_evaluate`,
-a greedy evaluation every ``eval_every`` steps, a final one. Same
+Each seed runs :func:`~ember_np.training.seed_run.train_seed`, the same
+steps in the same order as the single-seed command line:
+:func:`ember_np.training.loop.train_and_evaluate`, a greedy evaluation every
+``eval_every`` steps, a final one. Same
 seed, same options: the same numbers in the logs and checkpoints
 (``tests/test_multiseed.py`` compares the files).
 
@@ -32,6 +33,11 @@ not finish again from the start (a partial attempt is kept, renamed
 ``seed_<s>.interrupted``), so every seed is still exactly the run
 ``--seed s`` makes.
 
+With ``scheduler=`` (``--scheduler tcp://HOST:PORT``) the seeds are tasks
+on a Dask cluster instead of local processes, and each seed's run directory
+comes back to this process, which writes it here the same way
+(:mod:`ember_np.training.cluster`, imported only then).
+
 The files a multi-seed run leaves (``seeds.json``, ``result.json``) are read
 and written by :mod:`ember_np.training.seeds`; its public names are
 re-exported here.
@@ -46,7 +52,8 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -55,13 +62,11 @@ import numpy as np
 
 from ember_np.checkpoint import atomic_write_text
 from ember_np.dqn.config import DqnConfig
-from ember_np.stats import EvalReport
-from ember_np.training.loop import LoopCallback, train_and_evaluate
 from ember_np.training.run import DirectoryLock, check_name
+from ember_np.training.seed_run import train_seed
 from ember_np.training.seeds import (
     MAX_SEED,
     MAX_SEEDS,
-    RESULT_FILE,
     SPEC_FILE,
     MultiSeedResult,
     SeedResult,
@@ -103,71 +108,7 @@ WORKER_THREADS = {
 }  # fmt: skip
 
 
-# -- one seed ---------------------------------------------------------------------
-
-
-def train_seed(
-    spec: SeedSpec,
-    seed: int,
-    run_dir: str | os.PathLike[str],
-    on_steps: Callable[[int], None] | None = None,
-) -> SeedResult:
-    """Train one seed into the new run directory ``run_dir``; returns its result.
-
-    The same run as ``ember-np train`` with ``--seed seed`` and ``spec``'s
-    options: the same env, agent and trainer, the same loop
-    (:func:`~ember_np.training.loop.train_and_evaluate`), a greedy evaluation
-    every ``spec.eval_every`` steps and a final one. ``on_steps(n)`` is
-    called after each chunk (progress). Writes ``result.json`` into the run
-    directory last.
-    """
-    import gymnasium as gym
-
-    from ember_np.dqn.agent import DqnAgent
-    from ember_np.training.run import TrainingRun
-    from ember_np.training.trainer import DqnTrainer
-
-    t0 = time.perf_counter()
-    env = gym.make(spec.env_id)
-    agent = DqnAgent.for_env(env, spec.config, seed=seed)
-    run = TrainingRun.create_in(run_dir, spec.name, spec.version)
-    run.write_config(spec.run_config(seed))
-    trainer = DqnTrainer(env, agent, seed=seed, run=run, checkpoint_freq=spec.checkpoint_freq,
-                         keep_checkpoints=spec.keep)  # fmt: skip
-    curve = CurveCallback(t0, on_steps)
-    report = train_and_evaluate(trainer, spec.steps, spec.eval_every, spec.eval_episodes,
-                                [curve])  # fmt: skip
-    result = SeedResult(seed, run.dir, report.mean_reward, trainer.best_eval_reward, curve.curve,
-                        time.perf_counter() - t0)  # fmt: skip
-    atomic_write_text(run.dir / RESULT_FILE, json.dumps(result.to_dict(), indent=1))
-    return result
-
-
-class CurveCallback(LoopCallback):
-    """Records ``(step, mean eval reward, seconds since t0)`` per evaluation; passes on steps.
-
-    Parameters
-    ----------
-    t0 : float
-        ``time.perf_counter()`` when the seed started (before its env was made).
-    on_steps : callable, optional
-        Called with the env steps of every chunk (the parent's progress bar).
-    """
-
-    def __init__(self, t0: float, on_steps: Callable[[int], None] | None = None) -> None:
-        self.t0 = t0
-        self.on_steps = on_steps
-        self.curve: list[tuple[int, float, float]] = []
-
-    def on_chunk(self, trainer: Any, steps: int) -> None:
-        """Pass the chunk's steps to ``on_steps``."""
-        if self.on_steps is not None:
-            self.on_steps(steps)
-
-    def on_eval(self, trainer: Any, report: EvalReport, final: bool) -> None:
-        """Append the evaluation to the curve."""
-        self.curve.append((trainer.agent.total_steps, report.mean_reward,
-                           time.perf_counter() - self.t0))  # fmt: skip
+# -- the local worker ---------------------------------------------------------------
 
 
 def _worker_main(conn: Any, spec_dict: dict[str, Any]) -> None:
@@ -260,6 +201,7 @@ def train_seeds(
     version: str = "default",
     progress: bool = True,
     on_start: Callable[[Path], None] | None = None,
+    scheduler: Any = None,
     **options: Any,
 ) -> MultiSeedResult:
     """Train ``seeds`` independently on ``workers`` processes; returns their results.
@@ -290,6 +232,13 @@ def train_seeds(
         One tqdm bar over all seeds' env steps (stderr).
     on_start : callable, optional
         Called with the parent directory once it exists, before training.
+    scheduler : str or distributed.Client, optional
+        A Dask scheduler's address (``"tcp://HOST:8786"``) or a connected
+        client: each seed is one task on that cluster instead of a local
+        worker process (:mod:`ember_np.training.cluster`; ``workers`` must be
+        left out). An address that does not answer raises
+        :class:`~ember_np.training.cluster.ClusterError` before anything is
+        written. Without it, Dask is not imported.
 
     Returns
     -------
@@ -320,14 +269,44 @@ def train_seeds(
             raise ValueError(f"{option} must be an integer >= {minimum}, got "
                              f"{getattr(spec, option)}")  # fmt: skip
     if workers is not None:
+        _check_not_both(workers, scheduler)
         workers = check_workers(workers)
-    parent = _make_parent(root, spec.name, spec.version)
-    with parent_lock(parent):  # one writer: a `resume PARENT` meanwhile is refused
-        atomic_write_text(parent / SPEC_FILE, json.dumps({"spec": spec.to_dict(),
-                                                          "seeds": seeds}, indent=1))  # fmt: skip
-        if on_start is not None:
-            on_start(parent)
-        return _run(parent, spec, seeds, workers, progress)
+    with _cluster(scheduler) as client:  # reached before anything is written
+        parent = _make_parent(root, spec.name, spec.version)
+        with parent_lock(parent):  # one writer: a `resume PARENT` meanwhile is refused
+            spec_text = json.dumps({"spec": spec.to_dict(), "seeds": seeds}, indent=1)
+            atomic_write_text(parent / SPEC_FILE, spec_text)
+            if on_start is not None:
+                on_start(parent)
+            return _run(parent, spec, seeds, workers, progress, client)
+
+
+def _check_not_both(workers: int | None, scheduler: Any) -> None:
+    if workers is not None and scheduler is not None:
+        raise ValueError(
+            f"workers ({workers}) counts local processes and cannot go with a scheduler: on a "
+            "Dask cluster every worker trains (start them with `dask worker ADDRESS "
+            "--nworkers N --nthreads 1`); leave workers out"
+        )
+
+
+@contextmanager
+def _cluster(scheduler: Any) -> Iterator[Any]:
+    """None (local workers), or a Dask client: connected here from an address and closed
+    at the end, or the caller's own client, left open."""
+    if scheduler is None:
+        yield None
+        return
+    if not isinstance(scheduler, str):
+        yield scheduler
+        return
+    from ember_np.training.cluster import connect
+
+    client = connect(scheduler)
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def parent_lock(parent: str | os.PathLike[str]) -> DirectoryLock:
@@ -342,16 +321,22 @@ def parent_lock(parent: str | os.PathLike[str]) -> DirectoryLock:
 
 
 def resume_seeds(
-    parent: str | os.PathLike[str], workers: int | None = None, progress: bool = True
+    parent: str | os.PathLike[str],
+    workers: int | None = None,
+    progress: bool = True,
+    scheduler: Any = None,
 ) -> MultiSeedResult:
     """Train the seeds of ``parent`` that did not finish; returns all its results.
 
     A seed without ``result.json`` is trained again from the start, so it is
     exactly the run ``--seed s`` makes; its partial directory is kept,
     renamed ``seed_<s>.interrupted`` (``..._1``, ... for later attempts).
+    ``scheduler``: as :func:`train_seeds`' (the run may have trained on
+    local workers or a cluster either way).
     """
     parent = Path(parent)
-    with parent_lock(parent):  # before anything is read: one writer per parent
+    _check_not_both(workers, scheduler)
+    with _cluster(scheduler) as client, parent_lock(parent):  # one writer per parent
         spec, _ = read_spec(parent)
         missing = load_multiseed(parent).failed
         for seed in missing:
@@ -365,16 +350,26 @@ def resume_seeds(
                         target = parent / f"seed_{seed}.interrupted_{k}"
                     partial.rename(target)
         if missing:
-            _run(parent, spec, missing, workers, progress)
+            _run(parent, spec, missing, workers, progress, client)
         return load_multiseed(parent)
 
 
 def _run(
-    parent: Path, spec: SeedSpec, seeds: list[int], workers: int | None, progress: bool
+    parent: Path,
+    spec: SeedSpec,
+    seeds: list[int],
+    workers: int | None,
+    progress: bool,
+    client: Any = None,
 ) -> MultiSeedResult:
     t0 = time.perf_counter()
-    workers = default_workers() if workers is None else check_workers(workers)
-    _Pool(parent, spec, seeds, min(workers, len(seeds)), progress).run()
+    if client is not None:
+        from ember_np.training.cluster import run_seeds
+
+        run_seeds(client, parent, spec, seeds, progress)
+    else:
+        workers = default_workers() if workers is None else check_workers(workers)
+        _Pool(parent, spec, seeds, min(workers, len(seeds)), progress).run()
     result = load_multiseed(parent)
     result.wall_seconds = time.perf_counter() - t0
     return result

@@ -1,0 +1,86 @@
+"""One seed of a multi-seed run: the same training on a local worker and on a Dask worker.
+
+:func:`train_seed` is what every seed of ``ember-np train ENV --seeds K``
+runs, whether a local worker process (:mod:`ember_np.training.multiseed`)
+or a task on a Dask cluster (:mod:`ember_np.training.cluster`) trains it:
+the run ``ember-np train ENV --seed s`` makes, ``result.json`` last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ember_np.checkpoint import atomic_write_text
+from ember_np.stats import EvalReport
+from ember_np.training.loop import LoopCallback, train_and_evaluate
+from ember_np.training.seeds import RESULT_FILE, SeedResult, SeedSpec
+
+__all__ = ["CurveCallback", "train_seed"]
+
+
+def train_seed(
+    spec: SeedSpec,
+    seed: int,
+    run_dir: str | os.PathLike[str],
+    on_steps: Callable[[int], None] | None = None,
+) -> SeedResult:
+    """Train one seed into the new run directory ``run_dir``; returns its result.
+
+    The same run as ``ember-np train`` with ``--seed seed`` and ``spec``'s
+    options: the same env, agent and trainer, the same loop
+    (:func:`~ember_np.training.loop.train_and_evaluate`), a greedy evaluation
+    every ``spec.eval_every`` steps and a final one. ``on_steps(n)`` is
+    called after each chunk (progress). Writes ``result.json`` into the run
+    directory last.
+    """
+    import gymnasium as gym
+
+    from ember_np.dqn.agent import DqnAgent
+    from ember_np.training.run import TrainingRun
+    from ember_np.training.trainer import DqnTrainer
+
+    t0 = time.perf_counter()
+    env = gym.make(spec.env_id)
+    agent = DqnAgent.for_env(env, spec.config, seed=seed)
+    run = TrainingRun.create_in(run_dir, spec.name, spec.version)
+    run.write_config(spec.run_config(seed))
+    trainer = DqnTrainer(env, agent, seed=seed, run=run, checkpoint_freq=spec.checkpoint_freq,
+                         keep_checkpoints=spec.keep)  # fmt: skip
+    curve = CurveCallback(t0, on_steps)
+    report = train_and_evaluate(trainer, spec.steps, spec.eval_every, spec.eval_episodes,
+                                [curve])  # fmt: skip
+    result = SeedResult(seed, run.dir, report.mean_reward, trainer.best_eval_reward, curve.curve,
+                        time.perf_counter() - t0)  # fmt: skip
+    atomic_write_text(run.dir / RESULT_FILE, json.dumps(result.to_dict(), indent=1))
+    return result
+
+
+class CurveCallback(LoopCallback):
+    """Records ``(step, mean eval reward, seconds since t0)`` per evaluation; passes on steps.
+
+    Parameters
+    ----------
+    t0 : float
+        ``time.perf_counter()`` when the seed started (before its env was made).
+    on_steps : callable, optional
+        Called with the env steps of every chunk (the parent's progress bar).
+    """
+
+    def __init__(self, t0: float, on_steps: Callable[[int], None] | None = None) -> None:
+        self.t0 = t0
+        self.on_steps = on_steps
+        self.curve: list[tuple[int, float, float]] = []
+
+    def on_chunk(self, trainer: Any, steps: int) -> None:
+        """Pass the chunk's steps to ``on_steps``."""
+        if self.on_steps is not None:
+            self.on_steps(steps)
+
+    def on_eval(self, trainer: Any, report: EvalReport, final: bool) -> None:
+        """Append the evaluation to the curve."""
+        self.curve.append((trainer.agent.total_steps, report.mean_reward,
+                           time.perf_counter() - self.t0))  # fmt: skip
