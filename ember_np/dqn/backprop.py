@@ -67,7 +67,8 @@ def backward(
     # Output layer: dW_L = h^T dQ, db_L = column sums of dQ, dh = dQ W_L^T.
     # dQ is mostly zeros for DQN (only Q(s_i, a_i) enters the loss), so loop
     # over its nonzeros, on transposed (n_actions, n_in) copies so the inner
-    # loops are contiguous and vectorise.
+    # loops are contiguous and vectorise. A distributional head's rows hold
+    # n_atoms nonzeros each: BLAS then (dQ^T h, and dQ W_L^T below).
     last = n_layers - 1
     n_in = sizes[last]
     w_last, _ = layer(params, sizes, p_offs[last], last)
@@ -78,7 +79,12 @@ def backward(
     else:
         h_in = acts[a_offs[last - 1] : a_offs[last - 1] + batch * n_in].reshape((batch, n_in))
     gw_t = np.zeros((n_act, n_in), dtype=params.dtype)
-    for i in range(batch):
+    if atoms > 1:
+        gemm(dq, h_in, gw_t, True, False, 0.0)
+        for i in range(batch):
+            for j in range(n_act):
+                gb[j] += dq[i, j]
+    for i in range(batch if atoms == 1 else 0):
         for j in range(n_act):
             gij = dq[i, j]
             if gij != 0.0:
@@ -162,7 +168,12 @@ def backward(
             for j in range(n_act):
                 w_t[j, k] = w_last[k, j]
     delta = delta_a[: batch * n_in].reshape((batch, n_in))
-    for i in range(batch):
+    if atoms > 1:
+        gemm(dq, w_t, delta, False, False, 0.0)
+        for i in range(batch):
+            for k in range(n_in):
+                delta[i, k] = delta[i, k] if h_in[i, k] > 0.0 else 0.0
+    for i in range(batch if atoms == 1 else 0):
         # dh_i = sum_j dQ[i, j] W_L[:, j]; DQN's rows have one nonzero, taken
         # in one pass (with the ReLU below) as before the split.
         nonzero = 0

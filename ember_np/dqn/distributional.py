@@ -22,8 +22,6 @@ pairs of quantiles for QR-DQN (the distributional counterpart of |TD error|).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ember_np._jit import kernel
@@ -91,25 +89,23 @@ def c51_project(
     all the mass at the clipped reward); m : float64 (n_atoms,), written.
 
     Each atom's return Tz_j = clip(r + discount * z_j, v_min, v_max) sits at
-    b_j = (Tz_j - v_min) / dz; its mass p_j goes to the atoms floor(b_j) and
-    ceil(b_j), in proportion to the nearness (all of it when b_j is an atom).
+    b_j = (Tz_j - v_min) / dz; its mass p_j goes to the atoms l = floor(b_j)
+    and l + 1, in proportion to the nearness: (1 - f) p_j and f p_j, f = b_j - l
+    (all of it to l when b_j is an atom).
     """
     v_min, v_max = support_bounds(sizes)
     dz = support_step(sizes)
+    inv_dz = 1.0 / dz
     n = m.shape[0]
     top = n - 1.0
     m[:] = 0.0
     for j in range(n):
-        tz = reward + discount * (v_min + j * dz)
-        tz = min(max(tz, v_min), v_max)
-        b = min(max((tz - v_min) / dz, 0.0), top)  # (rounding may step past the ends)
-        lo = int(math.floor(b))
-        hi = int(math.ceil(b))
-        if lo == hi:
-            m[lo] += p[j]
-        else:
-            m[lo] += p[j] * (hi - b)
-            m[hi] += p[j] * (b - lo)
+        tz = min(max(reward + discount * (v_min + j * dz), v_min), v_max)
+        b = min(max((tz - v_min) * inv_dz, 0.0), top)  # (rounding may step past the ends)
+        lo = int(b)  # b >= 0: floor
+        frac = b - lo
+        m[lo] += p[j] * (1.0 - frac)
+        m[min(lo + 1, n - 1)] += p[j] * frac  # frac = 0 at the last atom
 
 
 @kernel

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ember_np._jit import kernel
+from ember_np._jit import exact_kernel, kernel
 from ember_np.dqn.head import C51, HEAD_SUFFIX
 
 
@@ -76,25 +76,67 @@ def support_step(sizes: np.ndarray) -> float:
     return (v_max - v_min) / (n_atoms(sizes) - 1)
 
 
+# exp(x) = 2^k e^r, k = round(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2]: Cephes'
+# expf polynomial for e^r (about 1 ulp in float32) and 2^k from its exponent bits.
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+             1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
+
+
+@exact_kernel
+def exp_into(x: np.ndarray, out: np.ndarray, bits: np.ndarray) -> None:
+    """out = exp(x) elementwise, for x in [-87, 88] (smaller x give exp(-87)).
+
+    x, out : float (n,), the same dtype, distinct arrays (in place, LLVM's
+    run-time overlap check sends the loop to its scalar version, 8x slower);
+    bits : int32 (>= n,), scratch.
+    float32: a polynomial that vectorises (libm's expf is one call per value,
+    8x slower), the range reduction in float64 and without fast-math, so
+    that LLVM keeps it as written; float64: ``math.exp`` (finite differences).
+    """
+    n = x.shape[0]
+    if x.itemsize != 4:
+        for i in range(n):
+            out[i] = math.exp(x[i])
+        return
+    f = np.float32
+    c0, c1, c2, c3, c4, c5 = _EXP_POLY
+    for i in range(n):
+        v = min(max(np.float64(x[i]), -87.0), 88.0)
+        k = np.floor(v * _LOG2E + 0.5)
+        r = f(v - k * _LN2)
+        y = (((((f(c0) * r + f(c1)) * r + f(c2)) * r + f(c3)) * r + f(c4)) * r + f(c5)) * (r * r)
+        out[i] = y + r + f(1.0)
+        bits[i] = (np.int32(k) + np.int32(127)) << np.int32(23)
+    scale = bits[:n].view(np.float32)
+    for i in range(n):
+        out[i] *= scale[i]
+
+
 @kernel
 def softmax_into(x: np.ndarray, p: np.ndarray) -> float:
     """p = softmax(x) over one row; returns log(sum(exp(x - max(x)))) + max(x),
     the log-partition (so log p_k = x_k - it).
 
     x : float (n,); p : float (n,), written (any float dtypes). The exponentials
-    run in x's dtype, their sum in float64.
+    run in x's dtype (:func:`exp_into`), their sum in float64.
     """
+    n = x.shape[0]
     mx = x[0]
-    for k in range(1, x.shape[0]):
+    for k in range(1, n):
         mx = max(mx, x[k])
+    shifted = np.empty(2 * n, dtype=x.dtype)
+    e = shifted[n:]
+    for k in range(n):
+        shifted[k] = x[k] - mx
+    exp_into(shifted[:n], e, np.empty(n, dtype=np.int32))
     total = 0.0
-    for k in range(x.shape[0]):
-        e = math.exp(x[k] - mx)
-        p[k] = e
-        total += e
+    for k in range(n):
+        total += e[k]
     inv = 1.0 / total
-    for k in range(x.shape[0]):
-        p[k] *= inv
+    for k in range(n):
+        p[k] = e[k] * inv
     return mx + math.log(total)
 
 
@@ -105,28 +147,36 @@ def expected_q(raw: np.ndarray, sizes: np.ndarray, q: np.ndarray) -> None:
     raw : float (B, n_actions * n_atoms), the output layer (dueling combined);
     q : float (B, n_actions), written. sizes : a distributional network's.
 
-    C51: Q[a] = sum_k softmax(raw[a])_k z_k, with z_k = v_min + k dz (float64)
-    and the sums in float64; QR: Q[a] = mean_k raw[a, k] (summed in float64).
+    C51: Q[a] = sum_k softmax(raw[a])_k z_k, with z_k = v_min + k dz (computed
+    in float64), in raw's dtype; QR: Q[a] = mean_k raw[a, k] (summed in float64).
     """
     n = n_atoms(sizes)
     n_act = q.shape[1]
     if head_kind(sizes) == C51:
         v_min = support_bounds(sizes)[0]
         dz = support_step(sizes)
-        e = np.empty(n, dtype=raw.dtype)
+        z = np.empty(n, dtype=raw.dtype)
+        for k in range(n):
+            z[k] = v_min + k * dz
+        zero = raw.dtype.type(0.0)
+        shifted = np.empty(n_act * n, dtype=raw.dtype)
+        e = np.empty(n_act * n, dtype=raw.dtype)
+        bits = np.empty(n_act * n, dtype=np.int32)
         for i in range(raw.shape[0]):
             for a in range(n_act):
-                block = raw[i, a * n : (a + 1) * n]
-                mx = block[0]
-                for k in range(1, n):
-                    mx = max(mx, block[k])
-                total = 0.0
+                o = a * n
+                mx = raw[i, o]
+                for k in range(o + 1, o + n):
+                    mx = max(mx, raw[i, k])
+                for k in range(o, o + n):
+                    shifted[k] = raw[i, k] - mx
+            exp_into(shifted, e, bits)
+            for a in range(n_act):
+                total = zero
+                mean = zero
                 for k in range(n):
-                    e[k] = math.exp(block[k] - mx)
-                    total += e[k]
-                mean = 0.0
-                for k in range(n):
-                    mean += e[k] * (v_min + k * dz)
+                    total += e[a * n + k]
+                    mean += e[a * n + k] * z[k]
                 q[i, a] = mean / total
         return
     inv = 1.0 / n
