@@ -17,6 +17,70 @@ from ember_np.dqn.mlp import layer, layer_norm_backward, layout
 
 
 @kernel
+def head_backward(
+    params: np.ndarray, grads: np.ndarray, v_off: int, atoms: int, h_in: np.ndarray,
+    dq: np.ndarray, w_last: np.ndarray, gw: np.ndarray, gb: np.ndarray, delta: np.ndarray,
+    hidden: bool,
+) -> None:  # fmt: skip
+    """:func:`backward`'s output layer for a distributional head (atoms > 1), by BLAS.
+
+    params, grads : float (num_params,); v_off : the dueling value head's offset,
+    W_V (n_in, atoms) then b_V (atoms,), or -1; h_in : float (B, n_in), the
+    layer's input; dq : float (B, n_out), n_out = n_actions * atoms; w_last :
+    float (n_in, n_out); gw, gb : its gradient's views, written; delta : float
+    (B, n_in), written with d loss / d(pre-activation of h_in) when ``hidden``.
+
+    dW = h^T dQ, db = column sums of dQ. Dueling, per atom t over the units
+    j = a * atoms + t (x_j = V_t + A_j - mean_a A): dW_V[:, t] = sum_a dW[:, j],
+    db_V[t] = sum_a db_j, dW_A[:, j] = dW[:, j] - dW_V[:, t] / n_actions, and
+    db_A likewise; dh = dQ W_eff^T with W_eff[:, j] = W_A[:, j] - mean_a(W_A[:, j])
+    + W_V[:, t] (plain: W_eff = W), then through ReLU.
+    """
+    n_in = h_in.shape[1]
+    n_out = dq.shape[1]
+    n_act = n_out // atoms
+    gemm(h_in, dq, gw, True, False, 0.0)
+    gb[:] = 0.0
+    for i in range(dq.shape[0]):
+        for j in range(n_out):
+            gb[j] += dq[i, j]
+    w_eff = w_last
+    if v_off >= 0:
+        gw_v = grads[v_off : v_off + n_in * atoms].reshape((n_in, atoms))
+        gb_v = grads[v_off + n_in * atoms : v_off + (n_in + 1) * atoms]
+        w_v = params[v_off : v_off + n_in * atoms].reshape((n_in, atoms))
+        inv_n = params.dtype.type(1.0 / n_act)
+        w_eff = np.empty((n_in, n_out), dtype=params.dtype)
+        for t in range(atoms):
+            s = gb[t]
+            for a in range(1, n_act):
+                s += gb[a * atoms + t]
+            gb_v[t] = s
+            for a in range(n_act):
+                gb[a * atoms + t] -= s * inv_n
+        for k in range(n_in):
+            gw_k = gw[k]
+            w_k = w_last[k]
+            for t in range(atoms):
+                s = gw_k[t]
+                m = w_k[t]
+                for a in range(1, n_act):
+                    s += gw_k[a * atoms + t]
+                    m += w_k[a * atoms + t]
+                gw_v[k, t] = s
+                shift = w_v[k, t] - m * inv_n
+                for a in range(n_act):
+                    gw_k[a * atoms + t] -= s * inv_n
+                    w_eff[k, a * atoms + t] = w_k[a * atoms + t] + shift
+    if not hidden:
+        return
+    gemm(dq, w_eff, delta, False, True, 0.0)  # dh = dQ W_eff^T
+    for i in range(delta.shape[0]):
+        for k in range(n_in):
+            delta[i, k] = delta[i, k] if h_in[i, k] > 0.0 else 0.0
+
+
+@kernel
 def backward(
     params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, acts: np.ndarray, dq: np.ndarray,
     grads: np.ndarray,
@@ -68,7 +132,7 @@ def backward(
     # dQ is mostly zeros for DQN (only Q(s_i, a_i) enters the loss), so loop
     # over its nonzeros, on transposed (n_actions, n_in) copies so the inner
     # loops are contiguous and vectorise. A distributional head's rows hold
-    # n_atoms nonzeros each: BLAS then (dQ^T h, and dQ W_L^T below).
+    # n_atoms nonzeros each: :func:`head_backward` takes them with BLAS.
     last = n_layers - 1
     n_in = sizes[last]
     w_last, _ = layer(params, sizes, p_offs[last], last)
@@ -78,128 +142,91 @@ def backward(
         h_in = obs
     else:
         h_in = acts[a_offs[last - 1] : a_offs[last - 1] + batch * n_in].reshape((batch, n_in))
-    gw_t = np.zeros((n_act, n_in), dtype=params.dtype)
     if atoms > 1:
-        gemm(dq, h_in, gw_t, True, False, 0.0)
+        delta = delta_a[: batch * n_in].reshape((batch, n_in))
+        head_backward(params, grads, v_off, atoms, h_in, dq, w_last, gw, gb, delta, last > 0)
+        if last == 0:
+            return
+    else:
+        gw_t = np.zeros((n_act, n_in), dtype=params.dtype)
         for i in range(batch):
             for j in range(n_act):
-                gb[j] += dq[i, j]
-    for i in range(batch if atoms == 1 else 0):
-        for j in range(n_act):
-            gij = dq[i, j]
-            if gij != 0.0:
-                gb[j] += gij
+                gij = dq[i, j]
+                if gij != 0.0:
+                    gb[j] += gij
+                    row = gw_t[j]
+                    for k in range(n_in):
+                        row[k] += h_in[i, k] * gij
+        # Dueling head (params longer than the plain MLP; the last layer is A and
+        # V's W_V (n_in,), b_V follow at ``p``): Q_j = V + A_j - mean(A). With g a
+        # row of dQ, dLoss/dA_j = g_j - mean(g) and dLoss/dV = sum(g), so from the
+        # sums above (taken as if A were Q): dW_V = sum_j dW[:, j], db_V = sum_j db_j,
+        # dW_A[:, j] = dW[:, j] - dW_V / n and db_A = db - db_V / n. And Q is linear
+        # in h through W_eff[:, j] = W_A[:, j] - mean_j(W_A) + W_V, which gives dh
+        # below from the same sparse dQ (no dense dA rows).
+        dueling = v_off >= 0
+        if dueling:
+            gw_v = grads[p : p + n_in]
+            gw_v[:] = 0.0
+            gb_v = gb[0]
+            for j in range(1, n_act):
+                gb_v += gb[j]
+            for j in range(n_act):
                 row = gw_t[j]
                 for k in range(n_in):
-                    row[k] += h_in[i, k] * gij
-    # Dueling head (the last layer is A and V's W_V (n_in, atoms), b_V (atoms,)
-    # follow at ``p``; a plain Q head has one atom): Q_j = V + A_j - mean(A),
-    # per atom t over the units j = a * atoms + t. With g a row of dQ,
-    # dLoss/dA_j = g_j - mean_a(g) and dLoss/dV_t = sum_a(g), so from the sums
-    # above (taken as if A were Q): dW_V[:, t] = sum_a dW[:, j], db_V[t] =
-    # sum_a db_j, dW_A[:, j] = dW[:, j] - dW_V[:, t] / n_actions and db_A =
-    # db - db_V / n_actions. And Q is linear in h through W_eff[:, j] =
-    # W_A[:, j] - mean_a(W_A[:, j]) + W_V[:, t], which gives dh below from the
-    # same sparse dQ (no dense dA rows). One atom (a plain Q head) keeps its own
-    # loops: the general ones, compiled with fast-math, round its sums differently.
-    dueling = v_off >= 0
-    n_heads = n_act // atoms  # the actions
-    if dueling and atoms == 1:
-        gw_v1 = grads[p : p + n_in]
-        gw_v1[:] = 0.0
-        gb_v1 = gb[0]
-        for j in range(1, n_act):
-            gb_v1 += gb[j]
-        for j in range(n_act):
-            row = gw_t[j]
-            for k in range(n_in):
-                gw_v1[k] += row[k]
-        grads[p + n_in] = gb_v1
-        inv_n = params.dtype.type(1.0 / n_act)
-        for j in range(n_act):
-            gb[j] -= gb_v1 * inv_n
-            row = gw_t[j]
-            for k in range(n_in):
-                row[k] -= gw_v1[k] * inv_n
-    elif dueling:
-        gw_v = grads[p : p + n_in * atoms].reshape((n_in, atoms))
-        gw_v[:, :] = 0.0
-        gb_v = grads[p + n_in * atoms : p + (n_in + 1) * atoms]
-        for t in range(atoms):
-            s = gb[t]
-            for a in range(1, n_heads):
-                s += gb[a * atoms + t]
-            gb_v[t] = s
-        for j in range(n_act):
-            t = j % atoms
-            row = gw_t[j]
-            for k in range(n_in):
-                gw_v[k, t] += row[k]
-        inv_n = params.dtype.type(1.0 / n_heads)
-        for j in range(n_act):
-            t = j % atoms
-            gb[j] -= gb_v[t] * inv_n
-            row = gw_t[j]
-            for k in range(n_in):
-                row[k] -= gw_v[k, t] * inv_n
-    for k in range(n_in):
-        for j in range(n_act):
-            gw[k, j] = gw_t[j, k]
-    if last == 0:
-        return
-    w_t = gw_t  # reuse the scratch for W_L transposed (W_eff for a dueling head)
-    for k in range(n_in):
-        if dueling and atoms == 1:
-            mean = w_last[k, 0]
-            for j in range(1, n_act):
-                mean += w_last[k, j]
-            shift = params[p + k] - mean / n_act
+                    gw_v[k] += row[k]
+            grads[p + n_in] = gb_v
+            inv_n = params.dtype.type(1.0 / n_act)
             for j in range(n_act):
-                w_t[j, k] = w_last[k, j] + shift
-        elif dueling:
-            for t in range(atoms):
-                mean = w_last[k, t]
-                for a in range(1, n_heads):
-                    mean += w_last[k, a * atoms + t]
-                shift = params[p + k * atoms + t] - mean / n_heads
-                for a in range(n_heads):
-                    w_t[a * atoms + t, k] = w_last[k, a * atoms + t] + shift
-        else:
-            for j in range(n_act):
-                w_t[j, k] = w_last[k, j]
-    delta = delta_a[: batch * n_in].reshape((batch, n_in))
-    if atoms > 1:
-        gemm(dq, w_t, delta, False, False, 0.0)
-        for i in range(batch):
-            for k in range(n_in):
-                delta[i, k] = delta[i, k] if h_in[i, k] > 0.0 else 0.0
-    for i in range(batch if atoms == 1 else 0):
-        # dh_i = sum_j dQ[i, j] W_L[:, j]; DQN's rows have one nonzero, taken
-        # in one pass (with the ReLU below) as before the split.
-        nonzero = 0
-        j_last = 0
-        for j in range(n_act):
-            if dq[i, j] != 0.0:
-                nonzero += 1
-                j_last = j
-        row = delta[i]
-        if nonzero <= 1:
-            gij = dq[i, j_last]
-            w_row = w_t[j_last]
-            for k in range(n_in):
-                # dh through ReLU: zero where the activation was clipped at 0.
-                v = gij * w_row[k]
-                row[k] = v if h_in[i, k] > 0.0 else 0.0
-            continue
-        row[:] = 0.0
-        for j in range(n_act):
-            gij = dq[i, j]
-            if gij != 0.0:
-                w_row = w_t[j]
+                gb[j] -= gb_v * inv_n
+                row = gw_t[j]
                 for k in range(n_in):
-                    row[k] += gij * w_row[k]
+                    row[k] -= gw_v[k] * inv_n
         for k in range(n_in):
-            row[k] = row[k] if h_in[i, k] > 0.0 else 0.0
+            for j in range(n_act):
+                gw[k, j] = gw_t[j, k]
+        if last == 0:
+            return
+        w_t = gw_t  # reuse the scratch for W_L transposed (W_eff for a dueling head)
+        for k in range(n_in):
+            if dueling:
+                mean = w_last[k, 0]
+                for j in range(1, n_act):
+                    mean += w_last[k, j]
+                shift = params[p + k] - mean / n_act
+                for j in range(n_act):
+                    w_t[j, k] = w_last[k, j] + shift
+            else:
+                for j in range(n_act):
+                    w_t[j, k] = w_last[k, j]
+        delta = delta_a[: batch * n_in].reshape((batch, n_in))
+        for i in range(batch):
+            # dh_i = sum_j dQ[i, j] W_L[:, j]; DQN's rows have one nonzero, taken
+            # in one pass (with the ReLU below) as before the split.
+            nonzero = 0
+            j_last = 0
+            for j in range(n_act):
+                if dq[i, j] != 0.0:
+                    nonzero += 1
+                    j_last = j
+            row = delta[i]
+            if nonzero <= 1:
+                gij = dq[i, j_last]
+                w_row = w_t[j_last]
+                for k in range(n_in):
+                    # dh through ReLU: zero where the activation was clipped at 0.
+                    v = gij * w_row[k]
+                    row[k] = v if h_in[i, k] > 0.0 else 0.0
+                continue
+            row[:] = 0.0
+            for j in range(n_act):
+                gij = dq[i, j]
+                if gij != 0.0:
+                    w_row = w_t[j]
+                    for k in range(n_in):
+                        row[k] += gij * w_row[k]
+            for k in range(n_in):
+                row[k] = row[k] if h_in[i, k] > 0.0 else 0.0
 
     # Hidden layers, from the top down: delta is dLoss/d(pre-activation)
     # (with LayerNorm, first taken back through it from dLoss/d(its output)).

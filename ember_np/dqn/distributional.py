@@ -117,9 +117,11 @@ def c51_targets(
     discount. target_out : float (B, n_actions * n_atoms); best : int64 (B,)."""
     n = m.shape[1]
     p = np.empty(n, dtype=np.float64)
+    scratch = np.empty(2 * n, dtype=target_out.dtype)
+    bits = np.empty(n, dtype=np.int32)
     for i in range(m.shape[0]):
         a = best[i]
-        softmax_into(target_out[i, a * n : (a + 1) * n], p)
+        softmax_into(target_out[i, a * n : (a + 1) * n], p, scratch, bits)
         c51_project(p, batch.rewards[i], batch.discounts[i], sizes, m[i])
 
 
@@ -159,13 +161,15 @@ def c51_grad(
     weighted = per.weights.shape[0] > 0
     write_td = per.td_errors.shape[0] > 0
     p = np.empty(n, dtype=np.float64)
+    scratch = np.empty(2 * n, dtype=out.dtype)
+    bits = np.empty(n, dtype=np.int32)
     dq[:, :] = 0.0
     inv_b = 1.0 / batch_size
     loss = 0.0
     for i in range(batch_size):
         o = actions[i] * n
         x = out[i, o : o + n]
-        log_z = softmax_into(x, p)
+        log_z = softmax_into(x, p, scratch, bits)
         ce = 0.0
         for k in range(n):
             ce -= m[i, k] * (x[k] - log_z)
@@ -223,16 +227,18 @@ def qr_grad(
             tau = dt((2.0 * j + 1.0) * 0.5 * inv_n)
             lj = zero
             gj = zero
-            aj = zero
             for jp in range(n):
                 u = ti[jp] - theta
                 c = min(max(u, -k), k)
                 wgt = one - tau if u < zero else tau
                 lj += wgt * c * (u - half * c)
                 gj += wgt * c
-                aj += abs(u)
+            if write_td:  # (its own loop: without priorities the pair loop does less)
+                aj = zero
+                for jp in range(n):
+                    aj += abs(ti[jp] - theta)
+                spread += aj
             sample += lj
-            spread += aj
             dq[i, o + j] = scale * (gj * inv_k)
         sample *= inv_n / kappa
         if write_td:
@@ -299,10 +305,12 @@ def head_outputs_checked(
     off = forward_into(params, sizes, x, acts)
     raw = acts[off : off + batch_size * n_act * n].reshape((batch_size, n_act, n))
     c51 = head_kind(sizes) == C51
+    scratch = np.empty(2 * n, dtype=raw.dtype)
+    bits = np.empty(n, dtype=np.int32)
     for i in range(batch_size):
         for a in range(n_act):
             if c51:
-                softmax_into(raw[i, a], out[i, a])
+                softmax_into(raw[i, a], out[i, a], scratch, bits)
             else:
                 out[i, a, :] = raw[i, a]
     return -1

@@ -77,9 +77,11 @@ def support_step(sizes: np.ndarray) -> float:
 
 
 # exp(x) = 2^k e^r, k = round(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2]: Cephes'
-# expf polynomial for e^r (about 1 ulp in float32) and 2^k from its exponent bits.
+# expf polynomial for e^r (about 1 ulp in float32) and 2^k from its exponent bits;
+# k ln 2 is subtracted in two parts (Cody and Waite), the first exact in float32.
 _LOG2E = 1.4426950408889634
-_LN2 = 0.6931471805599453
+_LN2_HI = 0.693359375
+_LN2_LO = -2.12194440e-4
 _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
              1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
 
@@ -92,8 +94,8 @@ def exp_into(x: np.ndarray, out: np.ndarray, bits: np.ndarray) -> None:
     run-time overlap check sends the loop to its scalar version, 8x slower);
     bits : int32 (>= n,), scratch.
     float32: a polynomial that vectorises (libm's expf is one call per value,
-    8x slower), the range reduction in float64 and without fast-math, so
-    that LLVM keeps it as written; float64: ``math.exp`` (finite differences).
+    8x slower), compiled without fast-math so that LLVM keeps the two-part
+    range reduction as written; float64: ``math.exp`` (finite differences).
     """
     n = x.shape[0]
     if x.itemsize != 4:
@@ -102,10 +104,13 @@ def exp_into(x: np.ndarray, out: np.ndarray, bits: np.ndarray) -> None:
         return
     f = np.float32
     c0, c1, c2, c3, c4, c5 = _EXP_POLY
+    lo = f(-87.0)
+    hi = f(88.0)
     for i in range(n):
-        v = min(max(np.float64(x[i]), -87.0), 88.0)
-        k = np.floor(v * _LOG2E + 0.5)
-        r = f(v - k * _LN2)
+        v = x[i]
+        v = lo if v < lo else (hi if v > hi else v)
+        k = np.floor(v * f(_LOG2E) + f(0.5))
+        r = (v - k * f(_LN2_HI)) - k * f(_LN2_LO)
         y = (((((f(c0) * r + f(c1)) * r + f(c2)) * r + f(c3)) * r + f(c4)) * r + f(c5)) * (r * r)
         out[i] = y + r + f(1.0)
         bits[i] = (np.int32(k) + np.int32(127)) << np.int32(23)
@@ -115,22 +120,23 @@ def exp_into(x: np.ndarray, out: np.ndarray, bits: np.ndarray) -> None:
 
 
 @kernel
-def softmax_into(x: np.ndarray, p: np.ndarray) -> float:
+def softmax_into(x: np.ndarray, p: np.ndarray, scratch: np.ndarray, bits: np.ndarray) -> float:
     """p = softmax(x) over one row; returns log(sum(exp(x - max(x)))) + max(x),
     the log-partition (so log p_k = x_k - it).
 
-    x : float (n,); p : float (n,), written (any float dtypes). The exponentials
-    run in x's dtype (:func:`exp_into`), their sum in float64.
+    x : float (n,); p : float (n,), written (any float dtypes); scratch : x's
+    dtype, (>= 2n,); bits : int32 (>= n,). The exponentials run in x's dtype
+    (:func:`exp_into`), their sum in float64.
     """
     n = x.shape[0]
     mx = x[0]
     for k in range(1, n):
         mx = max(mx, x[k])
-    shifted = np.empty(2 * n, dtype=x.dtype)
-    e = shifted[n:]
+    shifted = scratch[:n]
+    e = scratch[n : 2 * n]
     for k in range(n):
         shifted[k] = x[k] - mx
-    exp_into(shifted[:n], e, np.empty(n, dtype=np.int32))
+    exp_into(shifted, e, bits)
     total = 0.0
     for k in range(n):
         total += e[k]
