@@ -136,8 +136,6 @@ def test_plain_network_has_no_distribution():
 
 
 def test_c51_projection_matches_slow_reference():
-    head = DistributionalHead("c51", 11, -2.0, 3.0)
-    sizes = np.asarray(QNetwork((2, 4, 2), head=head).sizes_array)
     rng = np.random.default_rng(0)
     # inside, below, above and at the support; discount 0 (terminal), 1, n-step
     rewards = [0.3, -7.0, 9.0, -2.0, 3.0, 0.5, 1.25, 0.0]
@@ -145,7 +143,7 @@ def test_c51_projection_matches_slow_reference():
     for r, d in zip(rewards, discounts):
         p = rng.dirichlet(np.ones(11))
         m = np.empty(11)
-        c51_project(p, r, d, sizes, m)
+        c51_project(p, r, d, -2.0, 3.0, m)
         np.testing.assert_allclose(m, naive.c51_project(p, r, d, -2.0, 3.0), atol=1e-12)
         assert m.sum() == pytest.approx(1.0, abs=1e-12) and m.min() >= 0.0
         if d == 0.0:  # terminal: all the mass at the clipped reward's two atoms
@@ -153,9 +151,9 @@ def test_c51_projection_matches_slow_reference():
             assert m @ np.linspace(-2.0, 3.0, 11) == pytest.approx(z, abs=1e-12)
             assert np.count_nonzero(m) <= 2
     m = np.empty(11)
-    c51_project(np.full(11, 1 / 11), 100.0, 0.9, sizes, m)  # far above: all at v_max
+    c51_project(np.full(11, 1 / 11), 100.0, 0.9, -2.0, 3.0, m)  # far above: all at v_max
     np.testing.assert_allclose(m, np.eye(11)[-1], atol=1e-12)
-    c51_project(np.full(11, 1 / 11), -100.0, 0.9, sizes, m)
+    c51_project(np.full(11, 1 / 11), -100.0, 0.9, -2.0, 3.0, m)
     np.testing.assert_allclose(m, np.eye(11)[0], atol=1e-12)
 
 

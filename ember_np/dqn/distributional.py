@@ -34,7 +34,6 @@ from ember_np.dqn.head_kernels import (
     n_atoms,
     softmax_into,
     support_bounds,
-    support_step,
 )  # fmt: skip
 from ember_np.dqn.mlp import acts_size, argmax, argmax_packed, first_nonfinite_row, forward_into
 from ember_np.dqn.update_types import NetState, PerSample, UpdateSettings
@@ -80,23 +79,23 @@ def next_actions(
 
 @kernel
 def c51_project(
-    p: np.ndarray, reward: float, discount: float, sizes: np.ndarray, m: np.ndarray
+    p: np.ndarray, reward: float, discount: float, v_min: float, v_max: float, m: np.ndarray
 ) -> None:
     """The categorical projection of C51 (Bellemare et al. 2017, Algorithm 1).
 
     p : float (n_atoms,), the next state's probabilities; reward, discount :
     float (discount = gamma^m * mask: 0 for a terminal transition, which puts
-    all the mass at the clipped reward); m : float64 (n_atoms,), written.
+    all the mass at the clipped reward); v_min < v_max : float, the support's
+    ends (:func:`support_bounds`); m : float64 (n_atoms,), written.
 
     Each atom's return Tz_j = clip(r + discount * z_j, v_min, v_max) sits at
     b_j = (Tz_j - v_min) / dz; its mass p_j goes to the atoms l = floor(b_j)
     and l + 1, in proportion to the nearness: (1 - f) p_j and f p_j, f = b_j - l
     (all of it to l when b_j is an atom).
     """
-    v_min, v_max = support_bounds(sizes)
-    dz = support_step(sizes)
-    inv_dz = 1.0 / dz
     n = m.shape[0]
+    dz = (v_max - v_min) / (n - 1)  # as support_step
+    inv_dz = 1.0 / dz
     top = n - 1.0
     m[:] = 0.0
     for j in range(n):
@@ -119,10 +118,11 @@ def c51_targets(
     p = np.empty(n, dtype=np.float64)
     scratch = np.empty(2 * n, dtype=target_out.dtype)
     bits = np.empty(n, dtype=np.int32)
+    v_min, v_max = support_bounds(sizes)
     for i in range(m.shape[0]):
         a = best[i]
         softmax_into(target_out[i, a * n : (a + 1) * n], p, scratch, bits)
-        c51_project(p, batch.rewards[i], batch.discounts[i], sizes, m[i])
+        c51_project(p, batch.rewards[i], batch.discounts[i], v_min, v_max, m[i])
 
 
 @kernel

@@ -13,6 +13,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from ember_np._jit import exact_kernel, kernel
 from ember_np.dqn.head import C51, HEAD_SUFFIX
@@ -61,12 +64,23 @@ def n_actions(sizes: np.ndarray) -> int:
     return sizes[n_layers(sizes)] // n_atoms(sizes)
 
 
+@intrinsic
+def _float_of_bits(typingctx, bits):  # noqa: ANN001, ANN202
+    """The float64 whose bits are the int64 ``bits`` (an LLVM bitcast: no code)."""
+    if bits != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
 @kernel
 def support_bounds(sizes: np.ndarray) -> tuple:
     """(v_min, v_max) of a C51 head, float64 (stored as their bits in ``sizes``)."""
     n = sizes.shape[0]
-    v = sizes[n - 2 : n].view(np.float64)
-    return v[0], v[1]
+    return _float_of_bits(sizes[n - 2]), _float_of_bits(sizes[n - 1])
 
 
 @kernel
