@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,9 +48,12 @@ HEAD_KINDS = {"c51": C51, "qr": QR}
 HEAD_SUFFIX = 5
 
 
-@dataclass(frozen=True)
 class DistributionalHead:
     """A distributional value head: what the network's outputs per action are.
+
+    Immutable and compared by value. (A plain class, not a dataclass: the NumPy
+    deploy path reads it, and ``dataclasses`` would add ``inspect`` to that
+    path's imports.)
 
     Parameters
     ----------
@@ -64,38 +66,56 @@ class DistributionalHead:
         C51's support bounds, finite, ``v_min < v_max``; not used by QR (0).
     """
 
+    __slots__ = ("kind", "n_atoms", "v_min", "v_max")
     kind: str
     n_atoms: int
-    v_min: float = 0.0
-    v_max: float = 0.0
+    v_min: float
+    v_max: float
 
-    def __post_init__(self) -> None:
-        if self.kind not in HEAD_KINDS:
-            raise ValueError(
-                f"distributional must be None, 'c51' or 'qr', got {self.kind!r}"
-            )
-        low = 2 if self.kind == "c51" else 1
-        n = self.n_atoms
+    def __init__(self, kind: str, n_atoms: int, v_min: float = 0.0, v_max: float = 0.0) -> None:
+        if kind not in HEAD_KINDS:
+            raise ValueError(f"distributional must be None, 'c51' or 'qr', got {kind!r}")
+        low = 2 if kind == "c51" else 1
+        n = n_atoms
         if not isinstance(n, numbers.Integral) or isinstance(n, bool) or not low <= n <= 2**20:
-            what = "n_atoms" if self.kind == "c51" else "n_quantiles"
+            what = "n_atoms" if kind == "c51" else "n_quantiles"
             raise ValueError(f"{what} must be an integer in [{low}, 2**20], got {n!r}")
-        object.__setattr__(self, "n_atoms", int(n))
-        if self.kind == "qr":
-            object.__setattr__(self, "v_min", 0.0)
-            object.__setattr__(self, "v_max", 0.0)
-            return
-        for name in ("v_min", "v_max"):
-            v = getattr(self, name)
-            if not isinstance(v, numbers.Real) or isinstance(v, bool) or not math.isfinite(v):
-                raise ValueError(f"{name} must be a finite number, got {v!r}")
-            if abs(v) > 1e30:
-                raise ValueError(f"{name} must be within +-1e30 (float32 returns), got {v!r}")
-            object.__setattr__(self, name, float(v))
-        if not self.v_min < self.v_max:
-            raise ValueError(
-                f"v_min must be < v_max (the support of C51's returns), got v_min {self.v_min} "
-                f"and v_max {self.v_max}"
-            )
+        bounds = (0.0, 0.0)
+        if kind == "c51":
+            for name, v in (("v_min", v_min), ("v_max", v_max)):
+                if not isinstance(v, numbers.Real) or isinstance(v, bool) or not math.isfinite(v):
+                    raise ValueError(f"{name} must be a finite number, got {v!r}")
+                if abs(v) > 1e30:
+                    raise ValueError(f"{name} must be within +-1e30 (float32 returns), got {v!r}")
+            if not v_min < v_max:
+                raise ValueError(
+                    f"v_min must be < v_max (the support of C51's returns), got v_min {v_min} "
+                    f"and v_max {v_max}"
+                )
+            bounds = (float(v_min), float(v_max))
+        for name, value in zip(self.__slots__, (kind, int(n), *bounds)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a DistributionalHead is immutable (cannot set {name!r})")
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.kind, self.n_atoms, self.v_min, self.v_max)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DistributionalHead):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"DistributionalHead(kind={self.kind!r}, n_atoms={self.n_atoms}, "
+                f"v_min={self.v_min!r}, v_max={self.v_max!r})")  # fmt: skip
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DistributionalHead, self._key())
 
     @property
     def code(self) -> int:

@@ -17,7 +17,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from ember_np._jit import exact_kernel, kernel
+from ember_np._jit import kernel
 from ember_np.dqn.head import C51, HEAD_SUFFIX
 
 
@@ -92,15 +92,15 @@ def support_step(sizes: np.ndarray) -> float:
 
 # exp(x) = 2^k e^r, k = round(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2]: Cephes'
 # expf polynomial for e^r (about 1 ulp in float32) and 2^k from its exponent bits;
-# k ln 2 is subtracted in two parts (Cody and Waite), the first exact in float32.
+# r is computed in float64, one rounding (fast-math could merge the two float32
+# parts of Cody and Waite's reduction into one product, and lose its precision).
 _LOG2E = 1.4426950408889634
-_LN2_HI = 0.693359375
-_LN2_LO = -2.12194440e-4
+_LN2 = 0.6931471805599453
 _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
              1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
 
 
-@exact_kernel
+@kernel
 def exp_into(x: np.ndarray, out: np.ndarray, bits: np.ndarray) -> None:
     """out = exp(x) elementwise, for x in [-87, 88] (smaller x give exp(-87)).
 
@@ -108,8 +108,7 @@ def exp_into(x: np.ndarray, out: np.ndarray, bits: np.ndarray) -> None:
     run-time overlap check sends the loop to its scalar version, 8x slower);
     bits : int32 (>= n,), scratch.
     float32: a polynomial that vectorises (libm's expf is one call per value,
-    8x slower), compiled without fast-math so that LLVM keeps the two-part
-    range reduction as written; float64: ``math.exp`` (finite differences).
+    8x slower); float64: ``math.exp`` (finite differences).
     """
     n = x.shape[0]
     if x.itemsize != 4:
@@ -124,7 +123,7 @@ def exp_into(x: np.ndarray, out: np.ndarray, bits: np.ndarray) -> None:
         v = x[i]
         v = lo if v < lo else (hi if v > hi else v)
         k = np.floor(v * f(_LOG2E) + f(0.5))
-        r = (v - k * f(_LN2_HI)) - k * f(_LN2_LO)
+        r = f(np.float64(v) - np.float64(k) * _LN2)
         y = (((((f(c0) * r + f(c1)) * r + f(c2)) * r + f(c3)) * r + f(c4)) * r + f(c5)) * (r * r)
         out[i] = y + r + f(1.0)
         bits[i] = (np.int32(k) + np.int32(127)) << np.int32(23)
