@@ -18,6 +18,7 @@ from conftest import BATCH, SETTINGS, filled_buffer
 from streams import fill
 
 from ember_np import CircularBuffer, QNetwork, UpdateOptions
+from ember_np.dqn.head import DistributionalHead
 
 
 @pytest.mark.parametrize("setting", ["S1", "S2"])
@@ -40,6 +41,26 @@ def test_update(benchmark, setting, dueling, layer_norm, buffer, rng):
     benchmark.extra_info["layer_sizes"] = SETTINGS[setting]
     benchmark.extra_info["dueling"] = dueling
     benchmark.extra_info["layer_norm"] = layer_norm
+    benchmark(net.update, batch, target, options)
+
+
+HEADS = {"plain": None, "c51": DistributionalHead("c51", 51, -10.0, 10.0),
+         "qr": DistributionalHead("qr", 50)}  # fmt: skip
+
+
+@pytest.mark.parametrize("head", list(HEADS))
+def test_update_head(benchmark, head, buffer, rng):
+    """One S1 update of each value head: plain Q, C51 (51 atoms), QR-DQN (50 quantiles).
+
+    Issue 26's bar: a C51 or QR update takes at most 3x the plain one (run side
+    by side: ``pytest bench -k update_head``).
+    """
+    net = QNetwork(SETTINGS["S1"], seed=0, head=HEADS[head])
+    target = net.copy()
+    batch = buffer.sample(BATCH, rng)
+    options = UpdateOptions(gamma=0.99, learning_rate=1e-4, max_grad_norm=10.0)
+    net.update(batch, target, options)  # compile / load outside the timed region
+    benchmark.extra_info["head"] = head
     benchmark(net.update, batch, target, options)
 
 

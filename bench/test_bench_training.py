@@ -49,6 +49,22 @@ def test_train_step(benchmark, prioritized):
     benchmark(agent.train_steps, 1)
 
 
+@pytest.mark.parametrize("head", [None, "c51", "qr"], ids=["plain", "c51", "qr"])
+def test_train_step_head(benchmark, head):
+    """One S1 training step (sample 64 + update) of each value head: plain Q,
+    C51 (51 atoms), QR-DQN (50 quantiles).
+
+    Issue 26's bar: the C51 and QR steps take at most 3x the plain one (side
+    by side: ``pytest bench -k train_step_head``).
+    """
+    config = CONFIGS["S1"].replace(distributional=head, n_atoms=51, n_quantiles=50)
+    agent = DqnAgent.for_env(gym.make("CartPole-v1"), config, seed=0)
+    fill(agent.buffer, config.buffer_capacity, 4)
+    agent.train_steps(1)  # compile / load outside the timed region
+    benchmark.extra_info["head"] = head or "plain"
+    benchmark(agent.train_steps, 1)
+
+
 def test_trainer_overhead(benchmark):
     """Per-step cost of everything but env.step and the update.
 

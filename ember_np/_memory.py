@@ -47,7 +47,7 @@ def format_bytes(n: int) -> str:
 
 def network_bytes(
     layer_sizes: Sequence[int], batch_size: int = 1, dueling: bool = False,
-    layer_norm: bool = False, networks: int = 1,
+    layer_norm: bool = False, networks: int = 1, atoms: int = 1,
 ) -> int:  # fmt: skip
     """Bytes a Q-network of ``layer_sizes`` takes while it learns, before any is allocated.
 
@@ -57,11 +57,13 @@ def network_bytes(
     target adds 1); then the activations of one ``batch_size`` update, kept
     for the backward pass (every layer's output; with LayerNorm also its
     normalised values and 1 / std), for the online and target forward passes.
+    ``atoms``: a distributional head's outputs per action (1 for a plain Q head).
     """
     sizes = [int(s) for s in layer_sizes]
+    sizes[-1] *= atoms
     n = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
     if dueling and len(sizes) >= 3:
-        n += sizes[-2] + 1
+        n += (sizes[-2] + 1) * atoms
     if layer_norm:
         n += 2 * sum(sizes[1:-1])
     acts = sum(sizes[1:]) + (sum(s + 1 for s in sizes[1:-1]) if layer_norm else 0)
@@ -71,14 +73,14 @@ def network_bytes(
 
 def check_network_memory(
     layer_sizes: Sequence[int], batch_size: int = 1, dueling: bool = False,
-    layer_norm: bool = False, networks: int = 1,
+    layer_norm: bool = False, networks: int = 1, atoms: int = 1,
 ) -> None:  # fmt: skip
     """Raise ValueError when :func:`network_bytes` exceeds the memory available.
 
     The message says what the network needs, what is free, and to narrow
     ``hidden_sizes`` (or ``batch_size`` when the activations dominate).
     """
-    need = network_bytes(layer_sizes, batch_size, dueling, layer_norm, networks)
+    need = network_bytes(layer_sizes, batch_size, dueling, layer_norm, networks, atoms)
     free = available_memory()
     if free is None or need <= free:
         return

@@ -41,6 +41,7 @@ from ember_np._npz import (
     data_start,
     end_of_central_directory,
 )
+from ember_np.dqn.head import DistributionalHead
 
 __all__ = [
     "AgentKeys", "ArrayInfo", "CheckpointError", "atomic_write", "inspect_archive",
@@ -86,6 +87,7 @@ class AgentKeys:
     TARGET = "target/"  # prefix of the target network's w<i>, b<i>
     BUFFER = "buffer/"  # prefix of the replay buffer's state_dict() keys (optional)
     LAYER_NORM = "online/layer_norm"  # bool scalar: LayerNorm (absent in older files: none)
+    HEAD = "online/distributional"  # JSON text: a distributional head (absent: a plain Q head)
 
     @staticmethod
     def weight(prefix: str, layer: int) -> str:
@@ -118,6 +120,21 @@ def layer_norm_flag(state: Any, key: str = "layer_norm") -> bool:
     """Whether a network state has LayerNorm after its hidden layers: the rule
     of :func:`dueling_flag` (absent in states written before LayerNorm: False)."""
     return dueling_flag(state, key)
+
+
+def head_of_state(state: Any, key: str = "distributional") -> DistributionalHead | None:
+    """The distributional head a network state records (JSON text under ``key``:
+    ``DistributionalHead.to_dict()``), or None for a plain Q head (no ``key``).
+    Raises ValueError on a malformed entry."""
+    if key not in state:
+        return None
+    text = np.asarray(state[key])
+    if text.dtype.kind != "U" or text.shape != ():
+        raise ValueError(f"{key!r}: expected JSON text, found {text.dtype} of shape {text.shape}")
+    try:
+        return DistributionalHead.from_dict(json.loads(str(text[()])))
+    except (json.JSONDecodeError, ValueError, TypeError) as exc:
+        raise ValueError(f"{key!r}: not a distributional head ({exc})") from None
 
 
 def layer_norm_name(layer_norm: bool) -> str:
@@ -458,6 +475,13 @@ class Reader:
         """Whether the checkpoint's network has LayerNorm (:func:`layer_norm_flag`)."""
         try:
             return layer_norm_flag(self.arrays, AgentKeys.LAYER_NORM)
+        except ValueError as exc:
+            raise self.error(str(exc)) from None
+
+    def head(self) -> DistributionalHead | None:
+        """The checkpoint's distributional head, None for a plain Q head (:func:`head_of_state`)."""
+        try:
+            return head_of_state(self.arrays, AgentKeys.HEAD)
         except ValueError as exc:
             raise self.error(str(exc)) from None
 

@@ -6,6 +6,12 @@ as they are) with a ``Relu`` after each hidden one::
 
     obs (batch, obs_size) -> Gemm -> Relu -> ... -> Gemm -> q_values (batch, n_actions), float32
 
+A distributional head (C51, QR-DQN) ends in its outputs per action (dueling:
+per atom), reshaped to ``(batch, n_actions, n_atoms)``, then a second output
+``distribution`` (C51: ``Softmax`` over the atoms; QR: the quantiles) and
+``q_values`` its expected value (C51: ``MatMul`` with the support; QR:
+``ReduceMean``); the head is in the ``distributional`` metadata.
+
 ``batch`` is a dynamic dimension. The greedy action is
 ``action_offset + argmax(q_values)`` (the first maximum on ties, as
 ``DqnPolicy.act``). Everything a caller needs to feed the model and read its
@@ -101,7 +107,8 @@ def policy_to_onnx(
         if l == n_dense:  # the value head, fed by the same last hidden layer
             nodes.append(helper.make_node("Gemm", [h, f"w{l}", f"b{l}"], ["value"], name="value"))
             break
-        z = ("advantage" if policy.dueling else "q_values") if last else f"z{l}"
+        out = "outputs" if policy.head is not None else "q_values"
+        z = ("advantage" if policy.dueling else out) if last else f"z{l}"
         # Gemm: Y = alpha * A @ B + beta * C with alpha = beta = 1, no transposes.
         nodes.append(helper.make_node("Gemm", [h, f"w{l}", f"b{l}"], [z], name=f"dense{l}"))
         if not last:
@@ -122,7 +129,14 @@ def policy_to_onnx(
                 ("ln_tiny", np.finfo(f32).tiny),
             )
         ]  # fmt: skip
-    if policy.dueling:  # Q = V + (A - mean_a A); V (batch, 1) broadcasts over actions
+    outputs = [helper.make_tensor_value_info("q_values", TensorProto.FLOAT, ["batch", sizes[-1]])]
+    if policy.head is not None:  # (batch, n_actions, n_atoms), then the expected values
+        head_nodes, head_inits = _head_nodes(helper, numpy_helper, policy)
+        nodes += head_nodes
+        initializers += head_inits
+        outputs.append(helper.make_tensor_value_info(
+            "distribution", TensorProto.FLOAT, ["batch", sizes[-1], policy.head.n_atoms]))
+    elif policy.dueling:  # Q = V + (A - mean_a A); V (batch, 1) broadcasts over actions
         nodes += [
             helper.make_node("ReduceMean", ["advantage"], ["advantage_mean"], axes=[1],
                              keepdims=1, name="advantage_mean"),
@@ -134,7 +148,7 @@ def policy_to_onnx(
         nodes,
         "ember_np_dqn_policy",
         [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", sizes[0]])],
-        [helper.make_tensor_value_info("q_values", TensorProto.FLOAT, ["batch", sizes[-1]])],
+        outputs,
         initializers,
     )
     from ember_np import __version__
@@ -158,6 +172,7 @@ def policy_to_onnx(
             "layer_sizes": json.dumps(list(sizes)),
             "dueling": json.dumps(policy.dueling),
             "layer_norm": json.dumps(policy.layer_norm),
+            "distributional": json.dumps(None if policy.head is None else policy.head.to_dict()),
             "action_masks": json.dumps(
                 _trained_with_masks(source) if action_masks is None else bool(action_masks)
             ),
@@ -169,6 +184,45 @@ def policy_to_onnx(
     )
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _head_nodes(helper: Any, numpy_helper: Any, policy: DqnPolicy) -> tuple[list, list]:
+    """Nodes and initializers from a distributional head's last layer ("outputs", or
+    "advantage" and "value" when dueling) to "distribution" and "q_values"."""
+    head = policy.head
+    assert head is not None
+    n_act, n = policy.layer_sizes[-1], head.n_atoms
+    inits = [numpy_helper.from_array(np.array([-1, n_act, n], np.int64), "head_shape")]
+    if policy.dueling:  # per atom: x[a, k] = V[k] + A[a, k] - mean_a A[a, k]
+        inits.append(numpy_helper.from_array(np.array([-1, 1, n], np.int64), "value_shape"))
+        nodes = [
+            helper.make_node("Reshape", ["advantage", "head_shape"], ["advantage_3d"],
+                             name="advantage_3d"),
+            helper.make_node("ReduceMean", ["advantage_3d"], ["advantage_mean"], axes=[1],
+                             keepdims=1, name="advantage_mean"),
+            helper.make_node("Sub", ["advantage_3d", "advantage_mean"], ["advantage_centered"],
+                             name="center"),
+            helper.make_node("Reshape", ["value", "value_shape"], ["value_3d"], name="value_3d"),
+            helper.make_node("Add", ["value_3d", "advantage_centered"], ["head_outputs"],
+                             name="dueling"),
+        ]  # fmt: skip
+    else:
+        nodes = [helper.make_node("Reshape", ["outputs", "head_shape"], ["head_outputs"],
+                                  name="head_outputs")]  # fmt: skip
+    if head.kind == "qr":
+        nodes += [
+            helper.make_node("Identity", ["head_outputs"], ["distribution"], name="quantiles"),
+            helper.make_node("ReduceMean", ["head_outputs"], ["q_values"], axes=[2], keepdims=0,
+                             name="expected_value"),
+        ]  # fmt: skip
+        return nodes, inits
+    inits.append(numpy_helper.from_array(head.support(), "support"))
+    nodes += [
+        helper.make_node("Softmax", ["head_outputs"], ["distribution"], axis=2, name="softmax"),
+        helper.make_node("MatMul", ["distribution", "support"], ["q_values"],
+                         name="expected_value"),
+    ]  # fmt: skip
+    return nodes, inits
 
 
 def _trained_with_masks(source: str) -> bool:

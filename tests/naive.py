@@ -276,6 +276,115 @@ def network_dqn_loss(flat, t_flat, sizes, dueling, layer_norm, batch, gamma, del
     return float(np.mean(huber(d, delta)))
 
 
+# ---------------------------------------------------------------- distributional heads
+# C51 (Bellemare et al. 2017) and QR-DQN (Dabney et al. 2018), written from the
+# papers: ``head`` is (kind, n_atoms, v_min, v_max), kind "c51" or "qr".
+
+
+def dist_unflatten(flat, sizes, dueling, layer_norm, atoms):
+    """(weights, biases, gains, betas) of a distributional network: the output
+    layer has n_actions * atoms units (action-major), a dueling value head
+    (hidden, atoms), then LayerNorm's gains and biases."""
+    widths = (*sizes[:-1], sizes[-1] * atoms)
+    ws, bs = unflatten(flat, widths)
+    off = sum(w.size + b.size for w, b in zip(ws, bs))
+    if dueling:
+        n_hid = sizes[-2]
+        ws.append(flat[off : off + n_hid * atoms].reshape(n_hid, atoms))
+        bs.append(flat[off + n_hid * atoms : off + (n_hid + 1) * atoms])
+        off += (n_hid + 1) * atoms
+    gains, betas = [], []
+    for width in sizes[1:-1] if layer_norm else ():
+        gains.append(flat[off : off + width])
+        betas.append(flat[off + width : off + 2 * width])
+        off += 2 * width
+    assert off == flat.size
+    return ws, bs, gains, betas
+
+
+def dist_outputs(flat, sizes, dueling, layer_norm, atoms, x):
+    """The network's outputs, float64 (batch, n_actions, atoms): logits (C51) or
+    quantiles (QR); dueling per atom, x[a, k] = V[k] + A[a, k] - mean_a A[a, k]."""
+    ws, bs, gains, betas = dist_unflatten(np.asarray(flat, np.float64), sizes, dueling,
+                                          layer_norm, atoms)  # fmt: skip
+    h = np.asarray(x, np.float64)
+    for i in range(len(sizes) - 2):
+        z = h @ ws[i] + bs[i]
+        if layer_norm:
+            mu = z.mean(axis=-1, keepdims=True)
+            var = ((z - mu) ** 2).mean(axis=-1, keepdims=True)
+            z = gains[i] * (z - mu) / np.sqrt(var + 1e-5) + betas[i]
+        h = relu(z)
+    n_out = 2 if dueling else 1
+    a = (h @ ws[-n_out] + bs[-n_out]).reshape(len(h), sizes[-1], atoms)
+    if not dueling:
+        return a
+    v = h @ ws[-1] + bs[-1]
+    return v[:, None, :] + a - a.mean(axis=1, keepdims=True)
+
+
+def log_softmax(x):
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def dist_expected(head, out):
+    """Q-values (..., n_actions) of outputs (..., n_actions, atoms): C51's
+    sum_k p_k z_k, QR's mean of the quantiles."""
+    kind, atoms, v_min, v_max = head
+    if kind == "qr":
+        return out.mean(axis=-1)
+    return np.exp(log_softmax(out)) @ np.linspace(v_min, v_max, atoms)
+
+
+def c51_project(p, reward, discount, v_min, v_max):
+    """C51's projection, slowly: each atom's return r + discount * z_j, clipped to
+    [v_min, v_max], shares its probability among the atoms by the triangular
+    kernel max(0, 1 - |Tz - z_k| / dz) (the two nearest atoms, by nearness)."""
+    z = np.linspace(v_min, v_max, len(p))
+    dz = z[1] - z[0]
+    m = np.zeros(len(p))
+    for j in range(len(p)):
+        tz = min(max(reward + discount * z[j], v_min), v_max)
+        for k in range(len(p)):
+            m[k] += p[j] * max(0.0, 1.0 - abs(tz - z[k]) / dz)
+    return m
+
+
+def dist_loss(flat, t_flat, sizes, dueling, layer_norm, head, batch, discounts, double,
+              weights=None, legal=None, kappa=1.0):  # fmt: skip
+    """(loss, priorities) of a distributional head: the bootstrap action by the
+    expected value (online net's for double DQN) over ``legal`` (bool (B, A)) next
+    actions; C51: cross-entropy to the projected target distribution (priority:
+    the cross-entropy); QR: quantile Huber loss, sum over quantiles of the mean
+    over target quantiles (priority: mean |u| over the pairs)."""
+    kind, atoms = head[0], head[1]
+    obs, actions, rewards, next_obs, _ = batch
+    rows = np.arange(len(actions))
+    out_t = dist_outputs(t_flat, sizes, dueling, layer_norm, atoms, next_obs)
+    out_sel = dist_outputs(flat, sizes, dueling, layer_norm, atoms, next_obs) if double else out_t
+    q_sel = dist_expected(head, out_sel)
+    if legal is not None:
+        q_sel = np.where(legal, q_sel, -np.inf)
+    best = np.argmax(q_sel, axis=1)
+    out = dist_outputs(flat, sizes, dueling, layer_norm, atoms, obs)[rows, actions]
+    if kind == "c51":
+        p_next = np.exp(log_softmax(out_t[rows, best]))
+        m = np.array([c51_project(p_next[i], rewards[i], discounts[i], head[2], head[3])
+                      for i in rows])  # fmt: skip
+        per_sample = -(m * log_softmax(out)).sum(axis=1)
+        priority = per_sample
+    else:
+        target = rewards[:, None] + discounts[:, None] * out_t[rows, best]
+        u = target[:, None, :] - out[:, :, None]  # (B, j: online, j': target)
+        tau = (2 * np.arange(atoms) + 1) / (2 * atoms)
+        rho = np.abs(tau[None, :, None] - (u < 0)) * huber(u, kappa) / kappa
+        per_sample = rho.mean(axis=2).sum(axis=1)
+        priority = np.abs(u).mean(axis=(1, 2))
+    w = np.ones(len(rows)) if weights is None else weights
+    return float(np.mean(w * per_sample)), priority
+
+
 def make_batch(sizes, batch=16, seed=0, dtype=np.float32, terminal_every=5):
     """A random DQN batch (obs, actions, rewards, next_obs, masks) for a network of ``sizes``."""
     rng = np.random.default_rng(seed)

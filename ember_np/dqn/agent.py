@@ -31,9 +31,7 @@ from ember_np.checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
     Reader,
-    architecture_name,
     json_array,
-    layer_norm_name,
     save_arrays,
     string_array,
 )
@@ -42,6 +40,8 @@ from ember_np.checkpoint import (
 )
 from ember_np.dqn.agent_io import (
     buffer_for,
+    check_checkpoint_architecture,
+    check_config_architecture,
     config_differences,
     configure_buffer,
     read_learner_state,
@@ -146,9 +146,10 @@ class DqnAgent(VectorMethods):
         self.seed = int(seed)  # any size: saved losslessly (see seed_array)
         sizes = (obs_size, *config.hidden_sizes, n_actions)
         # online and target networks, Adam and one batch's activations, before allocating
-        check_network_memory(sizes, config.batch_size, config.dueling, config.layer_norm, 2)
+        check_network_memory(sizes, config.batch_size, config.dueling, config.layer_norm, 2,
+                             1 if config.head is None else config.head.n_atoms)  # fmt: skip
         self.online = QNetwork(sizes, init_rng, dueling=config.dueling,
-                               layer_norm=config.layer_norm)  # fmt: skip
+                               layer_norm=config.layer_norm, head=config.head)  # fmt: skip
         self._obs_shape = (obs_size,)
         self._flat_encoder = type(encoder) is VecEncoder and encoder.shape == self._obs_shape
         self.target = self.online.copy()
@@ -195,16 +196,7 @@ class DqnAgent(VectorMethods):
                 f"config.action_masks={config.action_masks} does not match the replay buffer, "
                 f"which was built with action_masks={not config.action_masks}; build a new agent"
             )
-        if config.dueling != self.online.dueling:
-            raise ValueError(
-                f"config.dueling={config.dueling} does not match the network, which is "
-                f"{architecture_name(self.online.dueling)}"
-            )
-        if config.layer_norm != self.online.layer_norm:
-            raise ValueError(
-                f"config.layer_norm={config.layer_norm} does not match the network, which is "
-                f"{layer_norm_name(self.online.layer_norm)}"
-            )
+        check_config_architecture(config, self.online)
         configure_buffer(self.buffer, config, self._fast_buffer)
         self._config = config
         self._settings = agent_settings(config)
@@ -486,7 +478,7 @@ class DqnAgent(VectorMethods):
         """An inference-only :class:`~ember_np.DqnPolicy` with a copy of the weights."""
         return DqnPolicy(self.online.layer_sizes, self.online.params.copy(),
                          self.encoder, self.action_mapper, dueling=self.online.dueling,
-                         layer_norm=self.online.layer_norm)  # fmt: skip
+                         layer_norm=self.online.layer_norm, head=self.online.head)  # fmt: skip
 
     def state_arrays(self, include_buffer: bool = False) -> dict[str, np.ndarray]:
         """Everything :meth:`save` writes, as a dict of arrays (see README for keys)."""
@@ -562,15 +554,7 @@ class DqnAgent(VectorMethods):
 
     def _load_reader(self, reader: Reader, include_buffer: bool) -> None:
         reader.check_format(AGENT_FORMAT)
-        for mine, saved, name in (
-            (self.online.dueling, reader.dueling(), architecture_name),
-            (self.online.layer_norm, reader.layer_norm(), layer_norm_name),
-        ):
-            if saved != mine:
-                raise reader.error(
-                    f"architecture mismatch: this agent's network is {name(mine)}, "
-                    f"the checkpoint's is {name(saved)}"
-                )
+        check_checkpoint_architecture(reader, self.online)
         online_state, target_state, counters, explore, replay = read_learner_state(
             reader, self.online, self.target
         )

@@ -11,9 +11,16 @@ from typing import Any
 import numpy as np
 
 from ember_np.checkpoint import AgentKeys as K
-from ember_np.checkpoint import CheckpointError, Reader, string_array
+from ember_np.checkpoint import (
+    CheckpointError,
+    Reader,
+    architecture_name,
+    layer_norm_name,
+    string_array,
+)  # fmt: skip
 from ember_np.dqn.circular import CircularBuffer
 from ember_np.dqn.config import DqnConfig
+from ember_np.dqn.head import head_name
 from ember_np.dqn.network import QNetwork
 from ember_np.dqn.prioritized import PrioritizedBuffer
 
@@ -58,6 +65,37 @@ def configure_buffer(buffer: Any, config: DqnConfig, built_in: bool) -> None:
             f"match the buffer's {has}: build a new agent for another replay"
         )
     buffer.set_returns(c.n_step, c.gamma)
+
+
+def check_config_architecture(config: DqnConfig, online: QNetwork) -> None:
+    """ValueError when ``config`` asks for another network than ``online`` is
+    (dueling, LayerNorm, the value head): a new agent is needed then."""
+    for field, wanted, has, name in (
+        ("dueling", config.dueling, online.dueling, architecture_name),
+        ("layer_norm", config.layer_norm, online.layer_norm, layer_norm_name),
+        ("distributional", config.head, online.head, head_name),
+    ):
+        if wanted != has:
+            value = getattr(config, field)
+            raise ValueError(
+                f"config.{field}={value} does not match the network, which is {name(has)}"
+                + ("" if field != "distributional" else f" (the config's is {name(wanted)})")
+            )
+
+
+def check_checkpoint_architecture(reader: Reader, online: QNetwork) -> None:
+    """CheckpointError when the checkpoint's network is not ``online``'s kind
+    (dueling, LayerNorm, the value head, with its atoms and support)."""
+    for mine, saved, name in (
+        (online.dueling, reader.dueling(), architecture_name),
+        (online.layer_norm, reader.layer_norm(), layer_norm_name),
+        (online.head, reader.head(), head_name),
+    ):
+        if saved != mine:
+            raise reader.error(
+                f"architecture mismatch: this agent's network is {name(mine)}, "
+                f"the checkpoint's is {name(saved)}"
+            )
 
 
 def seed_array(seed: int) -> np.ndarray:
@@ -106,6 +144,8 @@ def read_learner_state(reader: Reader, online: QNetwork, target: QNetwork) -> tu
     online = online  # its architecture is the checkpoint's (checked above)
     online_state = {"layer_sizes": sizes, "dueling": np.array(online.dueling),
                     "layer_norm": np.array(online.layer_norm)}  # fmt: skip
+    if online.head is not None:  # (checked against the checkpoint's by the caller)
+        online_state["distributional"] = reader.arrays[K.HEAD]
     for key, value in online.state_dict().items():
         if key not in online_state:
             online_state[key] = reader.array(K.ONLINE + key, value.dtype, value.shape)
@@ -124,7 +164,7 @@ def read_learner_state(reader: Reader, online: QNetwork, target: QNetwork) -> tu
     for key, st in ((K.RNG_EXPLORE, explore), (K.RNG_REPLAY, replay)):
         if int(st[3]) % 2 == 0:
             raise reader.error(f"{key!r} is not a valid PCG64 state (even increment)")
-    flags = ("layer_sizes", "dueling", "layer_norm")
+    flags = ("layer_sizes", "dueling", "layer_norm", "distributional")
     for key in (*(K.ONLINE + k for k in online_state if k not in flags),
                 *(K.TARGET + k for k in target_state)):  # fmt: skip
         if not np.isfinite(reader.arrays[key]).all():

@@ -25,6 +25,7 @@ import numpy as np
 
 from ember_np._jit import kernel
 from ember_np.dqn.config import DqnConfig, linear_epsilon
+from ember_np.dqn.head_kernels import n_actions
 from ember_np.dqn.learn import (
     NetState,
     PerSample,
@@ -155,7 +156,7 @@ def epsilon_greedy(
     if not all_finite(obs):
         return -1  # callers raise; no random number is drawn
     if epsilon > 0.0 and next_double(rng_state) < epsilon:
-        return random_legal(rng_state, sizes[sizes.shape[0] - 1], legal)
+        return random_legal(rng_state, n_actions(sizes), legal)
     if legal.shape[0] == 0:
         return greedy_unchecked(params, sizes, obs)
     return greedy_legal(params, sizes, obs, legal)

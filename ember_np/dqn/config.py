@@ -12,6 +12,7 @@ import numpy as np
 
 from ember_np._jit import kernel
 from ember_np._validate import F32_RULE, INT64_MAX, positive_in_f32, too_big_rule
+from ember_np.dqn.head import DistributionalHead
 
 __all__ = ["DqnConfig", "linear_epsilon"]
 
@@ -161,6 +162,28 @@ class DqnConfig:
     over the next state's legal actions only. Acting with a mask works either
     way. ``ember-np train`` turns it on for envs that give masks. Default False."""
 
+    distributional: str | None = None
+    """Distributional value head: None (one Q-value per action), ``"c51"`` (a
+    categorical distribution over ``n_atoms`` returns from ``v_min`` to ``v_max``,
+    cross-entropy loss; Bellemare et al. 2017) or ``"qr"`` (``n_quantiles``
+    quantiles, quantile Huber loss with kappa = ``huber_delta``; Dabney et al.
+    2018). Acting, double DQN and the dueling streams use the expected value.
+    Default None."""
+
+    n_atoms: int = 51
+    """C51's atoms per action, >= 2 (used with distributional="c51"). Default 51."""
+
+    v_min: float = -10.0
+    """C51's lowest return, finite and < v_max; returns below it count as it.
+    Set it to the env's range (discounted). Default -10."""
+
+    v_max: float = 10.0
+    """C51's highest return, finite and > v_min. Default 10."""
+
+    n_quantiles: int = 50
+    """QR-DQN's quantiles per action, >= 1 (used with distributional="qr").
+    Typical 50-200. Default 50."""
+
     def __post_init__(self) -> None:
         # NumPy scalars (np.int64(32), np.float32(0.99), np.True_) become Python ones
         # here, so to_dict() is JSON-safe and run files and checkpoints can be written.
@@ -270,11 +293,30 @@ class DqnConfig:
                 f"min_replay_size must be >= batch_size "
                 f"(got {self.min_replay_size} < {self.batch_size})"
             )
+        self._validate_head()
         if self.buffer_capacity < self.min_replay_size:
             raise ValueError(
                 f"buffer_capacity must be >= min_replay_size, or learning never starts "
                 f"(got {self.buffer_capacity} < {self.min_replay_size})"
             )
+
+    def _validate_head(self) -> None:
+        if self.distributional not in (None, "c51", "qr"):
+            raise ValueError(
+                f"distributional must be None, 'c51' or 'qr', got {self.distributional!r}"
+            )
+        # each field is checked whichever head is chosen (a typo fails at once)
+        DistributionalHead("c51", self.n_atoms, self.v_min, self.v_max)
+        DistributionalHead("qr", self.n_quantiles)
+
+    @property
+    def head(self) -> DistributionalHead | None:
+        """The distributional head the config asks for (``dqn/head.py``), or None."""
+        if self.distributional == "c51":
+            return DistributionalHead("c51", self.n_atoms, self.v_min, self.v_max)
+        if self.distributional == "qr":
+            return DistributionalHead("qr", self.n_quantiles)
+        return None
 
     # -- schedule -----------------------------------------------------------
     def epsilon_at(self, step: int) -> float:

@@ -5,7 +5,9 @@ Both read the same flat float32 parameter array (layer l: ``W_l`` row-major
 
     h_0 = x;  h_{l+1} = ReLU(h_l @ W_l + b_l);  Q = h_{L-1} @ W_{L-1} + b_{L-1}
 
-(with LayerNorm, h_{l+1} = ReLU(LayerNorm_l(h_l @ W_l + b_l)); see :func:`norm_views`)
+(with LayerNorm, h_{l+1} = ReLU(LayerNorm_l(h_l @ W_l + b_l)); see :func:`norm_views`;
+with a distributional head (``head.py``), Q is the expected value of the
+last layer's n_atoms outputs per action: :func:`expected_values`)
 
 * :class:`NumpyForward` uses NumPy alone (``np.dot`` is NumPy's BLAS
   ``sgemv`` / ``sgemm`` in float32). This module never imports numba, so a
@@ -29,9 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from ember_np.dqn.head import DistributionalHead, kernel_sizes
+
 __all__ = [
     "CompiledForward",
     "NumpyForward",
+    "expected_values",
     "first_nonfinite_row",
     "greedy_index",
     "greedy_indices",
@@ -101,41 +106,55 @@ def first_nonfinite_row(x: np.ndarray) -> int:
 
 
 def layer_views(
-    layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False
+    layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False, atoms: int = 1
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """(W_l, b_l) views into the flat ``params``, W_l of shape (in, out), b_l (out,).
 
     With ``dueling`` the last layer of ``layer_sizes`` is the advantage head
     and one more pair follows: the value head, W (hidden, 1) and b (1,).
+    ``atoms``: a distributional head's outputs per action, which widen the
+    last layer to n_actions * atoms and the value head to atoms.
     """
     out = []
     offset = 0
-    for n_in, n_out in zip(layer_sizes[:-1], layer_sizes[1:]):
+    widths = [*layer_sizes[:-1], layer_sizes[-1] * atoms]
+    for n_in, n_out in zip(widths[:-1], widths[1:]):
         w = params[offset : offset + n_in * n_out].reshape(n_in, n_out)
         offset += n_in * n_out
         out.append((w, params[offset : offset + n_out]))
         offset += n_out
     if dueling:
         n_hid = layer_sizes[-2]
-        out.append((params[offset : offset + n_hid].reshape(n_hid, 1),
-                    params[offset + n_hid : offset + n_hid + 1]))  # fmt: skip
+        out.append((params[offset : offset + n_hid * atoms].reshape(n_hid, atoms),
+                    params[offset + n_hid * atoms : offset + (n_hid + 1) * atoms]))  # fmt: skip
     return out
 
 
 def norm_views(
-    layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False
+    layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False, atoms: int = 1
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """(gain_l, bias_l) views of each hidden layer's LayerNorm, shape (hidden_l,) each.
 
     They are the last ``2 * sum(hidden)`` values of ``params``, after the
     layers of :func:`layer_views` (network.py's ``layout``).
     """
-    offset = sum(w.size + b.size for w, b in layer_views(layer_sizes, params, dueling))
+    views = layer_views(layer_sizes, params, dueling, atoms)
+    offset = sum(w.size + b.size for w, b in views)
     out = []
     for width in layer_sizes[1:-1]:
         out.append((params[offset : offset + width], params[offset + width : offset + 2 * width]))
         offset += 2 * width
     return out
+
+
+def expected_values(head: DistributionalHead, out: np.ndarray) -> np.ndarray:
+    """Q-values from a distributional head's outputs ``out`` (..., n_actions, n_atoms):
+    C51's sum_k softmax(out)_k z_k, QR-DQN's mean_k out_k; float32 (..., n_actions).
+    (The kernels' ``expected_q``, in NumPy: the same values up to float32 rounding.)"""
+    if head.kind == "qr":
+        return out.mean(axis=-1, dtype=np.float32)
+    e = np.exp(out - out.max(axis=-1, keepdims=True))
+    return (np.dot(e, head.support()) / e.sum(axis=-1)).astype(np.float32, copy=False)
 
 
 class NumpyForward:
@@ -172,20 +191,26 @@ class NumpyForward:
     time (:meth:`_norm_trunk`: Linear, LayerNorm, ReLU), and the head gets the
     carried 1 appended; NaN and inf still reach every Q-value (through the
     row mean), so the checks above hold.
+
+    With a distributional ``head``, :meth:`_head` computes the n_atoms outputs
+    per action (dueling: per atom) and then their expected values
+    (:func:`expected_values`); NaN reaches every Q-value there too.
     """
 
     name = "numpy"
 
     def __init__(
         self, layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False,
-        layer_norm: bool = False,
+        layer_norm: bool = False, head: DistributionalHead | None = None,
     ) -> None:  # fmt: skip
-        layers = layer_views(layer_sizes, params, dueling)
+        self._dist = head
+        self._atoms = atoms = 1 if head is None else head.n_atoms
+        layers = layer_views(layer_sizes, params, dueling, atoms)
         self._dueling = dueling
         self._norm_layers: list[tuple[np.ndarray, ...]] = []
         if layer_norm:
             trunk = layers[: len(layer_sizes) - 2]
-            norms = norm_views(layer_sizes, params, dueling)
+            norms = norm_views(layer_sizes, params, dueling, atoms)
             self._norm_layers = [(w.copy(), b.copy(), g.copy(), beta.copy())
                                  for (w, b), (g, beta) in zip(trunk, norms)]  # fmt: skip
         if dueling:  # advantage and value heads as one product: h @ [W_A | W_V]
@@ -242,6 +267,8 @@ class NumpyForward:
         return h
 
     def _head(self, h: np.ndarray) -> np.ndarray:
+        if self._dist is not None:
+            return self._dist_head(h)
         if self._head_w is None:
             return h
         if self._dueling:  # [A | V] -> Q = V + A - mean_a(A)
@@ -249,6 +276,18 @@ class NumpyForward:
             a = av[..., :-1]
             return av[..., -1:] + a - a.mean(axis=-1, keepdims=True)
         return np.dot(h, self._head_w)
+
+    def _dist_head(self, h: np.ndarray) -> np.ndarray:
+        """Expected values of a distributional head: outputs (..., n_actions, n_atoms)
+        (dueling: V[k] + A[a, k] - mean_a A[a, k]), then :func:`expected_values`."""
+        n = self._atoms
+        out = h if self._head_w is None else np.dot(h, self._head_w)
+        if self._dueling:  # [A | V], V the last n_atoms columns
+            a = out[..., :-n].reshape(*out.shape[:-1], -1, n)
+            out = out[..., None, -n:] + a - a.mean(axis=-2, keepdims=True)
+        else:
+            out = out.reshape(*out.shape[:-1], -1, n)
+        return expected_values(self._dist, out)
 
     # A non-finite x makes every Q-value of its row NaN or inf (the carried
     # unit, or x @ W itself without hidden layers), so finite Q-values prove
@@ -333,13 +372,14 @@ class CompiledForward:
 
     def __init__(
         self, layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False,
-        layer_norm: bool = False,
+        layer_norm: bool = False, head: DistributionalHead | None = None,
     ) -> None:  # fmt: skip
         # ``dueling`` and ``layer_norm`` are not stored: the kernels read them
-        # from the length of ``params`` (network.py's ``layout``).
+        # from the length of ``params`` (network.py's ``layout``), and the head
+        # from ``sizes`` (head.kernel_sizes).
         _network_kernels()
         self._params = params
-        self._sizes = np.array(layer_sizes, dtype=np.int64)
+        self._sizes = kernel_sizes(layer_sizes, head, dueling)
         self._n_actions = int(layer_sizes[-1])
 
     def __getstate__(self) -> dict[str, Any]:

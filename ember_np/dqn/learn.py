@@ -11,102 +11,51 @@ Reading map of one update, in call order::
                            gamma^m * mask; masks: a* over the next state's legal actions)
           forward_into     online forward, every activation kept  (dueling: dueling_combine)
           huber_grad       dLoss/dQ = w * clip(Q - y, +-delta) / B  (PER: weights in, |TD| out)
-          backward         MLP backward from any dLoss/dQ           (dueling: both heads, W_eff)
+          backward         backprop.py: MLP backward from any dLoss/dQ (dueling: both heads)
+        | distributional_loss_and_grads   a C51 or QR-DQN head: distributional.py
         clip_grad_norm     torch's clip_grad_norm_ rule
         adam_step          torch.optim.Adam
+
+The NamedTuples the kernels pass (NetState, UpdateSettings, PerSample) live in
+``update_types.py`` and are re-exported here.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 
-from ember_np._blas import gemm
 from ember_np._jit import kernel
-from ember_np.dqn.mlp import (
-    acts_size,
-    argmax,
-    argmax_packed,
-    forward_into,
-    layer,
-    layer_norm_backward,
-    layout,
-)  # fmt: skip
+from ember_np.dqn.backprop import backward
+from ember_np.dqn.distributional import distributional_loss_and_grads
+from ember_np.dqn.head_kernels import head_kind, n_actions
+from ember_np.dqn.mlp import acts_size, argmax, argmax_packed, forward_into
+from ember_np.dqn.update_types import NetState, PerSample, UpdateSettings, update_settings
 from ember_np.types import Batch
+
+__all__ = [
+    "NetState",
+    "PerSample",
+    "UpdateSettings",
+    "adam_step",
+    "backward",
+    "check_batch",
+    "checked_update",
+    "clip_grad_norm",
+    "dqn_update",
+    "huber_grad",
+    "loss_and_grads",
+    "polyak",
+    "td_targets",
+    "update_settings",
+]
 
 ADAM_BETA1 = 0.9
 ADAM_BETA2 = 0.999
 ADAM_EPS = 1e-8
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6)
 ADAM_FLUSH = 1e-30  # Adam moments below this are set to 0 (see adam_step)
-
-
-class NetState(NamedTuple):
-    """The arrays one DQN update reads and writes, passed to kernels as one value.
-
-    params : ndarray of float32, shape (num_params,)
-        The online network's parameters (layout above); updated in place.
-    target : ndarray of float32, shape (num_params,)
-        The target network's parameters (read only during an update).
-    sizes : ndarray of int64, shape (n_layers + 1,)
-        ``(obs_size, hidden..., n_actions)``.
-    grads : ndarray of float32, shape (num_params,)
-        Scratch for the gradient (overwritten by every update).
-    adam_m, adam_v : ndarray of float32, shape (num_params,)
-        Adam's first and second moments.
-    adam_t : ndarray of int64, shape (1,)
-        Adam's step count (the bias-correction ``t``).
-
-    Tests build one of float64 arrays for finite differences: every kernel
-    below works in the dtype of ``params``.
-    """
-
-    params: np.ndarray
-    target: np.ndarray
-    sizes: np.ndarray
-    grads: np.ndarray
-    adam_m: np.ndarray
-    adam_v: np.ndarray
-    adam_t: np.ndarray
-
-
-class UpdateSettings(NamedTuple):
-    """The scalar settings of one DQN update (build with :func:`update_settings`).
-
-    There is no discount here: the batch carries one per sample
-    (``Batch.discounts``, gamma * mask or gamma^m * mask, written by the replay
-    buffer, the one owner of gamma and n_step).
-    """
-
-    learning_rate: float
-    huber_delta: float
-    double_dqn: bool
-    max_grad_norm: float  # <= 0: no clipping
-
-
-def update_settings(
-    learning_rate: float, huber_delta: float, double_dqn: bool, max_grad_norm: float | None
-) -> UpdateSettings:
-    """The one place an :class:`UpdateSettings` is built: fixed Python types, so
-    kernels taking it compile once (an int where a float was would compile again)."""
-    clip = -1.0 if max_grad_norm is None else float(max_grad_norm)
-    return UpdateSettings(float(learning_rate), float(huber_delta), bool(double_dqn), clip)
-
-
-class PerSample(NamedTuple):
-    """Per-sample arrays of an update beyond the batch's transitions and discounts;
-    each may have length 0.
-
-    weights : ndarray of float32, shape (batch,) or (0,)
-        Non-negative importance weights: loss = mean_i w_i * Huber_i; length 0: all 1.
-    td_errors : ndarray of float32, shape (batch,) or (0,)
-        Filled with |y_i - Q(s_i, a_i)| (before the step) when of length batch.
-    """
-
-    weights: np.ndarray
-    td_errors: np.ndarray
 
 
 @kernel
@@ -132,7 +81,7 @@ def td_targets(
     sizes = net.sizes
     rewards = batch.rewards
     batch_size = rewards.shape[0]
-    n_act = sizes[sizes.shape[0] - 1]
+    n_act = n_actions(sizes)
     best = np.empty(batch_size, dtype=np.int64)
     legal = batch.next_action_masks
     masked = legal.shape[0] > 0
@@ -192,190 +141,6 @@ def huber_grad(
 
 
 @kernel
-def backward(
-    params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, acts: np.ndarray, dq: np.ndarray,
-    grads: np.ndarray,
-) -> None:  # fmt: skip
-    """MLP backward pass from any gradient of the output layer.
-
-    params : float (num_params,); sizes : int64 (n_layers + 1,).
-    obs : float (B, obs_size), the input of the forward pass.
-    acts : the workspace :func:`forward_into` filled for ``obs`` with these params.
-    dq : float (B, n_actions), d loss / d Q; rows may be sparse (zeros are skipped).
-        A dueling network (``params`` longer than :func:`plain_size`) gets its
-        two heads' gradients from the same ``dq`` (see the comment inside).
-    grads : float (num_params,), written with d loss / d params (same layout).
-    """
-    batch = obs.shape[0]
-    n_layers = sizes.shape[0] - 1
-    n_act = sizes[n_layers]
-    width = 0
-    for l in range(1, n_layers + 1):
-        width = max(width, sizes[l])
-    # Offsets of each layer's parameters and of its activation in ``acts``.
-    p_offs = np.empty(n_layers, dtype=np.int64)
-    a_offs = np.empty(n_layers, dtype=np.int64)
-    p = 0
-    a = 0
-    for l in range(n_layers):
-        p_offs[l] = p
-        a_offs[l] = a
-        p += sizes[l] * sizes[l + 1] + sizes[l + 1]
-        a += batch * sizes[l + 1]
-    # LayerNorm (see layout, forward_into): hidden layer l's gain and bias
-    # start at ln_p[l] in params, its saved xhat and rstd at ln_a[l] in acts.
-    v_off, ln_off = layout(params.shape[0], sizes)
-    layer_norm = ln_off >= 0
-    ln_p = np.empty(n_layers, dtype=np.int64)
-    ln_a = np.empty(n_layers, dtype=np.int64)
-    for l in range(n_layers - 1):
-        ln_p[l] = ln_off
-        ln_a[l] = a
-        ln_off += 2 * sizes[l + 1]
-        a += batch * (sizes[l + 1] + 1)
-
-    delta_a = np.empty(batch * width, dtype=params.dtype)
-    delta_b = np.empty(batch * width, dtype=params.dtype)
-
-    # Output layer: dW_L = h^T dQ, db_L = column sums of dQ, dh = dQ W_L^T.
-    # dQ is mostly zeros for DQN (only Q(s_i, a_i) enters the loss), so loop
-    # over its nonzeros, on transposed (n_actions, n_in) copies so the inner
-    # loops are contiguous and vectorise.
-    last = n_layers - 1
-    n_in = sizes[last]
-    w_last, _ = layer(params, sizes, p_offs[last], last)
-    gw, gb = layer(grads, sizes, p_offs[last], last)
-    gb[:] = 0.0
-    if last == 0:
-        h_in = obs
-    else:
-        h_in = acts[a_offs[last - 1] : a_offs[last - 1] + batch * n_in].reshape((batch, n_in))
-    gw_t = np.zeros((n_act, n_in), dtype=params.dtype)
-    for i in range(batch):
-        for j in range(n_act):
-            gij = dq[i, j]
-            if gij != 0.0:
-                gb[j] += gij
-                row = gw_t[j]
-                for k in range(n_in):
-                    row[k] += h_in[i, k] * gij
-    # Dueling head (params longer than the plain MLP; the last layer is A and
-    # V's W_V (n_in,), b_V follow at ``p``): Q_j = V + A_j - mean(A). With g a
-    # row of dQ, dLoss/dA_j = g_j - mean(g) and dLoss/dV = sum(g), so from the
-    # sums above (taken as if A were Q): dW_V = sum_j dW[:, j], db_V = sum_j db_j,
-    # dW_A[:, j] = dW[:, j] - dW_V / n and db_A = db - db_V / n. And Q is linear
-    # in h through W_eff[:, j] = W_A[:, j] - mean_j(W_A) + W_V, which gives dh
-    # below from the same sparse dQ (no dense dA rows).
-    dueling = v_off >= 0
-    if dueling:
-        gw_v = grads[p : p + n_in]
-        gw_v[:] = 0.0
-        gb_v = gb[0]
-        for j in range(1, n_act):
-            gb_v += gb[j]
-        for j in range(n_act):
-            row = gw_t[j]
-            for k in range(n_in):
-                gw_v[k] += row[k]
-        grads[p + n_in] = gb_v
-        inv_n = params.dtype.type(1.0 / n_act)
-        for j in range(n_act):
-            gb[j] -= gb_v * inv_n
-            row = gw_t[j]
-            for k in range(n_in):
-                row[k] -= gw_v[k] * inv_n
-    for k in range(n_in):
-        for j in range(n_act):
-            gw[k, j] = gw_t[j, k]
-    if last == 0:
-        return
-    w_t = gw_t  # reuse the scratch for W_L transposed (W_eff for a dueling head)
-    for k in range(n_in):
-        if dueling:
-            mean = w_last[k, 0]
-            for j in range(1, n_act):
-                mean += w_last[k, j]
-            shift = params[p + k] - mean / n_act
-            for j in range(n_act):
-                w_t[j, k] = w_last[k, j] + shift
-        else:
-            for j in range(n_act):
-                w_t[j, k] = w_last[k, j]
-    delta = delta_a[: batch * n_in].reshape((batch, n_in))
-    for i in range(batch):
-        # dh_i = sum_j dQ[i, j] W_L[:, j]; DQN's rows have one nonzero, taken
-        # in one pass (with the ReLU below) as before the split.
-        nonzero = 0
-        j_last = 0
-        for j in range(n_act):
-            if dq[i, j] != 0.0:
-                nonzero += 1
-                j_last = j
-        row = delta[i]
-        if nonzero <= 1:
-            gij = dq[i, j_last]
-            w_row = w_t[j_last]
-            for k in range(n_in):
-                # dh through ReLU: zero where the activation was clipped at 0.
-                v = gij * w_row[k]
-                row[k] = v if h_in[i, k] > 0.0 else 0.0
-            continue
-        row[:] = 0.0
-        for j in range(n_act):
-            gij = dq[i, j]
-            if gij != 0.0:
-                w_row = w_t[j]
-                for k in range(n_in):
-                    row[k] += gij * w_row[k]
-        for k in range(n_in):
-            row[k] = row[k] if h_in[i, k] > 0.0 else 0.0
-
-    # Hidden layers, from the top down: delta is dLoss/d(pre-activation)
-    # (with LayerNorm, first taken back through it from dLoss/d(its output)).
-    for l in range(last - 1, -1, -1):
-        n_in = sizes[l]
-        n_out = sizes[l + 1]
-        w, _ = layer(params, sizes, p_offs[l], l)
-        gw, gb = layer(grads, sizes, p_offs[l], l)
-        if layer_norm:
-            o = ln_a[l]
-            xhat = acts[o : o + batch * n_out].reshape((batch, n_out))
-            rstd = acts[o + batch * n_out : o + batch * n_out + batch]
-            g = ln_p[l]
-            g_gain = grads[g : g + n_out]
-            g_beta = grads[g + n_out : g + 2 * n_out]
-            layer_norm_backward(params[g : g + n_out], xhat, rstd, delta, g_gain, g_beta)
-        if l == 0:
-            h_in = obs
-        else:
-            h_in = acts[a_offs[l - 1] : a_offs[l - 1] + batch * n_in].reshape((batch, n_in))
-        # dW_l = h_l^T delta and db_l = column sums of delta. A narrow input
-        # (the observation layer, in <= 8) is faster by hand than through BLAS.
-        gb[:] = 0.0
-        if n_in <= 8:
-            gw[:, :] = 0.0
-            for i in range(batch):
-                for k in range(n_in):
-                    a = h_in[i, k]
-                    for j in range(n_out):
-                        gw[k, j] += a * delta[i, j]
-        else:
-            gemm(h_in, delta, gw, True, False, 0.0)  # h_l^T delta
-        for i in range(batch):
-            for j in range(n_out):
-                gb[j] += delta[i, j]
-        if l > 0:
-            spare = delta_b if (last - 1 - l) % 2 == 0 else delta_a
-            nxt = spare[: batch * n_in].reshape((batch, n_in))
-            gemm(delta, w, nxt, False, True, 0.0)  # dh_l = delta W_l^T
-            for i in range(batch):
-                for k in range(n_in):
-                    # a select, not a branch: the ReLU pattern is unpredictable
-                    nxt[i, k] = nxt[i, k] if h_in[i, k] > 0.0 else 0.0
-            delta = nxt
-
-
-@kernel
 def loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> float:
     """Weighted mean Huber TD loss of a batch; its gradient goes to ``net.grads``.
 
@@ -384,13 +149,16 @@ def loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettin
     per-sample loss gradient (:func:`huber_grad`), the backward pass
     (:func:`backward`). Arguments as those kernels document; works in any
     float dtype (float32 in production, float64 for finite-difference tests).
+    A distributional head (``sizes`` says it) has its own loss:
+    :func:`~ember_np.dqn.distributional.distributional_loss_and_grads`.
     """
+    if head_kind(net.sizes) != 0:
+        return distributional_loss_and_grads(net, batch, per, hp)
     params = net.params
     sizes = net.sizes
     obs = batch.obs
     batch_size = obs.shape[0]
-    n_layers = sizes.shape[0] - 1
-    n_act = sizes[n_layers]
+    n_act = n_actions(sizes)
     acts = np.empty(acts_size(params.shape[0], sizes, batch_size), dtype=params.dtype)
     y = np.empty(batch_size, dtype=np.float64)
     td_targets(net, batch, hp, acts, y)
@@ -489,7 +257,8 @@ def dqn_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) 
     Returns
     -------
     float
-        The (weighted) mean Huber loss before the step.
+        The (weighted) mean Huber loss before the step (a distributional
+        head's: its weighted mean cross-entropy or quantile Huber loss).
     """
     loss = loss_and_grads(net, batch, per, hp)
     clip_grad_norm(net.grads, hp.max_grad_norm)
@@ -515,7 +284,7 @@ def checked_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettin
     loss : float
         The loss before the step, or NaN.
     """
-    code = check_batch(batch, net.sizes[net.sizes.shape[0] - 1], per)
+    code = check_batch(batch, n_actions(net.sizes), per)
     if code != 0:
         return code, np.nan
     return 0, dqn_update(net, batch, per, hp)

@@ -8,6 +8,12 @@ LayerNorms' gains and biases come last (see :func:`layout`). Every kernel
 works in the dtype of ``params`` (float32 in use, float64 in gradient tests)
 and assumes the shapes its docstring states; the Python wrappers in
 ``network.py`` and ``policy.py`` check them.
+
+``sizes`` is ``(obs_size, hidden..., n_actions)`` for a plain Q head. A
+distributional head (C51, QR-DQN: ``head.py``) widens the output layer to
+``n_actions * n_atoms`` and appends its description, so the kernels read the
+shape through ``head_kernels.py`` (:func:`n_layers`, :func:`n_actions`); the Q-values
+they return are the head's expected values (:func:`expected_q`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,14 @@ import numpy as np
 
 from ember_np._blas import gemm
 from ember_np._jit import kernel
+from ember_np.dqn.head_kernels import (
+    expected_q,
+    head_dueling,
+    head_kind,
+    n_actions,
+    n_atoms,
+    n_layers,
+)  # fmt: skip
 
 LN_EPS = 1e-5  # torch.nn.LayerNorm's default eps
 
@@ -62,7 +76,7 @@ def plain_size(sizes: np.ndarray) -> int:
     this once per call to tell the two architectures apart.
     """
     n = 0
-    for l in range(sizes.shape[0] - 1):
+    for l in range(n_layers(sizes)):
         n += sizes[l] * sizes[l + 1] + sizes[l + 1]
     return n
 
@@ -93,14 +107,18 @@ def layout(n_params: int, sizes: np.ndarray) -> tuple:
     """
     plain = plain_size(sizes)
     extra = n_params - plain
-    n_layers = sizes.shape[0] - 1
-    if extra == 0 or n_layers < 2:
+    n_lay = n_layers(sizes)
+    if extra == 0 or n_lay < 2:
         return -1, -1
-    duel = sizes[n_layers - 1] + 1
+    duel = (sizes[n_lay - 1] + 1) * n_atoms(sizes)  # W_V (n_hid, atoms), b_V (atoms,)
+    if head_kind(sizes) != 0:  # (n_hid + 1) * atoms may equal 2H: the suffix says it
+        if not head_dueling(sizes):
+            return -1, plain
+        return plain, (plain + duel if extra > duel else -1)
     if extra == duel:
         return plain, -1
     norm = 0
-    for l in range(1, n_layers):
+    for l in range(1, n_lay):
         norm += 2 * sizes[l]
     if extra == duel + norm:  # a dueling head, then LayerNorm
         return plain, plain + duel
@@ -125,12 +143,12 @@ def acts_size(n_params: int, sizes: np.ndarray, batch: int) -> int:
     -------
     int
     """
-    n_layers = sizes.shape[0] - 1
+    n_lay = n_layers(sizes)
     total = 0
-    for l in range(1, n_layers + 1):
+    for l in range(1, n_lay + 1):
         total += sizes[l]
     if layout(n_params, sizes)[1] >= 0:
-        for l in range(1, n_layers):
+        for l in range(1, n_lay):
             total += sizes[l] + 1
     return batch * total
 
@@ -209,15 +227,33 @@ def layer_norm_backward(
 
 
 @kernel
-def dueling_combine(params: np.ndarray, v_off: int, h: np.ndarray, q: np.ndarray) -> None:
-    """Dueling head (Wang et al. 2016): Q = V + A - mean_a(A), in place.
+def dueling_combine(
+    params: np.ndarray, v_off: int, h: np.ndarray, q: np.ndarray, atoms: int
+) -> None:
+    """Dueling head (Wang et al. 2016): Q = V + A - mean_a(A), in place, per atom.
 
-    params : float (num_params,); the value head is ``W_V = params[v_off : v_off + n_hid]``
-    (shape (n_hid, 1), row-major) then ``b_V = params[v_off + n_hid]``.
-    h : float (B, n_hid), the last hidden activation; q : float (B, n_actions),
-    the advantage head's output A on entry, Q on return.
+    params : float (num_params,); the value head is ``W_V`` (n_hid, atoms),
+    row-major, at ``v_off``, then ``b_V`` (atoms,). h : float (B, n_hid), the
+    last hidden activation, rows contiguous; q : float (B, n_actions * atoms),
+    the advantage head's output A on entry, Q on return: with a distributional
+    head (atoms > 1) x[a, k] = V[k] + A[a, k] - mean_a A[a, k] (unit a * atoms + k).
     """
     n_hid = h.shape[1]
+    if atoms > 1:
+        n_act = q.shape[1] // atoms
+        w_v = params[v_off : v_off + n_hid * atoms].reshape((n_hid, atoms))
+        b_v = params[v_off + n_hid * atoms : v_off + (n_hid + 1) * atoms]
+        v = np.empty((q.shape[0], atoms), dtype=q.dtype)
+        gemm(h, w_v, v, False, False, 0.0)
+        for i in range(q.shape[0]):
+            for k in range(atoms):
+                mean = q[i, k]
+                for a in range(1, n_act):
+                    mean += q[i, a * atoms + k]
+                shift = v[i, k] + b_v[k] - mean / n_act
+                for a in range(n_act):
+                    q[i, a * atoms + k] += shift
+        return
     n_act = q.shape[1]
     b_v = params[v_off + n_hid]
     for i in range(q.shape[0]):
@@ -258,14 +294,15 @@ def forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np.
     Parameters
     ----------
     params : ndarray of float32 (or float64), shape (num_params,)
-    sizes : ndarray of int64, shape (n_layers + 1,)
+    sizes : ndarray of int64, shape (n_layers + 1,), or with a head's suffix
     x : ndarray of params' dtype, shape (B, sizes[0])
         Rows contiguous (a BLAS operand).
     acts : ndarray of params' dtype, shape (>= acts_size(len(params), sizes, B),)
         Workspace, written. Layer l's activation (post-ReLU for hidden layers)
         is the ``(B, sizes[l+1])`` block starting at ``B * sum(sizes[1:l+1])``;
-        the Q-values are the last block; with LayerNorm each hidden layer's
-        xhat (B, width) and rstd (B,) follow.
+        the Q-values are the last block (a distributional head's outputs, of
+        width n_actions * n_atoms: see :func:`expected_q`); with LayerNorm each
+        hidden layer's xhat (B, width) and rstd (B,) follow.
 
     Returns
     -------
@@ -273,20 +310,20 @@ def forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np.
         The offset of the Q-value block in ``acts``.
     """
     batch = x.shape[0]
-    n_layers = sizes.shape[0] - 1
+    n_layers_ = n_layers(sizes)
     v_off, ln_off = layout(params.shape[0], sizes)
     ln_a = 0  # where LayerNorm's saved values start in acts
-    for l in range(1, n_layers + 1):
+    for l in range(1, n_layers_ + 1):
         ln_a += batch * sizes[l]
     p_off = 0
     a_off = 0
     h = x
-    for l in range(n_layers):
+    for l in range(n_layers_):
         w, b = layer(params, sizes, p_off, l)
         n_out = sizes[l + 1]
         out = acts[a_off : a_off + batch * n_out].reshape((batch, n_out))
         gemm(h, w, out, False, False, 0.0)
-        hidden = l < n_layers - 1
+        hidden = l < n_layers_ - 1
         if hidden and ln_off >= 0:
             bias_act(out, b, False)
             xhat = acts[ln_a : ln_a + batch * n_out].reshape((batch, n_out))
@@ -302,9 +339,9 @@ def forward_into(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, acts: np.
             a_off += batch * n_out
             h = out
     if v_off >= 0:  # dueling: the last layer was A; h is the last hidden layer
-        n_act = sizes[n_layers]
+        n_act = sizes[n_layers_]
         q = acts[a_off : a_off + batch * n_act].reshape((batch, n_act))
-        dueling_combine(params, v_off, h, q)
+        dueling_combine(params, v_off, h, q, n_atoms(sizes))
     return a_off
 
 
@@ -318,15 +355,16 @@ def forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.
     Parameters
     ----------
     params : ndarray of float32, shape (num_params,)
-    sizes : ndarray of int64, shape (n_layers + 1,)
+    sizes : ndarray of int64, shape (n_layers + 1,), or with a head's suffix
     x : ndarray of float32, shape (sizes[0],)
-    q_out : ndarray of float32, shape (sizes[-1],)
+    q_out : ndarray of float32, shape (n_actions(sizes),)
         Written.
     """
+    n_layers_ = n_layers(sizes)
     width = 0
-    for l in range(1, sizes.shape[0]):
+    for l in range(1, n_layers_ + 1):
         width = max(width, sizes[l])
-    n_layers = sizes.shape[0] - 1
+    dist = head_kind(sizes) != 0  # the outputs go to nxt, then their expected values to q_out
     v_off, ln_off = layout(params.shape[0], sizes)
     n_ln = width if ln_off >= 0 else 0  # LayerNorm's scratch: xhat (1, width), rstd (1,)
     buf = np.empty(2 * width + 2 * n_ln, dtype=params.dtype)
@@ -336,10 +374,10 @@ def forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.
     rstd = buf[2 * width + n_ln :]
     p_off = 0
     src = x
-    for l in range(n_layers):
+    for l in range(n_layers_):
         w, b = layer(params, sizes, p_off, l)
         n_out = sizes[l + 1]
-        out = q_out if l == n_layers - 1 else nxt
+        out = q_out if l == n_layers_ - 1 and not dist else nxt
         for j in range(n_out):
             out[j] = b[j]
         for k in range(sizes[l]):
@@ -347,7 +385,7 @@ def forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.
             if xk != 0.0:  # ReLU zeros: skipping a row beats the mispredicted branch
                 for j in range(n_out):
                     out[j] += xk * w[k, j]
-        if l < n_layers - 1:
+        if l < n_layers_ - 1:
             if ln_off >= 0:
                 z = out[:n_out].reshape((1, n_out))
                 gain = params[ln_off : ln_off + n_out]
@@ -359,10 +397,13 @@ def forward_one(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: np.
                 h[j] = out[j] if out[j] > 0.0 else 0.0
             src = h
         p_off += sizes[l] * n_out + n_out
+    n_out = sizes[n_layers_]
+    raw = nxt[:n_out].reshape((1, n_out)) if dist else q_out.reshape((1, n_out))
     if v_off >= 0:  # dueling head
-        n_hid = sizes[n_layers - 1]
-        n_act = sizes[n_layers]
-        dueling_combine(params, v_off, h[:n_hid].reshape((1, n_hid)), q_out.reshape((1, n_act)))
+        n_hid = sizes[n_layers_ - 1]
+        dueling_combine(params, v_off, h[:n_hid].reshape((1, n_hid)), raw, n_atoms(sizes))
+    if dist:
+        expected_q(raw, sizes, q_out.reshape((1, q_out.shape[0])))
 
 
 @kernel
@@ -387,7 +428,7 @@ def all_finite(x: np.ndarray) -> bool:
 @kernel
 def greedy_unchecked(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
     """argmax_a Q(x, a) (arguments as :func:`forward_one`); assumes ``x`` is finite."""
-    q = np.empty(sizes[sizes.shape[0] - 1], dtype=params.dtype)
+    q = np.empty(n_actions(sizes), dtype=params.dtype)
     forward_one(params, sizes, x, q)
     return argmax(q)
 
@@ -457,7 +498,7 @@ def argmax_packed(q: np.ndarray, bits: np.ndarray) -> int:
 @kernel
 def greedy_legal(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, legal: np.ndarray) -> int:
     """argmax over the legal actions of Q(x, a) (:func:`argmax_legal`); assumes ``x`` is finite."""
-    q = np.empty(sizes[sizes.shape[0] - 1], dtype=params.dtype)
+    q = np.empty(n_actions(sizes), dtype=params.dtype)
     forward_one(params, sizes, x, q)
     return argmax_legal(q, legal)
 
@@ -473,7 +514,7 @@ def greedy_action_legal(
     params : ndarray of float32, shape (num_params,)
     sizes : ndarray of int64, shape (n_layers + 1,)
     x : ndarray of float32, shape (sizes[0],)
-    legal : ndarray of bool, shape (sizes[-1],)
+    legal : ndarray of bool, shape (n_actions(sizes),)
         Precondition: at least one True.
 
     Returns
@@ -495,7 +536,7 @@ def greedy_actions_legal_checked(
     params : ndarray of float32, shape (num_params,)
     sizes : ndarray of int64, shape (n_layers + 1,)
     x : ndarray of float32, shape (B, sizes[0])
-    legal : ndarray of bool, shape (B, sizes[-1])
+    legal : ndarray of bool, shape (B, n_actions(sizes))
         Precondition: each row has a True.
     out : ndarray of int64, shape (B,)
         Written (unless a row is not finite).
@@ -507,7 +548,7 @@ def greedy_actions_legal_checked(
     """
     row = first_nonfinite_row(x)
     if row < 0:
-        q = np.empty((x.shape[0], sizes[sizes.shape[0] - 1]), dtype=params.dtype)
+        q = np.empty((x.shape[0], n_actions(sizes)), dtype=params.dtype)
         forward_batch(params, sizes, x, q)
         for i in range(x.shape[0]):
             out[i] = argmax_legal(q[i], legal[i])
@@ -519,13 +560,18 @@ def forward_batch(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, q_out: n
     """Q-values of every row of ``x`` into ``q_out``.
 
     params : float (num_params,); sizes : int64 (n_layers + 1,);
-    x : float (B, sizes[0]), C-contiguous, B >= 1; q_out : float (B, sizes[-1]), written.
+    x : float (B, sizes[0]), C-contiguous, B >= 1; q_out : float (B, n_actions(sizes)),
+    written (a distributional head's expected values: :func:`expected_q`).
     """
     batch = x.shape[0]
     acts = np.empty(acts_size(params.shape[0], sizes, batch), dtype=params.dtype)
     q_off = forward_into(params, sizes, x, acts)
-    n_act = sizes[sizes.shape[0] - 1]
-    q_out[:, :] = acts[q_off : q_off + batch * n_act].reshape((batch, n_act))
+    n_out = sizes[n_layers(sizes)]
+    raw = acts[q_off : q_off + batch * n_out].reshape((batch, n_out))
+    if head_kind(sizes) != 0:
+        expected_q(raw, sizes, q_out)
+    else:
+        q_out[:, :] = raw
 
 
 @kernel
@@ -535,7 +581,7 @@ def greedy_actions(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, out: np
     Arguments as :func:`forward_batch`; out : int64 (B,), written.
     Assumes finite inputs (callers check).
     """
-    q = np.empty((x.shape[0], sizes[sizes.shape[0] - 1]), dtype=params.dtype)
+    q = np.empty((x.shape[0], n_actions(sizes)), dtype=params.dtype)
     forward_batch(params, sizes, x, q)
     for i in range(x.shape[0]):
         out[i] = argmax(q[i])
@@ -580,7 +626,7 @@ def q_values_checked(
     params : ndarray of float32, shape (num_params,)
     sizes : ndarray of int64, shape (n_layers + 1,)
     x : ndarray of float32, shape (sizes[0],)
-    q_out : ndarray of float32, shape (sizes[-1],)
+    q_out : ndarray of float32, shape (n_actions(sizes),)
         Written when ``x`` is finite.
 
     Returns
@@ -605,7 +651,7 @@ def q_values_batch_checked(
     params : ndarray of float32, shape (num_params,)
     sizes : ndarray of int64, shape (n_layers + 1,)
     x : ndarray of float32, shape (B, sizes[0])
-    q_out : ndarray of float32, shape (B, sizes[-1])
+    q_out : ndarray of float32, shape (B, n_actions(sizes))
         Written when every row is finite.
 
     Returns

@@ -8,7 +8,10 @@ network, and the optimiser, gradient clipping and target-network sync are
 single loops over that array. A dueling network (``dueling=True``) has the
 advantage head as its last layer and the value head's ``W_V`` (hidden,) and
 ``b_V`` after it; with ``layer_norm=True`` each hidden layer is Linear ->
-LayerNorm -> ReLU and the LayerNorms' gains and biases come last.
+LayerNorm -> ReLU and the LayerNorms' gains and biases come last. A
+distributional head (``head=DistributionalHead(...)``, C51 or QR-DQN) has
+``n_atoms`` outputs per action (and a value head of ``n_atoms``); its
+Q-values are their expected values (``dqn/head.py``).
 
 The compiled code lives by concern: ``dqn/mlp.py`` (layout, forward pass,
 LayerNorm, dueling head, greedy actions) and ``dqn/learn.py`` (TD targets,
@@ -29,7 +32,16 @@ from ember_np._arrays import as_f32, as_i64
 from ember_np._jit import entry_point
 from ember_np._masks import check_action_masks
 from ember_np._memory import check_network_memory
-from ember_np.checkpoint import architecture_name, dueling_flag, layer_norm_flag, layer_norm_name
+from ember_np.checkpoint import (
+    architecture_name,
+    dueling_flag,
+    head_of_state,
+    json_array,
+    layer_norm_flag,
+    layer_norm_name,
+)  # fmt: skip
+from ember_np.dqn.distributional import head_outputs_checked
+from ember_np.dqn.head import DistributionalHead, head_name, kernel_sizes
 from ember_np.dqn.learn import (  # noqa: F401  (re-exported)
     ADAM_BETA1,
     ADAM_BETA2,
@@ -126,6 +138,11 @@ class QNetwork:
         ReLU, as in Gallici et al. 2024 (PQN): ``Linear -> LayerNorm -> ReLU``,
         each with its own gain (init 1) and bias (init 0), eps 1e-5 as
         ``torch.nn.LayerNorm``. Needs hidden layers at least 2 wide. Default False.
+    head : DistributionalHead or None
+        A distributional value head (C51 or QR-DQN, ``dqn/head.py``): the
+        output layer has ``n_actions * head.n_atoms`` units (and a dueling
+        value head ``head.n_atoms``); :meth:`forward` gives their expected
+        values, :meth:`distribution` the distributions. Default None: Q-values.
 
     Attributes
     ----------
@@ -133,7 +150,7 @@ class QNetwork:
     weights : list of ndarray of float32, shape (in, out)
         Live views into the parameter vector: writing into them changes the
         network. With ``dueling``, ``weights[-2]`` is the advantage head and
-        ``weights[-1]`` (shape (hidden, 1)) the value head.
+        ``weights[-1]`` (shape (hidden, 1), or (hidden, n_atoms)) the value head.
     biases : list of ndarray of float32, shape (out,)
     norm_gains, norm_biases : list of ndarray of float32, shape (hidden_l,)
         With ``layer_norm``, each hidden layer's LayerNorm gain and bias (live
@@ -142,9 +159,14 @@ class QNetwork:
 
     def __init__(
         self, layer_sizes: Sequence[int], seed: int | Rng = 0, dueling: bool = False,
-        layer_norm: bool = False,
+        layer_norm: bool = False, head: DistributionalHead | None = None,
     ) -> None:  # fmt: skip
         sizes = check_layer_sizes(layer_sizes)
+        if head is not None and not isinstance(head, DistributionalHead):
+            raise ValueError(
+                "head must be None or a DistributionalHead (e.g. DistributionalHead('c51', 51, "
+                f"-10.0, 10.0)), got {head!r}"
+            )
         if not isinstance(dueling, (bool, np.bool_)):
             raise ValueError(f"dueling must be True or False, got {dueling!r}")
         if dueling and len(sizes) < 3:
@@ -159,8 +181,9 @@ class QNetwork:
                 "layer_norm needs hidden layers of width >= 2 to normalise (over one unit "
                 f"LayerNorm outputs its bias alone), got layer_sizes {sizes}"
             )
-        check_network_memory(sizes, 1, bool(dueling), bool(layer_norm))  # before allocating
-        self._init_storage(sizes, bool(dueling), bool(layer_norm))
+        atoms = 1 if head is None else head.n_atoms  # (memory checked before allocating)
+        check_network_memory(sizes, 1, bool(dueling), bool(layer_norm), 1, atoms)
+        self._init_storage(sizes, bool(dueling), bool(layer_norm), head)
         rng = seed if isinstance(seed, Rng) else Rng(seed)
         for w, b in zip(self.weights, self.biases):
             bound = 1.0 / math.sqrt(w.shape[0])
@@ -169,14 +192,20 @@ class QNetwork:
         for gain in self.norm_gains:  # as torch.nn.LayerNorm: gain 1, bias 0
             gain[...] = 1.0
 
-    def _init_storage(self, sizes: tuple[int, ...], dueling: bool, layer_norm: bool) -> None:
+    def _init_storage(
+        self, sizes: tuple[int, ...], dueling: bool, layer_norm: bool,
+        head: DistributionalHead | None,
+    ) -> None:  # fmt: skip
         self._sizes_tuple = sizes
         self._dueling = dueling
         self._layer_norm = layer_norm
-        self._sizes = np.array(sizes, dtype=np.int64)
-        n = sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1))
+        self._head = head
+        self._sizes = kernel_sizes(sizes, head, dueling)
+        atoms = 1 if head is None else head.n_atoms
+        widths = (*sizes[:-1], sizes[-1] * atoms)  # a distributional head: atoms per action
+        n = sum(widths[i] * widths[i + 1] + widths[i + 1] for i in range(len(widths) - 1))
         if dueling:  # the value head follows the plain layout (see layout)
-            n += sizes[-2] + 1
+            n += (sizes[-2] + 1) * atoms
         ln_off = n
         if layer_norm:  # then each hidden layer's gain and bias
             n += 2 * sum(sizes[1:-1])
@@ -194,15 +223,15 @@ class QNetwork:
         self.weights: list[np.ndarray] = []
         self.biases: list[np.ndarray] = []
         off = 0
-        for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        for n_in, n_out in zip(widths[:-1], widths[1:]):
             self.weights.append(self._params[off : off + n_in * n_out].reshape(n_in, n_out))
             off += n_in * n_out
             self.biases.append(self._params[off : off + n_out])
             off += n_out
         if dueling:
             n_hid = sizes[-2]
-            self.weights.append(self._params[off : off + n_hid].reshape(n_hid, 1))
-            self.biases.append(self._params[off + n_hid : off + n_hid + 1])
+            self.weights.append(self._params[off : off + n_hid * atoms].reshape(n_hid, atoms))
+            self.biases.append(self._params[off + n_hid * atoms : off + (n_hid + 1) * atoms])
         self.norm_gains: list[np.ndarray] = []
         self.norm_biases: list[np.ndarray] = []
         for width in sizes[1:-1] if layer_norm else ():
@@ -225,6 +254,11 @@ class QNetwork:
     def layer_norm(self) -> bool:
         """Whether each hidden layer is Linear -> LayerNorm -> ReLU (see the class docstring)."""
         return self._layer_norm
+
+    @property
+    def head(self) -> DistributionalHead | None:
+        """The distributional value head (C51 or QR-DQN), or None for a plain Q head."""
+        return self._head
 
     @property
     def obs_size(self) -> int:
@@ -251,7 +285,8 @@ class QNetwork:
 
     @property
     def sizes_array(self) -> np.ndarray:
-        """:attr:`layer_sizes` as the int64 array kernels take."""
+        """:attr:`layer_sizes` as the int64 array kernels take (with a distributional
+        head's description: ``head.kernel_sizes``)."""
         return self._sizes
 
     def kernel_state(self, target: QNetwork) -> NetState:
@@ -307,6 +342,35 @@ class QNetwork:
 
     __call__ = forward
 
+    def distribution(self, obs: Any) -> np.ndarray:
+        """A distributional head's distributions: C51's probabilities over its
+        support (``head.support()``), or QR-DQN's quantiles, per action.
+
+        Parameters
+        ----------
+        obs : array_like of float32, shape (obs_size,) or (batch, obs_size)
+
+        Returns
+        -------
+        ndarray of float32, shape (n_actions, n_atoms) or (batch, n_actions, n_atoms)
+
+        Raises
+        ------
+        ValueError
+            For a plain Q head, and as :meth:`forward` does.
+        """
+        if self._head is None:
+            raise ValueError("distribution() needs a distributional head; this network has "
+                             "a plain Q head (use forward() for its Q-values)")  # fmt: skip
+        x = self._obs(obs)
+        rows = x.reshape(-1, self.obs_size)
+        out = np.empty((rows.shape[0], self.n_actions, self._head.n_atoms), dtype=np.float32)
+        if rows.shape[0] > 0:
+            row = head_outputs_checked(self._params, self._sizes, rows, out)
+            if row >= 0:
+                raise nonfinite_row(rows, row, "obs") if x.ndim == 2 else nonfinite_observation(x)
+        return out if x.ndim == 2 else out[0]
+
     def greedy_action(self, obs: Any) -> int:
         """``argmax_a Q(obs, a)`` for one observation (first index on ties).
 
@@ -341,7 +405,7 @@ class QNetwork:
     def copy(self) -> QNetwork:
         """An independent deep copy (parameters and Adam state)."""
         other = QNetwork.__new__(QNetwork)
-        other._init_storage(self._sizes_tuple, self._dueling, self._layer_norm)
+        other._init_storage(self._sizes_tuple, self._dueling, self._layer_norm, self._head)
         other._params[:] = self._params
         other._adam_m[:] = self._adam_m
         other._adam_v[:] = self._adam_v
@@ -356,16 +420,16 @@ class QNetwork:
                 f"network shapes differ: this one has layer_sizes {self._sizes_tuple}, "
                 f"the other {other._sizes_tuple}"
             )
-        if other._dueling != self._dueling:
-            raise ValueError(
-                f"network architectures differ: this one is {architecture_name(self._dueling)}, "
-                f"the other {architecture_name(other._dueling)}"
-            )
-        if other._layer_norm != self._layer_norm:
-            raise ValueError(
-                f"network architectures differ: this one is {layer_norm_name(self._layer_norm)}, "
-                f"the other {layer_norm_name(other._layer_norm)}"
-            )
+        for name, mine, theirs in self._architecture(other._dueling, other._layer_norm,
+                                                     other._head):  # fmt: skip
+            if mine != theirs:
+                raise ValueError(f"network architectures differ: this one is {name(mine)}, "
+                                 f"the other {name(theirs)}")  # fmt: skip
+
+    def _architecture(self, dueling: bool, layer_norm: bool, head: Any) -> list[tuple[Any, ...]]:
+        """(how messages name it, this network's, the given) of each architectural choice."""
+        return [(architecture_name, self._dueling, dueling),
+                (layer_norm_name, self._layer_norm, layer_norm), (head_name, self._head, head)]
 
     def copy_from(self, other: QNetwork) -> None:
         """Hard sync: copy ``other``'s parameters into this network."""
@@ -528,10 +592,14 @@ class QNetwork:
         w1, b1, ...`` (float32; a dueling network's last two are its A and V
         heads), ``adam_m``, ``adam_v`` (float32, shape (num_params,)), ``adam_t``
         (int64, (1,)), ``layer_norm`` (bool, shape ()) and with it ``ln_g0,
-        ln_b0, ...`` (float32, each hidden layer's LayerNorm gain and bias).
+        ln_b0, ...`` (float32, each hidden layer's LayerNorm gain and bias); with
+        a distributional head, ``distributional`` (JSON text of its
+        ``to_dict()``; absent for a plain Q head).
         """
-        state: dict[str, np.ndarray] = {"layer_sizes": self._sizes.copy()}
+        state: dict[str, np.ndarray] = {"layer_sizes": np.array(self._sizes_tuple, np.int64)}
         state["dueling"] = np.array(self._dueling)
+        if self._head is not None:
+            state["distributional"] = json_array(self._head.to_dict())
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             state[f"w{i}"] = w.copy()
             state[f"b{i}"] = b.copy()
@@ -555,18 +623,11 @@ class QNetwork:
             raise ValueError(
                 f"layer_sizes mismatch: this network has {self._sizes_tuple}, the state has {sizes}"
             )
-        stored = dueling_flag(state)
-        if stored != self._dueling:
-            raise ValueError(
-                f"architecture mismatch: this network is {architecture_name(self._dueling)}, "
-                f"the state is {architecture_name(stored)}"
-            )
-        stored_ln = layer_norm_flag(state)
-        if stored_ln != self._layer_norm:
-            raise ValueError(
-                f"architecture mismatch: this network is {layer_norm_name(self._layer_norm)}, "
-                f"the state is {layer_norm_name(stored_ln)}"
-            )
+        for name, mine, stored in self._architecture(dueling_flag(state), layer_norm_flag(state),
+                                                     head_of_state(state)):  # fmt: skip
+            if mine != stored:
+                raise ValueError(f"architecture mismatch: this network is {name(mine)}, "
+                                 f"the state is {name(stored)}")  # fmt: skip
         expected: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             expected[f"w{i}"] = (w.shape, _F32)
@@ -610,7 +671,7 @@ class QNetwork:
     def __setstate__(self, state: dict[str, np.ndarray]) -> None:
         dueling = bool(state["dueling"]) if "dueling" in state else False
         sizes = check_layer_sizes(np.asarray(state["layer_sizes"]).tolist())
-        self._init_storage(sizes, dueling, layer_norm_flag(state))
+        self._init_storage(sizes, dueling, layer_norm_flag(state), head_of_state(state))
         self.load_state_dict(state)
 
     def _norm_views(self) -> list[tuple[str, np.ndarray]]:
@@ -623,6 +684,8 @@ class QNetwork:
     def __repr__(self) -> str:
         duel = ", dueling=True" if self._dueling else ""
         norm = ", layer_norm=True" if self._layer_norm else ""
+        head = "" if self._head is None else f", head={self._head!r}"
         return (
-            f"QNetwork(layer_sizes={self._sizes_tuple}{duel}{norm}, num_params={self.num_params})"
+            f"QNetwork(layer_sizes={self._sizes_tuple}{duel}{norm}{head}, "
+            f"num_params={self.num_params})"
         )

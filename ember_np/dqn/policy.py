@@ -19,6 +19,7 @@ from ember_np._masks import check_action_mask, check_action_masks
 from ember_np.checkpoint import AGENT_FORMAT, CheckpointError, Reader
 from ember_np.checkpoint import AgentKeys as K
 from ember_np.dqn.forward import CompiledForward, NumpyForward, layer_views, norm_views
+from ember_np.dqn.head import DistributionalHead
 from ember_np.encoding import (
     DiscreteActionMapper,
     IndexActionMapper,
@@ -72,6 +73,9 @@ class DqnPolicy:
     * ``"auto"`` (default): ``"numba"`` when numba is already imported in the
       process (a training process, ``agent.into_policy()``), else ``"numpy"``.
 
+    A distributional network (``head``: C51 or QR-DQN, ``dqn/head.py``) acts
+    on, and gives as Q-values, the expected values of its distributions.
+
     One rule for bad observations in every method (``act``, ``act_batch``,
     ``q_values``, ``q_values_batch``): NaN or inf (after the cast to float32)
     raises ValueError naming the parameter (``obs`` / ``obs_batch``) and, for
@@ -88,8 +92,13 @@ class DqnPolicy:
         *,
         dueling: bool = False,
         layer_norm: bool = False,
+        head: DistributionalHead | None = None,
     ) -> None:
         self.layer_sizes = tuple(int(s) for s in layer_sizes)
+        if head is not None and not isinstance(head, DistributionalHead):
+            raise ValueError(f"head must be None or a DistributionalHead, got {head!r}")
+        self.head = head
+        atoms = 1 if head is None else head.n_atoms
         if not isinstance(layer_norm, (bool, np.bool_)):
             raise ValueError(f"layer_norm must be True or False, got {layer_norm!r}")
         if layer_norm and (len(self.layer_sizes) < 3 or min(self.layer_sizes[1:-1]) < 2):
@@ -107,13 +116,15 @@ class DqnPolicy:
         self._params = as_f32(params, "params")
         if not np.isfinite(self._params).all():
             raise ValueError(_nonfinite_weights())
-        n = sum(a * b + b for a, b in zip(self.layer_sizes[:-1], self.layer_sizes[1:]))
+        widths = (*self.layer_sizes[:-1], self.layer_sizes[-1] * atoms)
+        n = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
         if dueling:
-            n += self.layer_sizes[-2] + 1  # the value head
+            n += (self.layer_sizes[-2] + 1) * atoms  # the value head
         if layer_norm:
             n += 2 * sum(self.layer_sizes[1:-1])  # each hidden layer's gain and bias
         if self._params.shape != (n,):
             arch = ("dueling " if dueling else "") + ("LayerNorm " if layer_norm else "")
+            arch += "" if head is None else f"{head.kind} ({atoms} atoms) "
             raise ValueError(
                 f"{arch}layer_sizes {self.layer_sizes} need {n} parameters, "
                 f"got {self._params.shape}"
@@ -132,7 +143,8 @@ class DqnPolicy:
         self.action_mapper = action_mapper
         self._obs_shape = (self.layer_sizes[0],)
         forward = CompiledForward if _resolve_backend(backend) == "numba" else NumpyForward
-        self._forward = forward(self.layer_sizes, self._params, self.dueling, self.layer_norm)
+        self._forward = forward(self.layer_sizes, self._params, self.dueling, self.layer_norm,
+                                head)  # fmt: skip
 
     @property
     def backend(self) -> str:
@@ -162,9 +174,11 @@ class DqnPolicy:
         h_{l+1} = ReLU(h_l @ W_l + b_l) (what ``ember-np export`` writes as ONNX).
         A :attr:`dueling` policy has one more pair: the advantage head A is
         the second-last, the value head V (W of shape (hidden, 1)) the last,
-        and Q = V + A - mean(A) from the last hidden layer.
+        and Q = V + A - mean(A) from the last hidden layer. With a distributional
+        :attr:`head` the last layer has n_actions * n_atoms outputs (action-major)
+        and V n_atoms, combined per atom; Q is their expected value (``head.py``).
         """
-        views = layer_views(self.layer_sizes, self._params, self.dueling)
+        views = layer_views(self.layer_sizes, self._params, self.dueling, self._atoms())
         return [(w.copy(), b.copy()) for w, b in views]
 
     def norms(self) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -173,8 +187,11 @@ class DqnPolicy:
         + b_l)), LayerNorm(z) = gain * (z - mean(z)) / sqrt(var(z) + 1e-5) + bias."""
         if not self.layer_norm:
             return []
-        views = norm_views(self.layer_sizes, self._params, self.dueling)
+        views = norm_views(self.layer_sizes, self._params, self.dueling, self._atoms())
         return [(g.copy(), b.copy()) for g, b in views]
+
+    def _atoms(self) -> int:
+        return 1 if self.head is None else self.head.n_atoms
 
     @classmethod
     def load(
@@ -202,9 +219,12 @@ class DqnPolicy:
         if len(sizes) < 2 or min(sizes) < 1:
             raise reader.error(f"'online/layer_sizes' is invalid: {sizes}")
         dueling = reader.dueling()
-        shapes = [(n_in, n_out) for n_in, n_out in zip(sizes[:-1], sizes[1:])]
+        head = reader.head()
+        atoms = 1 if head is None else head.n_atoms
+        widths = (*sizes[:-1], sizes[-1] * atoms)
+        shapes = [(n_in, n_out) for n_in, n_out in zip(widths[:-1], widths[1:])]
         if dueling and len(sizes) >= 3:
-            shapes.append((sizes[-2], 1))  # the value head
+            shapes.append((sizes[-2], atoms))  # the value head
         keyed = []  # (key, dtype, shape) of each parameter array, in the flat layout order
         for i, (n_in, n_out) in enumerate(shapes):
             keyed.append((K.weight(K.ONLINE, i), np.float32, (n_in, n_out)))
@@ -225,7 +245,7 @@ class DqnPolicy:
             if action_mapper is None:
                 action_mapper = mapper_from_description(reader.json(K.MAPPER))
             policy = cls(sizes, np.concatenate(parts), encoder, action_mapper, backend,
-                         dueling=dueling, layer_norm=layer_norm)  # fmt: skip
+                         dueling=dueling, layer_norm=layer_norm, head=head)  # fmt: skip
         except CheckpointError:
             raise
         except (ValueError, TypeError, KeyError) as exc:
@@ -299,12 +319,13 @@ class DqnPolicy:
     def __reduce__(self) -> tuple[Any, ...]:
         """Copies and pickles go through the constructor, with their own parameters."""
         args = (self.layer_sizes, self._params, self.encoder, self.action_mapper, self.backend,
-                self.dueling, self.layer_norm)  # fmt: skip
+                self.dueling, self.layer_norm, self.head)  # fmt: skip
         return (_unpickle, args)
 
     def __repr__(self) -> str:
         duel = ", dueling=True" if self.dueling else ""
         duel += ", layer_norm=True" if self.layer_norm else ""
+        duel += "" if self.head is None else f", head={self.head!r}"
         return f"DqnPolicy(layer_sizes={self.layer_sizes}{duel}, backend={self.backend!r})"
 
 
@@ -326,8 +347,9 @@ def _unpickle(
     backend: Backend = "auto",
     dueling: bool = False,
     layer_norm: bool = False,
+    head: DistributionalHead | None = None,
 ) -> DqnPolicy:
     """A policy with a copy of ``params`` (which may be a read-only or shared pickle buffer)."""
     params = np.array(params, dtype=np.float32)
     return DqnPolicy(layer_sizes, params, encoder, action_mapper, backend,  # type: ignore[arg-type]
-                     dueling=dueling, layer_norm=layer_norm)  # fmt: skip
+                     dueling=dueling, layer_norm=layer_norm, head=head)  # fmt: skip

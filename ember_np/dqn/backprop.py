@@ -1,0 +1,273 @@
+"""Compiled backward pass of the Q-network's MLP (numba kernel, public to the package).
+
+:func:`backward` takes any gradient of the output layer, so the plain Q head
+(``learn.py``: the Huber TD loss) and the distributional heads
+(``distributional.py``: cross-entropy, quantile Huber) share it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ember_np._blas import gemm
+from ember_np._jit import kernel
+from ember_np.dqn.head_kernels import n_atoms
+from ember_np.dqn.head_kernels import n_layers as n_layers_of
+from ember_np.dqn.mlp import layer, layer_norm_backward, layout
+
+
+@kernel
+def head_backward(
+    params: np.ndarray, grads: np.ndarray, v_off: int, atoms: int, h_in: np.ndarray,
+    dq: np.ndarray, w_last: np.ndarray, gw: np.ndarray, gb: np.ndarray, delta: np.ndarray,
+    hidden: bool,
+) -> None:  # fmt: skip
+    """:func:`backward`'s output layer for a distributional head (atoms > 1), by BLAS.
+
+    params, grads : float (num_params,); v_off : the dueling value head's offset,
+    W_V (n_in, atoms) then b_V (atoms,), or -1; h_in : float (B, n_in), the
+    layer's input; dq : float (B, n_out), n_out = n_actions * atoms; w_last :
+    float (n_in, n_out); gw, gb : its gradient's views, written; delta : float
+    (B, n_in), written with d loss / d(pre-activation of h_in) when ``hidden``.
+
+    dW = h^T dQ, db = column sums of dQ. Dueling, per atom t over the units
+    j = a * atoms + t (x_j = V_t + A_j - mean_a A): dW_V[:, t] = sum_a dW[:, j],
+    db_V[t] = sum_a db_j, dW_A[:, j] = dW[:, j] - dW_V[:, t] / n_actions, and
+    db_A likewise; dh = dQ W_eff^T with W_eff[:, j] = W_A[:, j] - mean_a(W_A[:, j])
+    + W_V[:, t] (plain: W_eff = W), then through ReLU.
+    """
+    n_in = h_in.shape[1]
+    n_out = dq.shape[1]
+    n_act = n_out // atoms
+    gemm(h_in, dq, gw, True, False, 0.0)
+    gb[:] = 0.0
+    for i in range(dq.shape[0]):
+        for j in range(n_out):
+            gb[j] += dq[i, j]
+    w_eff = w_last
+    if v_off >= 0:
+        gw_v = grads[v_off : v_off + n_in * atoms].reshape((n_in, atoms))
+        gb_v = grads[v_off + n_in * atoms : v_off + (n_in + 1) * atoms]
+        w_v = params[v_off : v_off + n_in * atoms].reshape((n_in, atoms))
+        inv_n = params.dtype.type(1.0 / n_act)
+        w_eff = np.empty((n_in, n_out), dtype=params.dtype)
+        for t in range(atoms):
+            s = gb[t]
+            for a in range(1, n_act):
+                s += gb[a * atoms + t]
+            gb_v[t] = s
+            for a in range(n_act):
+                gb[a * atoms + t] -= s * inv_n
+        for k in range(n_in):
+            gw_k = gw[k]
+            w_k = w_last[k]
+            for t in range(atoms):
+                s = gw_k[t]
+                m = w_k[t]
+                for a in range(1, n_act):
+                    s += gw_k[a * atoms + t]
+                    m += w_k[a * atoms + t]
+                gw_v[k, t] = s
+                shift = w_v[k, t] - m * inv_n
+                for a in range(n_act):
+                    gw_k[a * atoms + t] -= s * inv_n
+                    w_eff[k, a * atoms + t] = w_k[a * atoms + t] + shift
+    if not hidden:
+        return
+    gemm(dq, w_eff, delta, False, True, 0.0)  # dh = dQ W_eff^T
+    for i in range(delta.shape[0]):
+        for k in range(n_in):
+            delta[i, k] = delta[i, k] if h_in[i, k] > 0.0 else 0.0
+
+
+@kernel
+def backward(
+    params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, acts: np.ndarray, dq: np.ndarray,
+    grads: np.ndarray,
+) -> None:  # fmt: skip
+    """MLP backward pass from any gradient of the output layer.
+
+    params : float (num_params,); sizes : int64 (n_layers + 1,), or with a head's suffix.
+    obs : float (B, obs_size), the input of the forward pass.
+    acts : the workspace :func:`forward_into` filled for ``obs`` with these params.
+    dq : float (B, n_out), d loss / d(output layer), n_out = n_actions * n_atoms
+        (n_atoms 1 for a plain Q head: d loss / d Q); rows may be sparse (zeros
+        are skipped). A dueling network (:func:`layout`) gets its two heads'
+        gradients from the same ``dq``, per atom (see the comment inside).
+    grads : float (num_params,), written with d loss / d params (same layout).
+    """
+    batch = obs.shape[0]
+    n_layers = n_layers_of(sizes)
+    n_act = sizes[n_layers]  # the output layer's width: actions x atoms
+    atoms = n_atoms(sizes)
+    width = 0
+    for l in range(1, n_layers + 1):
+        width = max(width, sizes[l])
+    # Offsets of each layer's parameters and of its activation in ``acts``.
+    p_offs = np.empty(n_layers, dtype=np.int64)
+    a_offs = np.empty(n_layers, dtype=np.int64)
+    p = 0
+    a = 0
+    for l in range(n_layers):
+        p_offs[l] = p
+        a_offs[l] = a
+        p += sizes[l] * sizes[l + 1] + sizes[l + 1]
+        a += batch * sizes[l + 1]
+    # LayerNorm (see layout, forward_into): hidden layer l's gain and bias
+    # start at ln_p[l] in params, its saved xhat and rstd at ln_a[l] in acts.
+    v_off, ln_off = layout(params.shape[0], sizes)
+    layer_norm = ln_off >= 0
+    ln_p = np.empty(n_layers, dtype=np.int64)
+    ln_a = np.empty(n_layers, dtype=np.int64)
+    for l in range(n_layers - 1):
+        ln_p[l] = ln_off
+        ln_a[l] = a
+        ln_off += 2 * sizes[l + 1]
+        a += batch * (sizes[l + 1] + 1)
+
+    delta_a = np.empty(batch * width, dtype=params.dtype)
+    delta_b = np.empty(batch * width, dtype=params.dtype)
+
+    # Output layer: dW_L = h^T dQ, db_L = column sums of dQ, dh = dQ W_L^T.
+    # dQ is mostly zeros for DQN (only Q(s_i, a_i) enters the loss), so loop
+    # over its nonzeros, on transposed (n_actions, n_in) copies so the inner
+    # loops are contiguous and vectorise. A distributional head's rows hold
+    # n_atoms nonzeros each: :func:`head_backward` takes them with BLAS.
+    last = n_layers - 1
+    n_in = sizes[last]
+    w_last, _ = layer(params, sizes, p_offs[last], last)
+    gw, gb = layer(grads, sizes, p_offs[last], last)
+    gb[:] = 0.0
+    if last == 0:
+        h_in = obs
+    else:
+        h_in = acts[a_offs[last - 1] : a_offs[last - 1] + batch * n_in].reshape((batch, n_in))
+    if atoms > 1:
+        delta = delta_a[: batch * n_in].reshape((batch, n_in))
+        head_backward(params, grads, v_off, atoms, h_in, dq, w_last, gw, gb, delta, last > 0)
+        if last == 0:
+            return
+    else:
+        gw_t = np.zeros((n_act, n_in), dtype=params.dtype)
+        for i in range(batch):
+            for j in range(n_act):
+                gij = dq[i, j]
+                if gij != 0.0:
+                    gb[j] += gij
+                    row = gw_t[j]
+                    for k in range(n_in):
+                        row[k] += h_in[i, k] * gij
+        # Dueling head (params longer than the plain MLP; the last layer is A and
+        # V's W_V (n_in,), b_V follow at ``p``): Q_j = V + A_j - mean(A). With g a
+        # row of dQ, dLoss/dA_j = g_j - mean(g) and dLoss/dV = sum(g), so from the
+        # sums above (taken as if A were Q): dW_V = sum_j dW[:, j], db_V = sum_j db_j,
+        # dW_A[:, j] = dW[:, j] - dW_V / n and db_A = db - db_V / n. And Q is linear
+        # in h through W_eff[:, j] = W_A[:, j] - mean_j(W_A) + W_V, which gives dh
+        # below from the same sparse dQ (no dense dA rows).
+        dueling = v_off >= 0
+        if dueling:
+            gw_v = grads[p : p + n_in]
+            gw_v[:] = 0.0
+            gb_v = gb[0]
+            for j in range(1, n_act):
+                gb_v += gb[j]
+            for j in range(n_act):
+                row = gw_t[j]
+                for k in range(n_in):
+                    gw_v[k] += row[k]
+            grads[p + n_in] = gb_v
+            inv_n = params.dtype.type(1.0 / n_act)
+            for j in range(n_act):
+                gb[j] -= gb_v * inv_n
+                row = gw_t[j]
+                for k in range(n_in):
+                    row[k] -= gw_v[k] * inv_n
+        for k in range(n_in):
+            for j in range(n_act):
+                gw[k, j] = gw_t[j, k]
+        if last == 0:
+            return
+        w_t = gw_t  # reuse the scratch for W_L transposed (W_eff for a dueling head)
+        for k in range(n_in):
+            if dueling:
+                mean = w_last[k, 0]
+                for j in range(1, n_act):
+                    mean += w_last[k, j]
+                shift = params[p + k] - mean / n_act
+                for j in range(n_act):
+                    w_t[j, k] = w_last[k, j] + shift
+            else:
+                for j in range(n_act):
+                    w_t[j, k] = w_last[k, j]
+        delta = delta_a[: batch * n_in].reshape((batch, n_in))
+        for i in range(batch):
+            # dh_i = sum_j dQ[i, j] W_L[:, j]; DQN's rows have one nonzero, taken
+            # in one pass (with the ReLU below) as before the split.
+            nonzero = 0
+            j_last = 0
+            for j in range(n_act):
+                if dq[i, j] != 0.0:
+                    nonzero += 1
+                    j_last = j
+            row = delta[i]
+            if nonzero <= 1:
+                gij = dq[i, j_last]
+                w_row = w_t[j_last]
+                for k in range(n_in):
+                    # dh through ReLU: zero where the activation was clipped at 0.
+                    v = gij * w_row[k]
+                    row[k] = v if h_in[i, k] > 0.0 else 0.0
+                continue
+            row[:] = 0.0
+            for j in range(n_act):
+                gij = dq[i, j]
+                if gij != 0.0:
+                    w_row = w_t[j]
+                    for k in range(n_in):
+                        row[k] += gij * w_row[k]
+            for k in range(n_in):
+                row[k] = row[k] if h_in[i, k] > 0.0 else 0.0
+
+    # Hidden layers, from the top down: delta is dLoss/d(pre-activation)
+    # (with LayerNorm, first taken back through it from dLoss/d(its output)).
+    for l in range(last - 1, -1, -1):
+        n_in = sizes[l]
+        n_out = sizes[l + 1]
+        w, _ = layer(params, sizes, p_offs[l], l)
+        gw, gb = layer(grads, sizes, p_offs[l], l)
+        if layer_norm:
+            o = ln_a[l]
+            xhat = acts[o : o + batch * n_out].reshape((batch, n_out))
+            rstd = acts[o + batch * n_out : o + batch * n_out + batch]
+            g = ln_p[l]
+            g_gain = grads[g : g + n_out]
+            g_beta = grads[g + n_out : g + 2 * n_out]
+            layer_norm_backward(params[g : g + n_out], xhat, rstd, delta, g_gain, g_beta)
+        if l == 0:
+            h_in = obs
+        else:
+            h_in = acts[a_offs[l - 1] : a_offs[l - 1] + batch * n_in].reshape((batch, n_in))
+        # dW_l = h_l^T delta and db_l = column sums of delta. A narrow input
+        # (the observation layer, in <= 8) is faster by hand than through BLAS.
+        gb[:] = 0.0
+        if n_in <= 8:
+            gw[:, :] = 0.0
+            for i in range(batch):
+                for k in range(n_in):
+                    a = h_in[i, k]
+                    for j in range(n_out):
+                        gw[k, j] += a * delta[i, j]
+        else:
+            gemm(h_in, delta, gw, True, False, 0.0)  # h_l^T delta
+        for i in range(batch):
+            for j in range(n_out):
+                gb[j] += delta[i, j]
+        if l > 0:
+            spare = delta_b if (last - 1 - l) % 2 == 0 else delta_a
+            nxt = spare[: batch * n_in].reshape((batch, n_in))
+            gemm(delta, w, nxt, False, True, 0.0)  # dh_l = delta W_l^T
+            for i in range(batch):
+                for k in range(n_in):
+                    # a select, not a branch: the ReLU pattern is unpredictable
+                    nxt[i, k] = nxt[i, k] if h_in[i, k] > 0.0 else 0.0
+            delta = nxt
