@@ -72,6 +72,7 @@ from ember_np.training.seeds import (
     parse_seeds,
     read_spec,
 )
+from ember_np.training.setup import make_train_env, vector_settings
 
 __all__ = [
     "MAX_SEED",
@@ -121,14 +122,12 @@ def train_seed(
     called after each chunk (progress). Writes ``result.json`` into the run
     directory last.
     """
-    import gymnasium as gym
-
     from ember_np.dqn.agent import DqnAgent
     from ember_np.training.run import TrainingRun
     from ember_np.training.trainer import DqnTrainer
 
     t0 = time.perf_counter()
-    env = gym.make(spec.env_id)
+    env = make_train_env(spec.env_id, spec.num_envs, spec.vectorization)
     agent = DqnAgent.for_env(env, spec.config, seed=seed)
     run = TrainingRun.create_in(run_dir, spec.name, spec.version)
     run.write_config(spec.run_config(seed))
@@ -284,8 +283,9 @@ def train_seeds(
         ``/`` replaced by ``-``).
     **options
         ``preset`` (recorded in each run's config.json), ``eval_every``,
-        ``eval_episodes``, ``checkpoint_freq``, ``keep``: as ``ember-np
-        train``'s options (defaults 10,000, 10, 10,000, 5; see :class:`SeedSpec`).
+        ``eval_episodes``, ``checkpoint_freq``, ``keep``, ``num_envs``,
+        ``vectorization``: as ``ember-np train``'s options (defaults 10,000,
+        10, 10,000, 5, 1, None; see :class:`SeedSpec`).
     progress : bool
         One tqdm bar over all seeds' env steps (stderr).
     on_start : callable, optional
@@ -308,7 +308,8 @@ def train_seeds(
                          f"{format_seeds(seeds)}")  # fmt: skip
     if max(seeds) > MAX_SEED:
         raise ValueError(f"seeds must be at most {MAX_SEED} (2**63 - 1), got {max(seeds)}")
-    known = {"preset", "eval_every", "eval_episodes", "checkpoint_freq", "keep"}
+    known = {"preset", "eval_every", "eval_episodes", "checkpoint_freq", "keep", "num_envs",
+             "vectorization"}  # fmt: skip
     if set(options) - known:
         raise ValueError(f"unknown options {sorted(set(options) - known)}; train_seeds takes "
                          f"{', '.join(sorted(known))} besides its named parameters")  # fmt: skip
@@ -319,6 +320,7 @@ def train_seeds(
         if getattr(spec, option) < minimum:
             raise ValueError(f"{option} must be an integer >= {minimum}, got "
                              f"{getattr(spec, option)}")  # fmt: skip
+    vector_settings(spec.env_id, spec.num_envs, spec.vectorization)  # SetupError if bad
     if workers is not None:
         workers = check_workers(workers)
     parent = _make_parent(root, spec.name, spec.version)
