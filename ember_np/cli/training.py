@@ -262,8 +262,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def vector_fields(num_envs: int, vectorization: str | None) -> dict[str, Any]:
-    """What config.json (and train_seeds) get of ``--num-envs`` / ``--vectorization``."""
-    return {"num_envs": num_envs, "vectorization": vectorization}
+    """What config.json (and train_seeds) get of ``--num-envs`` / ``--vectorization``:
+    nothing for one env (its config.json as before)."""
+    return {} if num_envs == 1 else {"num_envs": num_envs, "vectorization": vectorization}
 
 
 def saved_vector_fields(saved: dict[str, Any]) -> tuple[int, str | None]:

@@ -64,7 +64,9 @@ class SeedSpec:
     vectorization: str | None = None
 
     def run_config(self, seed: int) -> dict[str, Any]:
-        """The seed's ``config.json``: what ``ember-np train --seed seed`` writes."""
+        """The seed's ``config.json``: what ``ember-np train --seed seed`` writes
+        (``num_envs`` and ``vectorization`` only with N > 1)."""
+        vector = {"num_envs": self.num_envs, "vectorization": self.vectorization}
         return {
             "env_id": self.env_id,
             "preset": self.preset,
@@ -74,8 +76,7 @@ class SeedSpec:
             "eval_episodes": self.eval_episodes,
             "checkpoint_freq": self.checkpoint_freq,
             "keep": self.keep,
-            "num_envs": self.num_envs,
-            "vectorization": self.vectorization,
+            **(vector if self.num_envs > 1 else {}),
             "dqn": self.config.to_dict(),
         }
 
