@@ -16,12 +16,13 @@ evaluation of 10 episodes every tenth of the budget (the best one kept as
 greedily on the same 20 fresh episodes (seeds 10,000 + 100 * seed ...).
 ember_np trains through its multi-seed runner
 (:func:`ember_np.training.multiseed.train_seeds`, the code behind
-``ember-np train ENV --seeds 20``) on its compiled env (bit for bit
-gymnasium's), with the preset ``--preset`` names (``zoo``, the default, or
-``rainbow``), on ``--workers`` local processes or, with ``--scheduler``, as
-one task per seed on that Dask cluster (the same runs either way); SB3
-always gets the Zoo's own arguments (the ``zoo`` preset's ``sb3_kwargs``) on
-gymnasium's env, one subprocess per seed.
+``ember-np train ENV --seeds 20``) on gymnasium's env (with ``--num-envs N``:
+on N copies of its compiled twin, ``ember_np/<env>``, bit for bit gymnasium's
+dynamics, in the compiled vector loop), with the preset ``--preset`` names
+(``zoo``, the default, or ``rainbow``), on ``--workers`` local processes or,
+with ``--scheduler``, as one task per seed on that Dask cluster (the same runs
+either way); SB3 always gets the Zoo's own arguments (the ``zoo`` preset's
+``sb3_kwargs``) on gymnasium's env, one subprocess per seed.
 
 Each (library, preset, env) writes
 ``bench/results/learning_<library>-<preset>_<env>.json`` (SB3:
@@ -99,18 +100,27 @@ def run_ember(
     collect: bool = False,
     preset_name: str = "zoo",
     client=None,
+    num_envs: int | None = None,
 ) -> dict:
     """Train (or, with a ``runs_root`` holding this env's multi-seed run, finish) the
     seeds of ``preset_name``; then evaluate every finished seed's final and best
     policy. ``collect``: evaluate the seeds finished so far, train nothing.
     ``client``: a Dask client whose cluster trains the seeds (``workers``
-    then only spreads the seeds' times in an estimate)."""
+    then only spreads the seeds' times in an estimate).
+    ``num_envs``: train on ``num_envs`` copies of the compiled env (``ember_np/<env>``,
+    the compiled vector loop; 1: the compiled single env), same transitions."""
     from ember_np import DqnPolicy
     from ember_np.presets import get_preset
     from ember_np.training.multiseed import load_multiseed, resume_seeds, train_seeds
 
     preset = get_preset(preset_name, env_id)
     version = "bench" if preset_name == "zoo" else f"bench-{preset_name}"
+    train_env = env_id
+    vector = {}
+    if num_envs is not None:
+        train_env = f"ember_np/{env_id}"
+        version += f"-n{num_envs}"
+        vector = {"num_envs": num_envs}
     with tempfile.TemporaryDirectory() as tmp:
         root = runs_root or Path(tmp)
         existing = sorted(root.glob(f"{env_id}/{version}/*/seeds.json"))
@@ -127,10 +137,11 @@ def run_ember(
             raise SystemExit(f"no multi-seed run of {env_id} under {root} to collect")
         else:
             result = train_seeds(
-                env_id, seeds, config=preset.config, steps=steps,
-                workers=None if client else workers, root=root, version=version,
+                train_env, seeds, config=preset.config, steps=steps,
+                workers=None if client else workers, root=root, name=env_id, version=version,
                 preset=preset_name, eval_every=steps // 10, eval_episodes=EVAL_EPISODES,
                 checkpoint_freq=steps, keep=1, progress=sys.stderr.isatty(), scheduler=client,
+                **vector,
             )  # fmt: skip
         wall = time.perf_counter() - t0
         per_seed = []
@@ -272,6 +283,16 @@ def run_sb3(
 ROWS = (("ember_np", "rainbow"), ("ember_np", "zoo"), ("sb3", "zoo"))
 
 
+#: Rows of the table only (not the plot): the rainbow preset on the compiled env,
+#: one env and N envs stepped together (issue 25), the same transitions.
+VECTOR_ROWS = (("ember_np", "rainbow-n1"), ("ember_np", "rainbow-n4"))
+
+
+def preset_key(preset: str, num_envs: int | None) -> str:
+    """The result's preset name: ``rainbow``, or ``rainbow-n4`` for 4 compiled envs."""
+    return preset if num_envs is None else f"{preset}-n{num_envs}"
+
+
 def result_path(results: Path, library: str, env_id: str, preset: str = "zoo") -> Path:
     """Where one (library, preset, env) result goes; SB3 has only the zoo preset."""
     if library == "sb3":
@@ -286,6 +307,9 @@ def read_result(results: Path, library: str, env_id: str, preset: str) -> dict |
 
 
 def row_name(library: str, preset: str) -> str:
+    base, _, n = preset.partition("-n")
+    if n:
+        return f"{library} {base}, compiled env x {n}"
     return f"{library} {preset}"
 
 
@@ -326,7 +350,7 @@ def time_to_solve(data: dict, threshold: float) -> str:
 def report(results: Path, out: Path, plot_path: Path) -> str:
     from ember_np.stats import probability_of_improvement
 
-    found = {(lib, preset, env): data for lib, preset in ROWS for env in REFERENCE
+    found = {(lib, preset, env): data for lib, preset in ROWS + VECTOR_ROWS for env in REFERENCE
              if (data := read_result(results, lib, env, preset)) is not None}  # fmt: skip
     lines = [
         "Commands: python bench/learning.py --library ember_np --preset rainbow --seeds 20 "
@@ -341,7 +365,10 @@ def report(results: Path, out: Path, plot_path: Path) -> str:
         "seed of the row's final policy beats a random SB3 seed's (ties count half), with its "
         "95% CI. ember_np's presets: `rainbow` (this project's, chosen on tuning seeds "
         "1000-1019, never on these), `zoo` (the RL Zoo's hyperparameters, as SB3 gets them). "
-        "Wall time: all seeds, on the workers shown.",
+        "Wall time: all seeds, on the workers shown. 'compiled env x N' (issue 25): the same "
+        "preset and transitions on ember_np's compiled env, N copies stepped together in the "
+        "compiled vector loop (x 1: the compiled single env; the plain rows train on "
+        "gymnasium's Python env), `--num-envs N`.",
         "",
         "| env | library, preset (budget) | seeds | final | best | solved (final >= bar) "
         "| P(> SB3 zoo), final | wall time |",
@@ -349,7 +376,7 @@ def report(results: Path, out: Path, plot_path: Path) -> str:
     ]
     for env_id in REFERENCE:
         theirs = found.get(("sb3", "zoo", env_id))
-        for lib, preset in ROWS:
+        for lib, preset in ROWS[:1] + VECTOR_ROWS + ROWS[1:]:
             d = found.get((lib, preset, env_id))
             if d is None:
                 continue
@@ -372,7 +399,8 @@ def report(results: Path, out: Path, plot_path: Path) -> str:
     for env_id, threshold in SOLVED.items():
         parts = [f"{row_name(lib, preset)}: "
                  f"{time_to_solve(found[(lib, preset, env_id)], threshold)}"
-                 for lib, preset in ROWS if (lib, preset, env_id) in found]  # fmt: skip
+                 for lib, preset in ROWS[:1] + VECTOR_ROWS + ROWS[1:]
+                 if (lib, preset, env_id) in found]  # fmt: skip
         if parts:
             lines.append(f"Time to solve {env_id} (IQM of greedy evaluations >= {threshold:g}, "
                          f"wall time for all seeds): " + "; ".join(parts))  # fmt: skip
@@ -466,6 +494,11 @@ def main() -> None:
     p.add_argument("--preset", default="zoo", choices=["zoo", "rainbow"],
                    help="ember_np's preset (default zoo); SB3 always gets the Zoo's")  # fmt: skip
     p.add_argument(
+        "--num-envs", type=int,
+        help="ember_np: train on N copies of the compiled env (ember_np/<env>, the compiled "
+        "vector loop; 1: the compiled single env), the row 'compiled env x N'",
+    )  # fmt: skip
+    p.add_argument(
         "--steps",
         type=int,
         help="train this many steps instead of each preset's budget (a quick check)",
@@ -506,6 +539,7 @@ def main() -> None:
     args.results.mkdir(parents=True, exist_ok=True)
     seeds = list(range(args.seeds))
     preset = "zoo" if args.library == "sb3" else args.preset
+    key = preset_key(preset, args.num_envs if args.library == "ember_np" else None)
     for env_id in [e for e in args.envs.split(",") if e]:
         steps = args.steps or get_preset(preset, env_id).steps
         load_before = load_average()
@@ -513,25 +547,26 @@ def main() -> None:
             data = run_sb3(env_id, seeds, args.workers, steps, args.runs_root, args.collect)
         else:
             data = run_ember(env_id, seeds, args.workers, steps, args.runs_root, args.collect,
-                             preset, client)  # fmt: skip
+                             preset, client, args.num_envs)  # fmt: skip
         if not data["runs"]:
             print(f"{args.library} {env_id}: no seed finished; nothing written", file=sys.stderr)
             continue
         data.update(
-            library=args.library, preset=preset, env_id=env_id, steps=steps, workers=args.workers,
+            library=args.library, preset=key, env_id=env_id, steps=steps, workers=args.workers,
             load=f"{load_before} before, {load_average()} after (1/5/15-min load averages)"
             + (" of collecting; the training ran earlier" if args.collect else ""),
             command=f"python bench/learning.py --library {args.library} --envs {env_id} "
             + (f"--preset {preset} " if args.library == "ember_np" else "")
+            + (f"--num-envs {args.num_envs} " if key != preset else "")
             + f"--seeds {args.seeds} --workers {args.workers}"
             + (f" --steps {args.steps}" if args.steps else "")
             + (f" --runs-root {args.runs_root}" if args.runs_root else "")
             + (f" --scheduler {args.scheduler}" if args.scheduler else "")
             + (" --collect" if args.collect else ""),
         )  # fmt: skip
-        result_path(args.results, args.library, env_id, preset).write_text(json.dumps(data) + "\n")
+        result_path(args.results, args.library, env_id, key).write_text(json.dumps(data) + "\n")
         finals = [r["final"] for r in data["runs"]]
-        print(f"{args.library} {preset} {env_id}: final IQM {ci_text(finals)}, "
+        print(f"{args.library} {key} {env_id}: final IQM {ci_text(finals)}, "
               f"{data['wall_seconds']:.0f} s for {len(seeds)} seeds", file=sys.stderr)  # fmt: skip
 
 

@@ -278,6 +278,23 @@ def kernel(fn: F) -> F:
     )(fn)
 
 
+def inlined_kernel(fn: F) -> F:
+    """:func:`kernel`, also inlined into every compiled caller (numba ``inline="always"``).
+
+    For a small body called once per transition with a large NamedTuple: a
+    compiled call passes every array of the tuple as separate arguments (the
+    agent's state is over a hundred), which costs more than the body; inlined,
+    the caller's fields are used in place. Still callable from Python.
+    """
+    return numba.njit(  # type: ignore[no-any-return]
+        cache=PLAN.cache,
+        fastmath=set(FASTMATH_FLAGS),
+        error_model="numpy",
+        nogil=True,
+        inline="always",
+    )(fn)
+
+
 def exact_kernel(fn: F) -> F:
     """Compile ``fn`` like :func:`kernel` but with strict IEEE arithmetic.
 

@@ -60,7 +60,12 @@ from typing import Any
 import numpy as np
 
 from ember_np.dqn.config import DqnConfig
-from ember_np.training.setup import SetupError, check_replay_memory
+from ember_np.training.setup import (
+    SetupError,
+    check_replay_memory,
+    make_train_env,
+    vector_settings,
+)
 from ember_np.tune_results import best_preset, importances, summary
 from ember_np.tune_storage import (
     SETTINGS_ATTR,
@@ -133,6 +138,10 @@ class TuneSettings:
     base: dict[str, Any]
     """The DqnConfig the search starts from (the env's preset): fields neither
     searched nor fixed keep these values."""
+    num_envs: int = 1
+    """Envs each seed steps together (``--num-envs``; steps count transitions)."""
+    vectorization: str | None = None
+    """``"sync"`` or ``"async"`` for a gymnasium env's copies (None: one env, or native)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (as stored in the study's user attributes)."""
@@ -141,7 +150,8 @@ class TuneSettings:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TuneSettings:
         """Inverse of :meth:`to_dict`."""
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)
+                      if f.name in data or f.default is dataclasses.MISSING})  # fmt: skip
 
 
 # -- search space ------------------------------------------------------------------
@@ -252,6 +262,8 @@ def settings_for(
     seed: int,
     sets: list[str],
     say: Callable[[str], None] = print,
+    num_envs: int = 1,
+    vectorization: str | None = None,
 ) -> TuneSettings:
     """The settings of a study on ``env_id``, as ``ember-np tune`` builds them.
 
@@ -270,6 +282,8 @@ def settings_for(
         ``key=value`` DqnConfig fields fixed (not searched).
     say : callable
         Gets the line saying action masks were turned on.
+    num_envs, vectorization
+        Envs each seed steps together: ``ember-np train``'s ``--num-envs``, ``--vectorization``.
 
     Raises
     ------
@@ -283,6 +297,7 @@ def settings_for(
     steps, n_seeds, evals, eval_episodes = budget
     make_env(env_id).close()
     train_env_id = NATIVE_IDS.get(env_id, env_id)  # the compiled twin, as ember-np train
+    num_envs, vectorization = vector_settings(train_env_id, num_envs, vectorization)
     preset = default_preset(env_id.removeprefix("ember_np/"))
     base = preset.config if preset is not None else DqnConfig()
     fixed = parse_sets(sets)
@@ -293,7 +308,7 @@ def settings_for(
     if evals > steps:
         raise SetupError(f"--evals must be <= --steps (got {evals} > {steps})")
     settings = TuneSettings(env_id, train_env_id, steps, n_seeds, evals, eval_episodes, seed,
-                            fixed, base.to_dict())  # fmt: skip
+                            fixed, base.to_dict(), num_envs, vectorization)  # fmt: skip
     try:  # what is fixed, with the searched fields adjusted to it as every trial adjusts them
         config_for(settings, {})
     except (ValueError, TypeError) as exc:
@@ -351,7 +366,7 @@ def evaluate_config(
     env.close()
     trainers = []
     for seed in seeds:
-        env = gym.make(settings.train_env_id)
+        env = make_train_env(settings.train_env_id, settings.num_envs, settings.vectorization)
         trainers.append(DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed))
     marks = [settings.steps * (i + 1) // settings.evals for i in range(settings.evals)]
     done = 0

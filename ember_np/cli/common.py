@@ -22,8 +22,10 @@ __all__ = [
     "Parser",
     "Progress",
     "UsageError",
+    "add_vector_arguments",
     "int_at_least",
     "make_env",
+    "make_train_env",
     "non_negative",
     "open_run",
     "plot_output",
@@ -60,6 +62,32 @@ def make_env(env_id: str) -> Any:
         return setup.make_env(env_id)
     except setup.SetupError as exc:
         raise UsageError(str(exc)) from None
+
+
+def make_train_env(env_id: str, num_envs: int = 1, vectorization: str | None = None) -> Any:
+    """:func:`ember_np.training.setup.make_train_env` (``--num-envs``, ``--vectorization``),
+    its refusal as a :class:`UsageError`; one env is :func:`make_env`'s."""
+    if num_envs == 1 and vectorization is None:
+        return make_env(env_id)
+    try:
+        return setup.make_train_env(env_id, num_envs, vectorization)
+    except setup.SetupError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def add_vector_arguments(p: Any) -> None:
+    """``--num-envs N`` and ``--vectorization sync|async`` (train and tune)."""
+    from ember_np.training.setup import VECTORIZATIONS
+
+    p.add_argument(
+        "--num-envs", type=positive, default=1,
+        help="envs stepped together (default 1); steps count env transitions, N per step",
+    )  # fmt: skip
+    p.add_argument(
+        "--vectorization", choices=VECTORIZATIONS,
+        help="a gymnasium env's N copies: sync (one process, default) or async (one process "
+        "each); a compiled env's copies always run in one compiled loop",
+    )  # fmt: skip
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:

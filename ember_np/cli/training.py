@@ -22,6 +22,7 @@ from ember_np.cli.common import (
     DEFAULT_EVAL_EVERY,
     Progress,
     UsageError,
+    add_vector_arguments,
     non_negative,
     open_run,
     positive,
@@ -48,6 +49,7 @@ from ember_np.training.setup import (
     native_to_plain,
     parse_sets,
     run_name,
+    vector_settings,
     with_env_masks,
 )
 
@@ -163,7 +165,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         env_id = NATIVE_IDS[env_id]
         print(f"{args.env_id}: training on {env_id}, the compiled env (bit for bit "
               "gymnasium's); --gymnasium-env uses gymnasium's own")  # fmt: skip
-    env = common.make_env(env_id)
+    env = common.make_train_env(env_id, args.num_envs, args.vectorization)
+    args.vectorization = vector_settings(env_id, args.num_envs, args.vectorization)[1]
     if args.preset is not None:
         try:
             preset = get_preset(args.preset, native_to_plain(args.env_id))
@@ -204,12 +207,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             "eval_episodes": args.eval_episodes,
             "checkpoint_freq": args.checkpoint_freq,
             "keep": args.keep,
+            **vector_fields(args.num_envs, args.vectorization),
             "dqn": config.to_dict(),
         }
     )
     print(f"run directory: {run.dir}")
     print(f"{args.env_id}: preset {preset.name if preset else '(none: DqnConfig defaults)'}, "
-          f"{steps:,} steps, seed {args.seed}")  # fmt: skip
+          f"{steps:,} steps, seed {args.seed}"
+          f"{envs_text(args.num_envs, args.vectorization)}")  # fmt: skip
     trainer = DqnTrainer(
         env, agent, seed=args.seed, run=run,
         checkpoint_freq=args.checkpoint_freq, keep_checkpoints=args.keep,
@@ -237,7 +242,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     except (RunLockedError, OSError) as exc:
         raise UsageError(str(exc)) from None
     saved = read_config(run)
-    env = common.make_env(saved["env_id"])
+    num_envs, vectorization = saved_vector_fields(saved)
+    env = common.make_train_env(saved["env_id"], num_envs, vectorization)
     latest = run.latest_checkpoint_path()
     try:
         agent = DqnAgent.from_checkpoint(latest)
@@ -252,10 +258,57 @@ def cmd_resume(args: argparse.Namespace) -> int:
     )  # fmt: skip
     eval_every = int(saved.get("eval_every", DEFAULT_EVAL_EVERY))
     eval_episodes = int(saved.get("eval_episodes", DEFAULT_EVAL_EPISODES))
+    if num_envs > 1:
+        say_env_state(trainer, num_envs, vectorization)
     print(f"resuming {run.dir} at step {agent.total_steps:,} (epsilon {agent.epsilon:.3f}, "
           f"{len(agent.buffer):,} transitions in the replay buffer)")  # fmt: skip
     train_loop(trainer, args.steps, eval_every, eval_episodes, args.quiet)
     return 0
+
+
+# -- N envs (--num-envs) ------------------------------------------------------------------
+
+
+def vector_fields(num_envs: int, vectorization: str | None) -> dict[str, Any]:
+    """What config.json (and train_seeds) get of ``--num-envs`` / ``--vectorization``:
+    nothing for one env (its config.json as before)."""
+    return {} if num_envs == 1 else {"num_envs": num_envs, "vectorization": vectorization}
+
+
+def saved_vector_fields(saved: dict[str, Any]) -> tuple[int, str | None]:
+    """config.json's ``num_envs`` and ``vectorization`` (1 and None in older runs)."""
+    num_envs, vectorization = saved.get("num_envs", 1), saved.get("vectorization")
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise UsageError(f"config.json: num_envs must be an integer >= 1, got {num_envs!r}: "
+                         "set it to the number of envs the run trained on")  # fmt: skip
+    return num_envs, vectorization
+
+
+def envs_text(num_envs: int, vectorization: str | None) -> str:
+    """``", 4 envs (async)"`` for the start line; empty for one env."""
+    if num_envs == 1:
+        return ""
+    return f", {num_envs} envs ({vectorization or 'compiled, one loop'})"
+
+
+def say_env_state(trainer: Any, num_envs: int, vectorization: str | None) -> None:
+    """Resume of N envs: continue their episodes (native, state saved) or say they start afresh."""
+    from ember_np import CheckpointError
+
+    try:
+        restored = trainer.restore_env_state()
+    except (CheckpointError, ValueError) as exc:
+        raise UsageError(f"{trainer.env_state_path()}: {exc}") from None
+    if restored:
+        print(f"{num_envs} envs continue their episodes in progress (saved with latest.npz)")
+    elif vectorization is None:
+        print(f"{num_envs} envs start fresh episodes: no env state was saved at step "
+              f"{trainer.agent.total_steps:,} (run without the replay buffer, or stopped "
+              "between the two files)")  # fmt: skip
+    else:
+        print(f"{num_envs} gymnasium envs ({vectorization}) start fresh episodes: a gymnasium "
+              "vector env's state cannot be saved, so the episodes in progress are "
+              "dropped")  # fmt: skip
 
 
 # -- many seeds ---------------------------------------------------------------------------
@@ -289,8 +342,9 @@ def train_many(
     def announce(parent: Path) -> None:
         started.append(parent)
         print(f"{len(seeds)} seeds ({format_seeds(seeds)}) of {env_id}, preset "
-              f"{preset or '(none: DqnConfig defaults)'}, {steps:,} steps each, on "
-              f"{on}; runs: {parent}/seed_<s>/")  # fmt: skip
+              f"{preset or '(none: DqnConfig defaults)'}, {steps:,} steps each"
+              f"{envs_text(args.num_envs, args.vectorization)}, on {on}; "
+              f"runs: {parent}/seed_<s>/")  # fmt: skip
         sys.stdout.flush()
 
     try:
@@ -299,6 +353,7 @@ def train_many(
             name=name, version=version, preset=preset, eval_every=args.eval_every,
             eval_episodes=args.eval_episodes, checkpoint_freq=args.checkpoint_freq,
             keep=args.keep, progress=not args.quiet, on_start=announce, scheduler=client,
+            **vector_fields(args.num_envs, args.vectorization),
         )  # fmt: skip
     except (RunLockedError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -437,6 +492,7 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS", help=SCHEDULER_HELP)
     p.add_argument("--gymnasium-env", action="store_true",
                    help="train on gymnasium's env even where a compiled one exists")  # fmt: skip
+    add_vector_arguments(p)
     p.add_argument("--name", help="run name (default: the env id)")
     p.add_argument("--version", help="run version (default: the preset name)")
     p.add_argument("--root", default="runs", help="runs directory (default: runs)")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ember_np.cli.common import UsageError, non_negative, positive
+from ember_np.cli.common import UsageError, add_vector_arguments, non_negative, positive
 from ember_np.training.multiseed import check_workers, default_workers
 from ember_np.tune import (
     DEFAULT_HEARTBEAT,
@@ -66,6 +66,7 @@ def add_tune_parser(sub: Any) -> None:
         "--heartbeat", type=positive, default=DEFAULT_HEARTBEAT,
         help="seconds between heartbeats; a silent trial is failed and retried after 3x",
     )  # fmt: skip
+    add_vector_arguments(p)
     p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="fix DqnConfig fields")
     p.add_argument("--show", action="store_true", help="only print the study's results")
     p.add_argument("--quiet", action="store_true", help="no line per trial")
@@ -75,7 +76,8 @@ def add_tune_parser(sub: Any) -> None:
 def settings_from_args(args: argparse.Namespace) -> TuneSettings:
     """``tune``'s options as the study's :class:`~ember_np.tune.TuneSettings`."""
     return settings_for(args.env_id, (args.steps, args.seeds, args.evals, args.eval_episodes),
-                        args.seed, args.set or [])  # fmt: skip
+                        args.seed, args.set or [], num_envs=args.num_envs,
+                        vectorization=args.vectorization)  # fmt: skip
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -110,7 +112,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     )
     print(
         f"study {name!r} in {masked(storage_url)}: {args.trials} trials, {settings.seeds} "
-        f"seeds x {settings.steps:,} steps on {settings.train_env_id}, {workers} workers"
+        f"seeds x {settings.steps:,} steps on {settings.train_env_id}"
+        f"{f' ({settings.num_envs} envs)' if settings.num_envs > 1 else ''}, {workers} workers"
     )
     spec = {
         "storage": storage_url, "study": name, "trials": args.trials,

@@ -209,10 +209,13 @@ class DqnAgent(VectorMethods):
     @classmethod
     def for_env(cls, env: Any, config: DqnConfig | None = None, seed: int = 0) -> DqnAgent:
         """An agent for a gymnasium env with a Box or Discrete observation space (see
-        :func:`~ember_np.encoding.encoder_for_space`) and a Discrete action space."""
+        :func:`~ember_np.encoding.encoder_for_space`) and a Discrete action space;
+        for a gymnasium ``VectorEnv``, its copies' (``single_observation_space``)."""
         return cls(
-            encoder_for_space(getattr(env, "observation_space", None)),
-            IndexActionMapper.for_space(getattr(env, "action_space", None)),
+            encoder_for_space(getattr(env, "single_observation_space",
+                                      getattr(env, "observation_space", None))),
+            IndexActionMapper.for_space(getattr(env, "single_action_space",
+                                                getattr(env, "action_space", None))),
             config,
             seed,
         )

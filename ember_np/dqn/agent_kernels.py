@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ember_np._jit import kernel
+from ember_np._jit import inlined_kernel, kernel
 from ember_np.dqn.config import DqnConfig, linear_epsilon
 from ember_np.dqn.head_kernels import n_actions
 from ember_np.dqn.learn import (
@@ -427,7 +427,7 @@ class VecStep(NamedTuple):
     next_actions: np.ndarray
 
 
-@kernel
+@inlined_kernel
 def observe_one(agent: AgentState, env: int, obs: np.ndarray, action: int, reward: float,
                 next_obs: np.ndarray, status: int, next_mask: np.ndarray) -> int:  # fmt: skip
     """Store one transition of stream ``env``, count it, sync and train when due.

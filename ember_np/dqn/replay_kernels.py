@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ember_np._jit import kernel
+from ember_np._jit import inlined_kernel, kernel
 from ember_np.dqn.sumtree import clamp_priority, sample_stratified, set_one
 from ember_np.rng import next_below
 from ember_np.types import Batch, EpisodeStatus
@@ -182,7 +182,7 @@ def release_row(cursor: np.ndarray, row: int) -> None:
     cursor[N_FREE] += 1
 
 
-@kernel
+@inlined_kernel
 def push_transition(
     buf: ReplayState,
     env: int,

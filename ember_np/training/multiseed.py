@@ -77,6 +77,7 @@ from ember_np.training.seeds import (
     parse_seeds,
     read_spec,
 )
+from ember_np.training.setup import vector_settings
 
 __all__ = [
     "MAX_SEED",
@@ -226,8 +227,9 @@ def train_seeds(
         ``/`` replaced by ``-``).
     **options
         ``preset`` (recorded in each run's config.json), ``eval_every``,
-        ``eval_episodes``, ``checkpoint_freq``, ``keep``: as ``ember-np
-        train``'s options (defaults 10,000, 10, 10,000, 5; see :class:`SeedSpec`).
+        ``eval_episodes``, ``checkpoint_freq``, ``keep``, ``num_envs``,
+        ``vectorization``: as ``ember-np train``'s options (defaults 10,000,
+        10, 10,000, 5, 1, None; see :class:`SeedSpec`).
     progress : bool
         One tqdm bar over all seeds' env steps (stderr).
     on_start : callable, optional
@@ -257,7 +259,8 @@ def train_seeds(
                          f"{format_seeds(seeds)}")  # fmt: skip
     if max(seeds) > MAX_SEED:
         raise ValueError(f"seeds must be at most {MAX_SEED} (2**63 - 1), got {max(seeds)}")
-    known = {"preset", "eval_every", "eval_episodes", "checkpoint_freq", "keep"}
+    known = {"preset", "eval_every", "eval_episodes", "checkpoint_freq", "keep", "num_envs",
+             "vectorization"}  # fmt: skip
     if set(options) - known:
         raise ValueError(f"unknown options {sorted(set(options) - known)}; train_seeds takes "
                          f"{', '.join(sorted(known))} besides its named parameters")  # fmt: skip
@@ -268,6 +271,7 @@ def train_seeds(
         if getattr(spec, option) < minimum:
             raise ValueError(f"{option} must be an integer >= {minimum}, got "
                              f"{getattr(spec, option)}")  # fmt: skip
+    vector_settings(spec.env_id, spec.num_envs, spec.vectorization)  # SetupError if bad
     if workers is not None:
         _check_not_both(workers, scheduler)
         workers = check_workers(workers)

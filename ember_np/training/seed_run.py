@@ -18,6 +18,7 @@ from ember_np.checkpoint import atomic_write_text
 from ember_np.stats import EvalReport
 from ember_np.training.loop import LoopCallback, train_and_evaluate
 from ember_np.training.seeds import RESULT_FILE, SeedResult, SeedSpec
+from ember_np.training.setup import make_train_env
 
 __all__ = ["CurveCallback", "train_seed"]
 
@@ -37,14 +38,12 @@ def train_seed(
     called after each chunk (progress). Writes ``result.json`` into the run
     directory last.
     """
-    import gymnasium as gym
-
     from ember_np.dqn.agent import DqnAgent
     from ember_np.training.run import TrainingRun
     from ember_np.training.trainer import DqnTrainer
 
     t0 = time.perf_counter()
-    env = gym.make(spec.env_id)
+    env = make_train_env(spec.env_id, spec.num_envs, spec.vectorization)
     agent = DqnAgent.for_env(env, spec.config, seed=seed)
     run = TrainingRun.create_in(run_dir, spec.name, spec.version)
     run.write_config(spec.run_config(seed))

@@ -45,7 +45,9 @@ class SeedSpec:
 
     ``env_id`` is the environment actually made (``ember_np/CartPole-v1`` for
     the command line's default); ``preset`` is recorded in each run's
-    ``config.json`` as the single-seed command records it.
+    ``config.json`` as the single-seed command records it. ``num_envs``
+    envs are stepped together (``--num-envs``; ``vectorization`` ``"sync"``
+    or ``"async"`` for a gymnasium env's copies, None for one env or a native env's).
     """
 
     env_id: str
@@ -58,9 +60,13 @@ class SeedSpec:
     eval_episodes: int = 10
     checkpoint_freq: int = 10_000
     keep: int = 5
+    num_envs: int = 1
+    vectorization: str | None = None
 
     def run_config(self, seed: int) -> dict[str, Any]:
-        """The seed's ``config.json``: what ``ember-np train --seed seed`` writes."""
+        """The seed's ``config.json``: what ``ember-np train --seed seed`` writes
+        (``num_envs`` and ``vectorization`` only with N > 1)."""
+        vector = {"num_envs": self.num_envs, "vectorization": self.vectorization}
         return {
             "env_id": self.env_id,
             "preset": self.preset,
@@ -70,6 +76,7 @@ class SeedSpec:
             "eval_episodes": self.eval_episodes,
             "checkpoint_freq": self.checkpoint_freq,
             "keep": self.keep,
+            **(vector if self.num_envs > 1 else {}),
             "dqn": self.config.to_dict(),
         }
 

@@ -22,11 +22,15 @@ __all__ = [
     "check_replay_memory",
     "first_compile_notice",
     "gives_masks",
+    "VECTORIZATIONS",
     "make_env",
+    "make_train_env",
     "native_to_plain",
     "one_line",
     "parse_sets",
     "run_name",
+    "single_spaces",
+    "vector_settings",
     "with_env_masks",
 ]
 
@@ -70,6 +74,81 @@ def make_env(env_id: str) -> Any:
         raise SetupError(f"unknown environment {env_id!r}: {one_line(exc)}") from None
     except Exception as exc:  # a bad version, a missing optional dependency such as box2d
         raise SetupError(f"cannot make {env_id!r}: {one_line(exc)}") from None
+
+
+#: ``--vectorization`` values: how a gymnasium env's N copies run (``gymnasium.make_vec``).
+VECTORIZATIONS = ("sync", "async")
+#: Most envs stepped together (``--num-envs``): more only allocates without speeding up.
+MAX_NUM_ENVS = 1024
+
+
+def make_train_env(env_id: str, num_envs: int = 1, vectorization: str | None = None) -> Any:
+    """The env a run trains on: one env, or ``num_envs`` copies stepped together.
+
+    One env is :func:`make_env`'s. N copies of a native env (``ember_np/<id>``)
+    are a :class:`~ember_np.envs.NativeVecEnv` (one compiled loop; no
+    ``vectorization``); N copies of any other env are
+    ``gymnasium.make_vec(env_id, N, vectorization_mode=vectorization)``
+    (``"sync"``, the default, or ``"async"``: one process per copy).
+
+    Raises
+    ------
+    SetupError
+        A bad ``num_envs`` or ``vectorization`` (:func:`vector_settings`),
+        or an env gymnasium cannot make.
+    """
+    n, mode = vector_settings(env_id, num_envs, vectorization)
+    env = make_env(env_id)  # gymnasium's own checks and messages (an unknown id, a bad version)
+    if n == 1:
+        return env
+    env.close()
+    if mode is None:
+        from ember_np.envs.native import NativeVecEnv
+
+        return NativeVecEnv(env_id.rpartition(":")[2], n)
+    import gymnasium as gym
+
+    try:
+        return gym.make_vec(env_id, n, vectorization_mode=mode)
+    except Exception as exc:  # an env that cannot be copied into a subprocess, ...
+        raise SetupError(f"cannot make {n} copies of {env_id!r} ({mode}): "
+                         f"{one_line(exc)}") from None  # fmt: skip
+
+
+def vector_settings(
+    env_id: str, num_envs: Any, vectorization: str | None
+) -> tuple[int, str | None]:
+    """``--num-envs`` and ``--vectorization`` for ``env_id``, checked and resolved.
+
+    Returns (num_envs, vectorization): None for one env or a native env's
+    copies (one compiled loop), else ``"sync"`` (the default) or ``"async"``.
+
+    Raises
+    ------
+    SetupError
+        num_envs not an integer in [1, MAX_NUM_ENVS], an unknown
+        vectorization, or one given for one env or for a native env.
+    """
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or not (
+        1 <= num_envs <= MAX_NUM_ENVS
+    ):
+        raise SetupError(f"--num-envs must be an integer in [1, {MAX_NUM_ENVS}], got {num_envs!r}")
+    native = env_id.rpartition(":")[2].startswith("ember_np/")
+    if vectorization is None:
+        return num_envs, None if num_envs == 1 or native else "sync"
+    if vectorization not in VECTORIZATIONS:
+        raise SetupError(f"--vectorization must be one of {', '.join(VECTORIZATIONS)}, got "
+                         f"{vectorization!r}")  # fmt: skip
+    if num_envs == 1:
+        raise SetupError(f"--vectorization {vectorization} needs --num-envs N with N > 1 "
+                         "(one env is stepped directly)")  # fmt: skip
+    if native:
+        raise SetupError(
+            f"--vectorization {vectorization} is for gymnasium envs: {env_id}'s {num_envs} "
+            "copies run in one compiled loop; drop --vectorization, or add --gymnasium-env "
+            "to step gymnasium's env"
+        )
+    return num_envs, vectorization
 
 
 def native_to_plain(env_id: str) -> str:
@@ -146,6 +225,12 @@ def with_env_masks(
     return config.replace(action_masks=True)
 
 
+def single_spaces(env: Any) -> tuple[Any, Any]:
+    """(observation space, action space) of one env, or of each copy of a vector env."""
+    return (getattr(env, "single_observation_space", env.observation_space),
+            getattr(env, "single_action_space", env.action_space))  # fmt: skip
+
+
 def check_replay_memory(env: Any, config: Any, copies: int = 1) -> None:
     """Refuse replay buffers that do not fit in the memory available, before allocating them.
 
@@ -168,8 +253,9 @@ def check_replay_memory(env: Any, config: Any, copies: int = 1) -> None:
     from ember_np.dqn.replay import transition_dtype
     from ember_np.encoding import IndexActionMapper, encoder_for_space
 
-    obs_size = encoder_for_space(env.observation_space).obs_size
-    n_actions = IndexActionMapper.for_space(env.action_space).num_actions
+    obs_space, action_space = single_spaces(env)
+    obs_size = encoder_for_space(obs_space).obs_size
+    n_actions = IndexActionMapper.for_space(action_space).num_actions
     per_row = transition_dtype(obs_size, n_actions).itemsize
     need = copies * config.buffer_capacity * per_row
     free = available_memory()
@@ -215,8 +301,9 @@ def check_checkpoint_env(env: Any, env_id: str, encoder: Any, mapper: Any, path:
     from ember_np.encoding import IndexActionMapper, describe, encoder_for_space
 
     try:
-        want = (describe(encoder_for_space(env.observation_space)),
-                describe(IndexActionMapper.for_space(env.action_space)))  # fmt: skip
+        obs_space, action_space = single_spaces(env)
+        want = (describe(encoder_for_space(obs_space)),
+                describe(IndexActionMapper.for_space(action_space)))  # fmt: skip
     except ValueError as exc:
         raise SetupError(f"{env_id!r}: {exc}") from None
     have = (describe(encoder), describe(mapper))

@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ember_np._validate import check_int
 from ember_np.stats import EpisodeRecord, EvalReport, StatsTracker
+from ember_np.training.evaluation import make_eval_env
 from ember_np.training.run import TrainingRun
 from ember_np.types import LEARNING_AGENT_MEMBERS as _AGENT_MEMBERS
 from ember_np.types import EpisodeStatus, LearningAgent
@@ -59,6 +61,8 @@ DEFAULT_KEEP_CHECKPOINTS = 5
 
 _STATUSES = tuple(EpisodeStatus)  # indexed by value
 FUSED_CHUNK = 65_536  # most env steps per compiled call (bounds the record arrays)
+#: The native vector envs' state beside ``latest.npz`` (:meth:`DqnTrainer.restore_env_state`).
+ENV_STATE_FILE = "latest_envs.npz"
 
 
 def action_mask_of(info: Any) -> Any:
@@ -126,73 +130,6 @@ class StepMetrics(NamedTuple):
     """How the step left the episode (CONTINUING unless episode_done)."""
     env: int = 0
     """Which env of a vector env took the step (0 for a single env)."""
-
-
-def make_eval_env(env: Any, frozen_stats: bool = True) -> Any:
-    """A separate env for greedy evaluation, built from ``env.spec``.
-
-    ``gymnasium.make(env.spec)`` rebuilds the training env's wrappers, each in
-    its initial state: a ``NormalizeObservation`` wrapper would start from
-    fresh running statistics, so evaluation would see other observations than
-    the ones the agent trained on. With ``frozen_stats`` (default) each
-    ``NormalizeObservation`` of the new env shares the running statistics of
-    the training env's wrapper at the same depth, with updates turned off, as
-    Stable-Baselines3 evaluates with ``VecNormalize(training=False)``: the
-    eval env always normalizes with the training statistics as they are now,
-    and evaluating never changes them.
-
-    Parameters
-    ----------
-    env : gymnasium.Env
-        The training env (it needs a ``spec``).
-    frozen_stats : bool
-        Share the training statistics, frozen (default); False gives the
-        eval env statistics of its own, updated as it runs.
-
-    Raises
-    ------
-    ValueError
-        If ``env`` has no spec to make the new env from, or the two wrapper
-        chains do not line up.
-    """
-    import gymnasium
-    from gymnasium.wrappers import NormalizeObservation
-
-    spec = getattr(env, "spec", None)
-    if spec is None:
-        raise ValueError(
-            "eval needs a separate environment: this env has no gymnasium spec to "
-            "make one from, so pass DqnTrainer(..., eval_env=...)"
-        )
-    eval_env = gymnasium.make(spec)
-    if not frozen_stats:
-        return eval_env
-    train_chain = _wrappers(env, NormalizeObservation)
-    eval_chain = _wrappers(eval_env, NormalizeObservation)
-    if len(train_chain) != len(eval_chain):
-        raise ValueError(
-            f"the eval env made from env.spec has {len(eval_chain)} NormalizeObservation "
-            f"wrapper(s), the training env {len(train_chain)}: pass DqnTrainer(..., eval_env=...)"
-        )
-    for train_wrapper, eval_wrapper in zip(train_chain, eval_chain):
-        if not hasattr(type(eval_wrapper), "update_running_mean"):  # gymnasium < 1.0
-            raise ValueError(
-                "freezing NormalizeObservation statistics needs gymnasium >= 1.0: upgrade "
-                "gymnasium or pass DqnTrainer(..., eval_env=...)"
-            )
-        eval_wrapper.obs_rms = train_wrapper.obs_rms  # the same object: always current
-        eval_wrapper.update_running_mean = False
-    return eval_env
-
-
-def _wrappers(env: Any, kind: type) -> list[Any]:
-    """The wrappers of type ``kind`` in ``env``'s chain, outermost first."""
-    found = []
-    while env is not None:
-        if isinstance(env, kind):
-            found.append(env)
-        env = getattr(env, "env", None)
-    return found
 
 
 class DqnTrainer:
@@ -409,7 +346,7 @@ class DqnTrainer:
         ):
             # End between two numbered checkpoints: keep latest.npz current, so
             # nothing trained here is lost when the process stops.
-            self._agent.save(self.run.latest_checkpoint_path(), include_buffer=self.save_buffer)
+            self._save_latest()
             self.run.update_metadata(self._agent.total_steps, self._episode)
 
     def _episode_extras(self, total_steps: int, loss: float) -> dict[str, float]:
@@ -631,9 +568,59 @@ class DqnTrainer:
             raise ValueError("checkpoint() needs a TrainingRun: DqnTrainer(..., run=...)")
         total = self._checkpointed_at = self._agent.total_steps
         self._agent.save(self.run.checkpoint_path(total))
-        self._agent.save(self.run.latest_checkpoint_path(), include_buffer=self.save_buffer)
+        self._save_latest()
         self.run.prune_checkpoints(self.keep_checkpoints)
         self.run.update_metadata(total, self._episode)
+
+    def _save_latest(self) -> None:
+        """``latest.npz``; with N > 1 native vector envs also their state (``latest_envs.npz``)."""
+        assert self.run is not None
+        self._agent.save(self.run.latest_checkpoint_path(), include_buffer=self.save_buffer)
+        vec = self._vec
+        if vec is not None and vec.native and vec.num_envs > 1 and self.save_buffer and (
+            vec.step_arrays is not None
+        ):  # (one env: the files of a single env, byte for byte)
+            from ember_np.checkpoint import save_arrays
+
+            save_arrays(self.env_state_path(), vec.state_arrays())
+
+    def env_state_path(self) -> Path:
+        """``checkpoints/latest_envs.npz`` of the run: the native vector envs' state
+        saved with ``latest.npz`` (each copy's physics state, step counters and
+        reset stream, its current observation, chosen action and episode so far)."""
+        if self.run is None:
+            raise ValueError("env_state_path() needs a TrainingRun: DqnTrainer(..., run=...)")
+        return self.run.checkpoints_dir / ENV_STATE_FILE
+
+    def restore_env_state(self) -> bool:
+        """Continue the episodes in progress where ``latest.npz`` left them (resume).
+
+        With a run, a :class:`~ember_np.envs.NativeVecEnv` and an agent
+        restored from ``latest.npz``, the envs' state saved beside it
+        (:meth:`env_state_path`, written with every ``latest.npz`` when the
+        buffer is saved) is loaded, so training continues exactly as if it
+        had not stopped. Returns False (the envs start fresh episodes at the
+        first step) for a single env or a gymnasium vector env, whose state
+        is not saved, or when no state was saved at the agent's step.
+
+        Raises
+        ------
+        ember_np.CheckpointError
+            The saved file is unreadable; ValueError: it is of other envs.
+        """
+        vec = self._vec
+        if vec is None or not vec.native or self.run is None:
+            return False
+        path = self.env_state_path()
+        if not path.exists():
+            return False
+        from ember_np.checkpoint import load_arrays
+
+        arrays = load_arrays(path)
+        if int(arrays.get("total_steps", -1)) != self._agent.total_steps:
+            return False
+        vec.load_state_arrays(arrays)
+        return True
 
     # -- evaluation ---------------------------------------------------------------
     def _get_eval_env(self) -> Any:

@@ -300,6 +300,50 @@ class VectorDriver:
             agent.raise_vec_error(code, self.step_arrays)
         return ends
 
+    # -- saving the envs (native only) --------------------------------------------
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """What an exact resume needs besides the agent: each native copy's physics
+        state, step counters and reset stream, the observation each acts on and
+        the action chosen for it, and each episode's steps and reward so far.
+
+        Only for a started ``NativeVecEnv`` (a gymnasium env's state cannot be saved).
+        """
+        assert self.native and self.step_arrays is not None
+        env, s = self.env, self.step_arrays
+        return {
+            "total_steps": np.array(self.agent.total_steps, dtype=np.int64),
+            "env/states": env.states, "env/counters": env.counters,
+            "env/rng_states": env.rng_states, "obs": s.obs, "actions": s.actions,
+            "episode_steps": self.episode_steps, "episode_rewards": self.episode_rewards,
+        }  # fmt: skip
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Continue from :meth:`state_arrays` (saved at the agent's current step).
+
+        Raises ValueError when the arrays are not of this env's N copies.
+        """
+        env = self.env
+        want = {"env/states": env.states, "env/counters": env.counters,
+                "env/rng_states": env.rng_states, "obs": env.obs,
+                "actions": self.episode_steps, "episode_steps": self.episode_steps,
+                "episode_rewards": self.episode_rewards}  # fmt: skip
+        for key, like in want.items():
+            have = arrays.get(key)
+            if have is None or have.shape != like.shape or have.dtype != like.dtype:
+                got = "missing" if have is None else f"{have.dtype} {have.shape}"
+                raise ValueError(f"saved env state {key!r}: expected {like.dtype} {like.shape} "
+                                 f"({self.num_envs} copies), got {got}")  # fmt: skip
+        s = self.step_arrays = self.agent.new_vec_step(self.num_envs, masks=False)
+        env.states[:] = arrays["env/states"]
+        env.counters[:] = arrays["env/counters"]
+        env.rng_states[:] = arrays["env/rng_states"]
+        env.obs[:] = arrays["obs"]
+        s.obs[:] = arrays["obs"]
+        s.actions[:] = arrays["actions"]
+        self.episode_steps[:] = arrays["episode_steps"]
+        self.episode_rewards[:] = arrays["episode_rewards"]
+        self.ended[:] = False
+
     def record(self, end: EpisodeEnd, extras: dict[str, float]) -> EpisodeRecord:
         """The EpisodeRecord of an ended episode (``extras``: the trainer's log fields)."""
         return EpisodeRecord(end.reward, end.length, _STATUSES[end.status], extras)
