@@ -7,6 +7,8 @@ agent they build and the ways they compare two agents' states.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -487,3 +489,22 @@ def weights_rngs_and_counts(agent, include_buffer: bool = True) -> list:
 def saved_state(agent: DqnAgent) -> dict[str, bytes]:
     """Everything that defines an agent, as bytes (what ``save`` writes, buffer included)."""
     return {k: v.tobytes() for k, v in agent.state_arrays(include_buffer=True).items()}
+
+
+#: metadata.json fields that are times of day (run_id is the start time, YYYYMMDD_HHMMSS)
+WALL_CLOCK = ("run_id", "started_at", "last_updated")
+
+
+def files_of(run_dir: Path) -> dict[str, bytes]:
+    """Every file under ``run_dir`` by relative path (metadata.json without its times)."""
+    out = {}
+    for path in sorted(p for p in run_dir.rglob("*") if p.is_file() and p.name != ".lock"):
+        data = path.read_bytes()
+        if path.name == "metadata.json":
+            meta = json.loads(data)
+            for key in WALL_CLOCK:
+                assert key in meta  # the exclusion names fields that exist
+                meta.pop(key)
+            data = json.dumps(meta, sort_keys=True).encode()
+        out[path.relative_to(run_dir).as_posix()] = data
+    return out

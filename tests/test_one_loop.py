@@ -16,20 +16,17 @@ kernels), so both runs happen here, on this machine.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from naive import files_of
 
 from ember_np import DqnAgent, DqnTrainer, TrainingRun
 from ember_np.cli import main
 from ember_np.presets import get_preset
 from ember_np.stats import RollingMean
 from ember_np.training.loop import TRAIN_CHUNK, LoopCallback, train_and_evaluate
-
-#: metadata.json fields that are times of day (run_id is the start time, YYYYMMDD_HHMMSS)
-WALL_CLOCK = ("run_id", "started_at", "last_updated")
 
 
 def reference_train(env_id: str, preset_name: str, options: dict, root: Path) -> Path:
@@ -56,21 +53,6 @@ def reference_train(env_id: str, preset_name: str, options: dict, root: Path) ->
             next_eval += every
     trainer.eval(episodes)
     return run.dir
-
-
-def files_of(run_dir: Path) -> dict[str, bytes]:
-    """Every file under ``run_dir`` by relative path (metadata.json without its times)."""
-    out = {}
-    for path in sorted(p for p in run_dir.rglob("*") if p.is_file() and p.name != ".lock"):
-        data = path.read_bytes()
-        if path.name == "metadata.json":
-            meta = json.loads(data)
-            for key in WALL_CLOCK:
-                assert key in meta  # the exclusion names fields that exist
-                meta.pop(key)
-            data = json.dumps(meta, sort_keys=True).encode()
-        out[path.relative_to(run_dir).as_posix()] = data
-    return out
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from naive import files_of
 
 from ember_np import CircularBuffer, DqnAgent, DqnTrainer, Rng, TrainingRun
 from ember_np.dqn.config import DqnConfig
@@ -245,22 +246,6 @@ def test_each_env_acts_and_learns_under_its_own_mask(mode):
 
 
 # -- one env is a single env, byte for byte ----------------------------------------------
-
-WALL_CLOCK = ("run_id", "started_at", "last_updated")
-
-
-def files_of(run_dir: Path) -> dict[str, bytes]:
-    """Every file under ``run_dir`` (metadata.json without its wall-clock times)."""
-    out = {}
-    for path in sorted(p for p in run_dir.rglob("*") if p.is_file() and p.name != ".lock"):
-        data = path.read_bytes()
-        if path.name == "metadata.json":
-            meta = json.loads(data)
-            for key in WALL_CLOCK:
-                meta.pop(key)
-            data = json.dumps(meta, sort_keys=True).encode()
-        out[path.relative_to(run_dir).as_posix()] = data
-    return out
 
 
 def train_run(env, root: Path, config: DqnConfig, steps: int, fused=None) -> tuple[Path, DqnTrainer]:
