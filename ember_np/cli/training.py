@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -325,7 +327,6 @@ def train_many(
 
     ``where`` is (steps per seed, run name, run version).
     """
-    from ember_np.training.run import RunLockedError
 
     steps, name, version = where
 
@@ -347,7 +348,7 @@ def train_many(
               f"runs: {parent}/seed_<s>/")  # fmt: skip
         sys.stdout.flush()
 
-    try:
+    with seeds_command(client, lambda: started[0] if started else None):
         result = train_seeds(
             env_id, seeds, config=config, steps=steps, workers=workers, root=args.root,
             name=name, version=version, preset=preset, eval_every=args.eval_every,
@@ -355,17 +356,30 @@ def train_many(
             keep=args.keep, progress=not args.quiet, on_start=announce, scheduler=client,
             **vector_fields(args.num_envs, args.vectorization),
         )  # fmt: skip
+    print(result.summary())
+    return 1 if result.failed else 0
+
+
+@contextmanager
+def seeds_command(client: Any, parent: Callable[[], Path | None]) -> Iterator[None]:
+    """The edges of a multi-seed command's training: a refused lock, a full disk or a
+    bad setting is a UsageError; Ctrl-C says which seeds finished under ``parent()``
+    (None: nothing started) before it goes on; the Dask ``client`` (or None) is closed
+    whatever happens."""
+    from ember_np.training.run import RunLockedError
+
+    try:
+        yield
     except (RunLockedError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     except KeyboardInterrupt:
-        if started:
-            say_interrupted(started[0])
+        where = parent()
+        if where is not None:
+            say_interrupted(where)
         raise
     finally:
         if client is not None:
             client.close()
-    print(result.summary())
-    return 1 if result.failed else 0
 
 
 def check_scheduler_options(args: Any, many: bool) -> None:
@@ -412,11 +426,10 @@ def resume_many(args: Any) -> int:
             f"{args.run_path} is a multi-seed run: resume trains its unfinished seeds to their "
             "budget, so drop --steps (to train longer, start a new run with --steps)"
         )
-    from ember_np.training.run import RunLockedError
 
     check_scheduler_options(args, True)
     client = connect_scheduler(args.scheduler)  # before anything is printed or moved
-    try:
+    with seeds_command(client, lambda: Path(args.run_path)):
         with parent_lock(args.run_path):  # refused before anything is printed or moved
             before = load_multiseed(args.run_path)
             if before.failed:
@@ -429,14 +442,6 @@ def resume_many(args: Any) -> int:
             sys.stdout.flush()
             result = resume_seeds(args.run_path, workers=args.workers, progress=not args.quiet,
                                   scheduler=client)  # fmt: skip
-    except (RunLockedError, OSError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
-    except KeyboardInterrupt:
-        say_interrupted(Path(args.run_path))
-        raise
-    finally:
-        if client is not None:
-            client.close()
     print(result.summary())
     return 1 if result.failed else 0
 
