@@ -508,3 +508,25 @@ def files_of(run_dir: Path) -> dict[str, bytes]:
             data = json.dumps(meta, sort_keys=True).encode()
         out[path.relative_to(run_dir).as_posix()] = data
     return out
+
+
+def torch_layers(torch, q):  # noqa: ANN001, ANN201
+    """``q``'s layers as torch modules holding copies of its values: (trunk, norms, heads),
+    each a ModuleList; trunk and norms have one entry per hidden layer (LayerNorm, eps
+    1e-5, or Identity without), heads the output layer(s) (dueling: advantages, value)."""
+    lins = []
+    for w, b in zip(q.weights, q.biases):
+        lin = torch.nn.Linear(w.shape[0], w.shape[1])
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(w.T.copy()))
+            lin.bias.copy_(torch.from_numpy(b.copy()))
+        lins.append(lin)
+    n_hidden = len(q.layer_sizes) - 2
+    norms = [torch.nn.Identity() for _ in range(n_hidden)]
+    for i, (g, b) in enumerate(zip(q.norm_gains, q.norm_biases)):
+        norms[i] = torch.nn.LayerNorm(g.size)
+        with torch.no_grad():
+            norms[i].weight.copy_(torch.from_numpy(g.copy()))
+            norms[i].bias.copy_(torch.from_numpy(b.copy()))
+    lists = torch.nn.ModuleList
+    return lists(lins[:n_hidden]), lists(norms), lists(lins[n_hidden:])

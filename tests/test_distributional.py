@@ -273,23 +273,7 @@ def torch_module(torch, q: QNetwork):
     class Net(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            lins = []
-            for w, b in zip(q.weights, q.biases):
-                lin = torch.nn.Linear(w.shape[0], w.shape[1])
-                with torch.no_grad():
-                    lin.weight.copy_(torch.from_numpy(w.T.copy()))
-                    lin.bias.copy_(torch.from_numpy(b.copy()))
-                lins.append(lin)
-            n_hidden = len(q.layer_sizes) - 2
-            norms = [torch.nn.Identity() for _ in range(n_hidden)]
-            for i, (g, b) in enumerate(zip(q.norm_gains, q.norm_biases)):
-                norms[i] = torch.nn.LayerNorm(g.size)
-                with torch.no_grad():
-                    norms[i].weight.copy_(torch.from_numpy(g.copy()))
-                    norms[i].bias.copy_(torch.from_numpy(b.copy()))
-            self.trunk = torch.nn.ModuleList(lins[:n_hidden])
-            self.norms = torch.nn.ModuleList(norms)
-            self.heads = torch.nn.ModuleList(lins[n_hidden:])
+            self.trunk, self.norms, self.heads = naive.torch_layers(torch, q)
             self.n_actions, self.atoms = q.n_actions, q.head.n_atoms
 
         def forward(self, x):

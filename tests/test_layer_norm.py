@@ -160,23 +160,7 @@ def test_update_matches_torch_over_five_adam_steps(sizes, dueling, layer_norm):
 
         def __init__(self, q: QNetwork) -> None:
             super().__init__()
-            lins = []
-            for w, b in zip(q.weights, q.biases):
-                lin = torch.nn.Linear(w.shape[0], w.shape[1])
-                with torch.no_grad():
-                    lin.weight.copy_(torch.from_numpy(w.T.copy()))
-                    lin.bias.copy_(torch.from_numpy(b.copy()))
-                lins.append(lin)
-            n_hidden = len(q.layer_sizes) - 2
-            norms = [torch.nn.Identity() for _ in range(n_hidden)]
-            for i, (g, b) in enumerate(zip(q.norm_gains, q.norm_biases)):
-                norms[i] = torch.nn.LayerNorm(g.size)  # eps 1e-5
-                with torch.no_grad():
-                    norms[i].weight.copy_(torch.from_numpy(g.copy()))
-                    norms[i].bias.copy_(torch.from_numpy(b.copy()))
-            self.trunk = torch.nn.ModuleList(lins[:n_hidden])
-            self.norms = torch.nn.ModuleList(norms)
-            self.heads = torch.nn.ModuleList(lins[n_hidden:])
+            self.trunk, self.norms, self.heads = naive.torch_layers(torch, q)
 
         def forward(self, x):
             for lin, norm in zip(self.trunk, self.norms):
