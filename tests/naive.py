@@ -530,3 +530,20 @@ def torch_layers(torch, q):  # noqa: ANN001, ANN201
             norms[i].bias.copy_(torch.from_numpy(b.copy()))
     lists = torch.nn.ModuleList
     return lists(lins[:n_hidden]), lists(norms), lists(lins[n_hidden:])
+
+
+def check_exact_resume(agent: DqnAgent, path: Path, steps: int, state=agent_state) -> DqnAgent:
+    """Save ``agent`` with its buffer to ``path`` and load it back; assert that both hold the
+    same ``state`` (a function of an agent), train each ``steps`` more env steps on
+    ``ember_np/CartPole-v1`` started from one seed, and assert it again. Returns the
+    restored agent."""
+    import gymnasium as gym
+
+    from ember_np import DqnTrainer
+
+    restored = DqnAgent.from_checkpoint(agent.save(path, include_buffer=True))
+    assert state(agent) == state(restored)
+    for a in (agent, restored):
+        DqnTrainer(gym.make("ember_np/CartPole-v1"), a, seed=3).train(steps)
+    assert state(agent) == state(restored)
+    return restored

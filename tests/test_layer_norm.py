@@ -283,16 +283,11 @@ def test_config_field_cli_and_setter():
 def test_exact_resume_with_layer_norm_and_annealing(trained, tmp_path):
     a = cartpole_trainer(AGENT_CONFIG)
     a.train(700)
-    path = a.agent.save(tmp_path / "a.npz", include_buffer=True)
-    original, restored = a.agent, DqnAgent.from_checkpoint(path)
+    original = a.agent
+    # 1,000 more steps: through the end of the learning-rate decay
+    restored = naive.check_exact_resume(original, tmp_path / "a.npz", 1_000)
     assert restored.online.layer_norm and restored.target.layer_norm
-    assert naive.agent_state(original) == naive.agent_state(restored)
-    runs = [DqnTrainer(gym.make("ember_np/CartPole-v1"), agent, seed=3)
-            for agent in (original, restored)]  # fmt: skip
-    for t in runs:
-        t.train(1_000)  # through the end of the learning-rate decay
     assert original.total_steps == restored.total_steps == 1_700
-    assert naive.agent_state(original) == naive.agent_state(restored)
 
 
 def test_checkpoint_error_both_ways_and_old_files_load_without(tmp_path):
