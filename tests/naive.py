@@ -232,18 +232,25 @@ def dueling_unflatten(flat: np.ndarray, sizes) -> tuple[list[np.ndarray], list[n
     return ws, bs
 
 
-def network_unflatten(flat, sizes, dueling, layer_norm):
-    """(weights, biases, gains, betas) of a flat network: the plain or dueling
-    layout, then with ``layer_norm`` each hidden layer's gain and bias (else none)."""
-    ws, bs = dueling_unflatten(flat, sizes) if dueling else unflatten(flat, sizes)
-    off = sum(w.size + b.size for w, b in zip(ws, bs))
+def norm_unflatten(flat, off, sizes, layer_norm):
+    """(gains, betas) of a flat network whose layers' weights and biases end at ``off``:
+    each hidden layer's LayerNorm gain and bias with ``layer_norm`` (else none), which
+    must end the vector."""
     gains, betas = [], []
     for width in sizes[1:-1] if layer_norm else ():
         gains.append(flat[off : off + width])
         betas.append(flat[off + width : off + 2 * width])
         off += 2 * width
     assert off == flat.size
-    return ws, bs, gains, betas
+    return gains, betas
+
+
+def network_unflatten(flat, sizes, dueling, layer_norm):
+    """(weights, biases, gains, betas) of a flat network: the plain or dueling
+    layout, then with ``layer_norm`` each hidden layer's gain and bias (else none)."""
+    ws, bs = dueling_unflatten(flat, sizes) if dueling else unflatten(flat, sizes)
+    off = sum(w.size + b.size for w, b in zip(ws, bs))
+    return (ws, bs, *norm_unflatten(flat, off, sizes, layer_norm))
 
 
 def network_forward(flat, sizes, dueling, layer_norm, x):
@@ -295,13 +302,7 @@ def dist_unflatten(flat, sizes, dueling, layer_norm, atoms):
         ws.append(flat[off : off + n_hid * atoms].reshape(n_hid, atoms))
         bs.append(flat[off + n_hid * atoms : off + (n_hid + 1) * atoms])
         off += (n_hid + 1) * atoms
-    gains, betas = [], []
-    for width in sizes[1:-1] if layer_norm else ():
-        gains.append(flat[off : off + width])
-        betas.append(flat[off + width : off + 2 * width])
-        off += 2 * width
-    assert off == flat.size
-    return ws, bs, gains, betas
+    return (ws, bs, *norm_unflatten(flat, off, sizes, layer_norm))
 
 
 def dist_outputs(flat, sizes, dueling, layer_norm, atoms, x):
