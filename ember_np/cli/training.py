@@ -160,7 +160,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_scheduler_options(args, args.seeds is not None)
     env_id = args.env_id
     native = not args.gymnasium_env and env_id in NATIVE_IDS
-    notice = first_compile_notice(native)
+    notice = first_compile_notice(native, args.num_envs)
     if notice:
         print(notice, file=sys.stderr, flush=True)
     if native:

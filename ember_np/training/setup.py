@@ -268,20 +268,23 @@ def check_replay_memory(env: Any, config: Any, copies: int = 1) -> None:
         )
 
 
-def first_compile_notice(native: bool) -> str | None:
+def first_compile_notice(native: bool, num_envs: int = 1) -> str | None:
     """One line for a run about to compile its kernels (an empty or stale numba cache),
     else None.
 
     ``native``: the run trains a native env in the fused loop (its kernel
-    ``fused_steps``), else the Python loop (``agent_step``); the rest of the
-    kernels a run uses compile with these. Nothing is compiled here.
+    ``fused_steps``, or ``fused_vec_steps`` for ``num_envs`` > 1), else the Python
+    loop (``agent_step``, or ``agent_vec_step``); the rest of the kernels a run
+    uses compile with these. Nothing is compiled here.
     """
     from ember_np._jit import cached_on_disk
+    from ember_np.dqn import agent_kernels
+    from ember_np.training import _fused
 
     if native:
-        from ember_np.training._fused import fused_steps as entry
+        entry = _fused.fused_vec_steps if num_envs > 1 else _fused.fused_steps
     else:
-        from ember_np.dqn.agent_kernels import agent_step as entry
+        entry = agent_kernels.agent_vec_step if num_envs > 1 else agent_kernels.agent_step
     if cached_on_disk(entry) is not False:
         return None
     return (
