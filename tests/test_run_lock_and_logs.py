@@ -165,7 +165,9 @@ def test_log_readers_skip_bad_lines_and_name_them(template, tmp_path, garbage, w
         with pytest.warns(RunLogWarning, match=rf"{path}: line \d+ is") as record:
             rows = read(TrainingRun.resume(run_dir))
         assert rows == before  # every good line, nothing else
-        assert len(record) == 1
+        # one RunLogWarning for the one bad line (an unrelated warning that the first
+        # import of something in this worker may raise inside the block is not counted)
+        assert sum(issubclass(w.category, RunLogWarning) for w in record) == 1
 
 
 @pytest.mark.parametrize("where", ["end", "middle"])
