@@ -180,8 +180,8 @@ def kernel_loss(net, target, batch, discounts, weights, legal, double, kappa):
     """The kernels' float64 loss, gradient and priorities."""
     flat = net.params.astype(np.float64)
     n = flat.size
-    state = nw.NetState(flat, target.params.astype(np.float64), net.sizes_array, np.zeros(n),
-                        np.zeros(n), np.zeros(n), np.zeros(1, np.int64))  # fmt: skip
+    state = nw.net_state(flat, target.params.astype(np.float64), net.sizes_array, np.zeros(n),
+                         np.zeros(n), np.zeros(n), np.zeros(1, np.int64), True)  # fmt: skip
     empty = np.empty(0)
     data = Batch(*batch, discounts, empty, np.empty(0, np.int64), np.packbits(legal, axis=1))
     prio = np.empty(len(discounts))

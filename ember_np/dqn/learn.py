@@ -6,7 +6,7 @@ Reading map of one update, in call order::
     checked_update         QNetwork.update's one compiled call
       check_batch          actions in range, everything finite, weights >= 0
       dqn_update
-        loss_and_grads
+        loss_and_grads     (head_loss_and_grads: the plain head's, or a distributional one's)
           td_targets       y = r + discount * Q_target(s', a*)     (the batch's discounts:
                            gamma^m * mask; masks: a* over the next state's legal actions)
           forward_into     online forward, every activation kept  (dueling: dueling_combine)
@@ -25,16 +25,25 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba.extending import overload
 
 from ember_np._jit import kernel
 from ember_np.dqn.backprop import backward
 from ember_np.dqn.distributional import distributional_loss_and_grads
-from ember_np.dqn.head_kernels import head_kind, n_actions
+from ember_np.dqn.head_kernels import n_actions
 from ember_np.dqn.mlp import acts_size, argmax, argmax_packed, forward_into
-from ember_np.dqn.update_types import NetState, PerSample, UpdateSettings, update_settings
+from ember_np.dqn.update_types import (
+    DistNetState,
+    NetState,
+    PerSample,
+    UpdateSettings,
+    net_state,
+    update_settings,
+)  # fmt: skip
 from ember_np.types import Batch
 
 __all__ = [
+    "DistNetState",
     "NetState",
     "PerSample",
     "UpdateSettings",
@@ -46,6 +55,7 @@ __all__ = [
     "dqn_update",
     "huber_grad",
     "loss_and_grads",
+    "net_state",
     "polyak",
     "td_targets",
     "update_settings",
@@ -142,6 +152,31 @@ def huber_grad(
 
 @kernel
 def loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> float:
+    """The loss of a batch; its gradient goes to ``net.grads``: the plain head's
+    (:func:`plain_loss_and_grads`), or a distributional head's for a
+    :class:`DistNetState` (:func:`head_loss_and_grads`). Arguments as those
+    kernels document; works in any float dtype (float64 for finite differences)."""
+    return head_loss_and_grads(net, batch, per, hp)
+
+
+def head_loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> float:
+    """Called by kernels only: chosen when they compile, by the class of ``net``
+    (:func:`_head_loss_and_grads_for`), so a plain network's kernels never compile
+    the distributional loss (a third more compiling for every first run)."""
+    raise TypeError("head_loss_and_grads is dispatched inside compiled kernels only")
+
+
+@overload(head_loss_and_grads)
+def _head_loss_and_grads_for(net, batch, per, hp):  # noqa: ANN001, ANN202
+    if getattr(net, "instance_class", None) is DistNetState:
+        return lambda net, batch, per, hp: distributional_loss_and_grads(net, batch, per, hp)
+    return lambda net, batch, per, hp: plain_loss_and_grads(net, batch, per, hp)
+
+
+@kernel
+def plain_loss_and_grads(
+    net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings
+) -> float:
     """Weighted mean Huber TD loss of a batch; its gradient goes to ``net.grads``.
 
     The whole update, in reading order: TD targets (:func:`td_targets`), the
@@ -149,11 +184,7 @@ def loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettin
     per-sample loss gradient (:func:`huber_grad`), the backward pass
     (:func:`backward`). Arguments as those kernels document; works in any
     float dtype (float32 in production, float64 for finite-difference tests).
-    A distributional head (``sizes`` says it) has its own loss:
-    :func:`~ember_np.dqn.distributional.distributional_loss_and_grads`.
     """
-    if head_kind(net.sizes) != 0:
-        return distributional_loss_and_grads(net, batch, per, hp)
     params = net.params
     sizes = net.sizes
     obs = batch.obs

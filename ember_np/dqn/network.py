@@ -59,6 +59,7 @@ from ember_np.dqn.learn import (  # noqa: F401  (re-exported)
     dqn_update,
     huber_grad,
     loss_and_grads,
+    net_state,
     polyak,
     td_targets,
     update_settings,
@@ -293,9 +294,9 @@ class QNetwork:
         """This network's arrays and ``target``'s parameters as one :class:`NetState`
         (live views: kernels that take it update this network in place)."""
         self._check_same_shape(target)
-        return NetState(
+        return net_state(
             self._params, target._params, self._sizes, self._grads, self._adam_m,
-            self._adam_v, self._adam_t,
+            self._adam_v, self._adam_t, self._head is not None,
         )  # fmt: skip
 
     # -- inference -----------------------------------------------------------

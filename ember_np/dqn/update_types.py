@@ -41,6 +41,27 @@ class NetState(NamedTuple):
     adam_t: np.ndarray
 
 
+class DistNetState(NetState):
+    """A :class:`NetState` of a network with a distributional head (``head.py``).
+
+    The same fields; the class alone differs, so that kernels taking one
+    compile their own version, with the distributional loss, and a plain
+    network's kernels never compile it (``learn.head_loss_and_grads``).
+    Build it with :func:`net_state`.
+    """
+
+    __slots__ = ()
+
+
+def net_state(
+    params: np.ndarray, target: np.ndarray, sizes: np.ndarray, grads: np.ndarray,
+    adam_m: np.ndarray, adam_v: np.ndarray, adam_t: np.ndarray, distributional: bool,
+) -> NetState:  # fmt: skip
+    """A :class:`NetState`, or a :class:`DistNetState` for a distributional network."""
+    cls = DistNetState if distributional else NetState
+    return cls(params, target, sizes, grads, adam_m, adam_v, adam_t)
+
+
 class UpdateSettings(NamedTuple):
     """The scalar settings of one DQN update (build with :func:`update_settings`).
 
