@@ -414,12 +414,13 @@ def test_the_test_rule_catches_private_reads_and_allows_private_modules(tmp_path
     ]
 
 
-def test_readme_architecture_names_every_module():
-    """The README's Architecture table has a row naming each module of ember_np/ (a cell
-    may name several: ``envs/_cartpole.py, _acrobot.py``, or ``dashboard/server.py, logs.py``)."""
+def test_docs_architecture_names_every_module():
+    """The Architecture page's module table (docs/reference/architecture.md) has a row
+    naming each module of ember_np/ (a cell may name several: ``envs/_cartpole.py,
+    _acrobot.py``, or ``dashboard/server.py, logs.py``)."""
     root = Path(__file__).resolve().parent.parent
-    readme = (root / "README.md").read_text()
-    section = readme.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    page = (root / "docs" / "reference" / "architecture.md").read_text()
+    section = page.split("## Where each concept lives", 1)[1].split("\n## ", 1)[0]
     named: set[str] = set()
     for row in section.splitlines():
         if not row.startswith("| `"):
@@ -436,4 +437,4 @@ def test_readme_architecture_names_every_module():
     package = root / "ember_np"
     modules = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
     missing = sorted(modules - named)
-    assert not missing, f"modules missing from the README's Architecture table: {missing}"
+    assert not missing, f"modules missing from the Architecture page's table: {missing}"

@@ -14,8 +14,8 @@ dropped, ``&&`` splitting commands); each command must be ``ember-np ...`` or
 in the page's temporary directory, which must return 0, with these changes so
 the examples cost a few hundred steps, not minutes:
 
-- ``train`` gets ``--steps 200 --eval-episodes 2 --quiet`` (``resume``:
-  ``--steps 400``, past the trained 200);
+- ``train`` gets ``--steps 200 --eval-episodes 2 --quiet``; ``resume`` gets
+  ``--quiet``, and ``--steps 400`` (past the trained 200) where it has ``--steps``;
 - a ``<time>`` in a path becomes the newest run directory matching it.
 
 HTML comments on the lines right above a block steer it, visibly in the page's
@@ -139,11 +139,10 @@ def cli_args(command: str) -> list[str]:
         raise AssertionError(f"not an ember-np command: {command!r}; mark its block skip")
     args = [newest(a) if "<time>" in a else a for a in args]
     if args and args[0] in ("train", "resume"):
-        steps = "200" if args[0] == "train" else "400"
         if "--steps" in args:
-            args[args.index("--steps") + 1] = steps
-        else:
-            args += ["--steps", steps]
+            args[args.index("--steps") + 1] = "200" if args[0] == "train" else "400"
+        elif args[0] == "train":
+            args += ["--steps", "200"]
         args.append("--quiet")
         if args[0] == "train" and "--eval-episodes" not in args:
             args += ["--eval-episodes", "2"]
