@@ -288,7 +288,6 @@ def test_the_underscore_rule_catches_imports_and_module_attributes(tmp_path):
     ]
 
 
-
 # -- 4. Modules a reader can hold in mind ------------------------------------------
 MAX_MODULE_LINES = 700
 
