@@ -373,3 +373,26 @@ def test_cli_reference_lists_every_command_and_option(site):
             for flag in action.option_strings:
                 if flag not in ("-h", "--help"):
                     assert f"<code>{flag}</code>" in section, (name, flag)
+
+
+@pytest.mark.xdist_group("docs_site")
+def test_options_checkpoint_keys_and_learning_table_are_two_clicks_from_home(site):
+    """Home -> the Reference tab is the CLI reference (every command's options);
+    Reference -> Formats holds the checkpoint keys; the Results tab is the
+    learning table."""
+    out, log = site
+    assert log.startswith("exit 0"), log
+    home = (out / "index.html").read_text()
+    tabs = dict(
+        (label.strip(), href)
+        for href, label in re.findall(
+            r'<a href="([^"]+)" class="md-tabs__link">\s*([^<]+?)\s*</a>', home
+        )
+    )
+    assert tabs["Reference"] == "reference/cli/" and tabs["Results"] == "results/learning/"
+    cli = (out / "reference" / "cli" / "index.html").read_text()
+    assert 'href="../formats/"' in cli and 'id="ember-np-train"' in cli
+    formats = (out / "reference" / "formats" / "index.html").read_text()
+    assert "<code>buffer/obs</code>" in formats and "<code>rng/explore</code>" in formats
+    learning = (out / "results" / "learning" / "index.html").read_text()
+    assert "ember_np rainbow (35,000)" in learning  # bench/results_learning.md's table
