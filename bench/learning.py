@@ -560,7 +560,7 @@ def main() -> None:
             + (f"--num-envs {args.num_envs} " if key != preset else "")
             + f"--seeds {args.seeds} --workers {args.workers}"
             + (f" --steps {args.steps}" if args.steps else "")
-            + (f" --runs-root {args.runs_root}" if args.runs_root else "")
+            + (" --runs-root RUNS" if args.runs_root else "")  # not this machine's path
             + (f" --scheduler {args.scheduler}" if args.scheduler else "")
             + (" --collect" if args.collect else ""),
         )  # fmt: skip

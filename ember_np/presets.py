@@ -6,7 +6,7 @@ the environment it was tuned for and its step budget.
 * ``rainbow``: this project's presets for CartPole-v1, Acrobot-v1 and
   MountainCar-v0, built from the Rainbow components and chosen with the
   multi-seed protocol on tuning seeds 1000-1019 (``bench/preset_search.py``),
-  never on the seeds reported in the README. The default of ``ember-np train``
+  never on the seeds reported in docs/guides/presets.md. The default of ``ember-np train``
   for those ids.
 * ``zoo``: the RL Zoo's tuned rows (rl-baselines3-zoo ``hyperparams/dqn.yml``),
   SB3's arguments translated one to one (table below); the default for

@@ -484,7 +484,7 @@ class DqnAgent(VectorMethods):
                          layer_norm=self.online.layer_norm, head=self.online.head)  # fmt: skip
 
     def state_arrays(self, include_buffer: bool = False) -> dict[str, np.ndarray]:
-        """Everything :meth:`save` writes, as a dict of arrays (see README for keys)."""
+        """Everything :meth:`save` writes, as a dict of arrays (keys: docs/reference/formats.md)."""
         arrays: dict[str, np.ndarray] = {
             K.FORMAT: string_array(AGENT_FORMAT),
             K.VERSION: np.array(FORMAT_VERSION, dtype=np.int64),

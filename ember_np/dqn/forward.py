@@ -167,6 +167,8 @@ class NumpyForward:
     params : ndarray of float32, shape (n_params,)
         The flat parameter array (read once: the pass keeps its own copy).
 
+    Notes
+    -----
     At batch 1 each NumPy call costs about a microsecond whatever its size,
     so the pass is written to make few calls: every hidden activation carries
     a constant 1 as an extra last unit, and each following layer's bias is one

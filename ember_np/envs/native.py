@@ -184,6 +184,8 @@ class NativeVecEnv:
     max_steps : int, optional
         Per-copy time limit (the env's default when omitted).
 
+    Notes
+    -----
     ``step(actions)`` resets finished copies in the same call: their ``obs``
     row is the first observation of the new episode, and ``final_obs`` holds
     the last observation of the one that ended.

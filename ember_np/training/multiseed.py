@@ -24,7 +24,7 @@ and a process that dies (a SIGKILL, the OOM killer) takes only its own seed
 with it. Workers are spawned (no fork of a process that may hold OpenBLAS
 threads or locks), with one BLAS thread each (``OPENBLAS_NUM_THREADS=1`` and
 friends, set in the environment the child starts with, before NumPy loads).
-``bench/multiseed.py`` measures both ways (README, "Many seeds").
+``bench/multiseed.py`` measures both ways (docs/guides/many-seeds.md).
 
 A worker that dies leaves the other seeds untouched (every file of a run is
 written atomically); its seed has no ``result.json``, and
