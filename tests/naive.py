@@ -548,3 +548,13 @@ def check_exact_resume(agent: DqnAgent, path: Path, steps: int, state=agent_stat
         DqnTrainer(gym.make("ember_np/CartPole-v1"), a, seed=3).train(steps)
     assert state(agent) == state(restored)
     return restored
+
+
+def interruptible() -> None:
+    """A ``preexec_fn`` giving a child process the default SIGINT action, so Python
+    turns Ctrl-C into KeyboardInterrupt there: a test suite started in the background
+    of a shell without job control (``pytest &``) inherits SIGINT ignored, and a
+    child started with SIGINT ignored keeps ignoring it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import naive
 import numpy as np
 import pytest
 from naive import SMALL_ARGS
@@ -325,7 +326,8 @@ def start_seeds(args: list[str], root: Path) -> tuple[subprocess.Popen, Path]:
     """``ember-np ARGS --root ROOT`` in a subprocess, returned with its parent directory
     once a seed is training (its first episode logged, no result.json yet)."""
     proc = subprocess.Popen([sys.executable, "-m", "ember_np", *args, "--root", str(root)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=naive.interruptible)  # fmt: skip
     deadline = time.time() + 120
     while True:
         assert time.time() < deadline and proc.poll() is None, proc.communicate()
