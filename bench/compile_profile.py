@@ -30,7 +30,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-
 #: numba's own modules whose functions show up as compiled (overload implementations).
 NUMBA_MODULES = {"arrayobj", "builtins", "unicode", "listobj", "npyfuncs", "arraymath"}
 
