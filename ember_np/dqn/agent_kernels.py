@@ -114,7 +114,7 @@ def random_legal(rng_state: np.ndarray, n_actions: int, legal: np.ndarray) -> in
     """
     if legal.shape[0] == 0:
         return next_below(rng_state, n_actions)
-    count = 0
+    count = np.int64(0)  # not 0: a literal start compiles next_below again for Literal[int](0)
     for j in range(n_actions):
         count += legal[j]
     k = next_below(rng_state, count)  # the k-th legal action
@@ -371,7 +371,8 @@ def agent_step(
         transition (nothing stored, counted or trained then).
     """
     agent.out[1] = 0.0
-    code = observe_one(agent, 0, obs, action, reward, next_obs, status, next_mask)
+    # np.int64(0), not 0: a literal stream index compiles segment_base again for Literal[int](0)
+    code = observe_one(agent, np.int64(0), obs, action, reward, next_obs, status, next_mask)
     if code != 0:
         return -code
     if act_next:
