@@ -27,7 +27,7 @@ import math
 import numpy as np
 from numba.extending import overload
 
-from ember_np._jit import inlined_kernel, kernel
+from ember_np._jit import KERNEL_OPTIONS, inlined_kernel, kernel
 from ember_np.dqn.backprop import backward
 from ember_np.dqn.distributional import distributional_loss_and_grads
 from ember_np.dqn.head_kernels import n_actions
@@ -166,11 +166,14 @@ def head_loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateS
     raise TypeError("head_loss_and_grads is dispatched inside compiled kernels only")
 
 
-@overload(head_loss_and_grads, inline="always")
+@overload(head_loss_and_grads, jit_options=KERNEL_OPTIONS, strict=False)
 def _head_loss_and_grads_for(net, batch, per, hp):  # noqa: ANN001, ANN202
+    # numba compiles an overload's implementation in full (even one it inlines), so
+    # the plain loss is the implementation itself: one compile, linked into its caller
+    # (a lambda calling it would be a level more of LLVM's work on the whole update).
     if getattr(net, "instance_class", None) is DistNetState:
         return lambda net, batch, per, hp: distributional_loss_and_grads(net, batch, per, hp)
-    return lambda net, batch, per, hp: plain_loss_and_grads(net, batch, per, hp)
+    return plain_loss_and_grads.py_func
 
 
 @inlined_kernel
