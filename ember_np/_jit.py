@@ -268,6 +268,11 @@ if PLAN.message:
     warnings.warn(PLAN.message, CacheWarning, stacklevel=_caller_outside_package())
 
 
+#: :func:`kernel`'s options but ``cache``, for what numba compiles itself (an
+#: ``@overload``'s implementation: ``overload(..., jit_options=KERNEL_OPTIONS)``).
+KERNEL_OPTIONS = {"fastmath": set(FASTMATH_FLAGS), "error_model": "numpy", "nogil": True}
+
+
 def kernel(fn: F) -> F:
     """Compile ``fn`` with the project's numba options (see module docstring)."""
     return numba.njit(  # type: ignore[no-any-return]

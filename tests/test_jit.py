@@ -131,3 +131,65 @@ def test_qnetwork_forward_single_specialization_per_dtype():
 
     sigs = network.q_values_checked.signatures  # forward's kernel (checks, then forward_one)
     assert all(str(s[0].dtype) == "float32" for s in sigs), sigs
+
+
+_COLD_FUSED_RUN = textwrap.dedent(
+    """
+    import json, sys, tempfile
+    from numba.core import event
+
+    compiled = []  # (kernel, argument types) of every compile of an ember_np kernel
+
+
+    class Record(event.Listener):
+        def on_start(self, ev):
+            fn = ev.data["dispatcher"].py_func
+            if fn.__module__.startswith("ember_np"):
+                compiled.append([f"{fn.__module__}.{fn.__qualname__}",
+                                 [str(t) for t in ev.data["args"]]])
+
+        def on_end(self, ev):
+            pass
+
+
+    event.register("numba:compile", Record())
+    from ember_np.cli import main
+
+    status = main(["train", "CartPole-v1", "--steps", "1100", "--root", tempfile.mkdtemp(),
+                   "--quiet", "--eval-episodes", "1"])
+    print(json.dumps({"status": status, "compiled": compiled}))
+    """
+)
+
+# Kernels that a cold fused CartPole run compiles more than once on purpose: a flag
+# passed as a constant, so each copy is compiled without the other's branch.
+_INTENDED_SPECIALIZATIONS = {
+    "ember_np.dqn.replay_kernels.gather_one_step": 2,  # draw=True (plain) / False (n-step)
+    "ember_np._blas.gemm": 3,  # the transposes of the forward and backward products
+    "ember_np.envs._acrobot._np_sincos_f32": 2,  # a constant flag
+    "ember_np.dqn.mlp.layer": 2,  # the first layer (Literal 0) and the others
+    "ember_np.dqn.mlp.bias_act": 2,  # the output layer (Literal False) and hidden ones
+}
+
+
+def test_a_cold_fused_run_compiles_each_kernel_once(tmp_path):
+    """A stray second specialization (an int32 or a Literal where int64 was, a
+    readonly or non-contiguous array, ...) compiles a kernel and every kernel
+    above it again: a cold first run pays for it in seconds. From an empty
+    cache, the Quick start's command compiles each ember_np kernel for one
+    signature only, but for the specializations listed as intended."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", _COLD_FUSED_RUN], capture_output=True,
+                         text=True, env=env, timeout=900)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["status"] == 0
+    signatures: dict[str, list] = {}
+    for name, args in result["compiled"]:
+        signatures.setdefault(name, []).append(args)
+    for name in ("ember_np.training._fused.fused_steps", "ember_np.dqn.replay_kernels.sample_into",
+                 "ember_np.dqn.backprop.backward", "ember_np.dqn.mlp.forward_into"):  # fmt: skip
+        assert name in signatures, f"{name} was not compiled: {sorted(signatures)}"
+    for name, sigs in signatures.items():
+        expected = _INTENDED_SPECIALIZATIONS.get(name, 1)
+        assert len(sigs) <= expected, f"{name} compiled {len(sigs)} times: {sigs}"

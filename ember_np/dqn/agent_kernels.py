@@ -105,7 +105,7 @@ class AgentState(NamedTuple):
     out: np.ndarray
 
 
-@kernel
+@inlined_kernel
 def random_legal(rng_state: np.ndarray, n_actions: int, legal: np.ndarray) -> int:
     """A uniform random action index among the legal ones (one draw from ``rng_state``).
 
@@ -114,7 +114,7 @@ def random_legal(rng_state: np.ndarray, n_actions: int, legal: np.ndarray) -> in
     """
     if legal.shape[0] == 0:
         return next_below(rng_state, n_actions)
-    count = 0
+    count = np.int64(0)  # not 0: a literal start compiles next_below again for Literal[int](0)
     for j in range(n_actions):
         count += legal[j]
     k = next_below(rng_state, count)  # the k-th legal action
@@ -126,7 +126,7 @@ def random_legal(rng_state: np.ndarray, n_actions: int, legal: np.ndarray) -> in
     return -1  # unreachable: count legal actions exist
 
 
-@kernel
+@inlined_kernel
 def epsilon_greedy(
     params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, epsilon: float, rng_state: np.ndarray,
     legal: np.ndarray,
@@ -246,7 +246,12 @@ def sync_target(net: NetState, tau: float) -> None:
     net : NetState; target is updated in place. tau : float in (0, 1].
     """
     if tau >= 1.0:
-        net.target[:] = net.params
+        # An element loop, not ``target[:] = params``: a slice assignment compiles
+        # numba's shape-mismatch error message (string formatting, ~2 s of a first run).
+        target = net.target
+        params = net.params
+        for i in range(params.shape[0]):
+            target[i] = params[i]
     else:
         polyak(net.target, net.params, tau)
 
@@ -258,7 +263,7 @@ def per_beta(settings: AgentSettings, step: int) -> float:
     return linear_epsilon(step, settings.per_beta_start, 1.0, settings.per_beta_steps)
 
 
-@kernel
+@inlined_kernel
 def train_from_buffer(
     replay: ReplayState, rng_state: np.ndarray, net: NetState, n_steps: int, batch_size: int,
     hp: UpdateSettings, beta: float,
@@ -283,7 +288,7 @@ def train_from_buffer(
     return train_on_batches(replay, rng_state, net, n_steps, batch64, hp, beta)
 
 
-@kernel
+@inlined_kernel
 def new_batch(replay: ReplayState, obs_size: int, discounts: np.ndarray) -> Batch:
     """An uninitialised Batch of ``len(discounts)`` rows for ``replay`` to fill.
 
@@ -307,7 +312,7 @@ def new_batch(replay: ReplayState, obs_size: int, discounts: np.ndarray) -> Batc
     )
 
 
-@kernel
+@inlined_kernel
 def train_on_batches(
     replay: ReplayState, rng_state: np.ndarray, net: NetState, n_steps: int, batch: Batch,
     hp: UpdateSettings, beta: float,
@@ -325,7 +330,7 @@ def train_on_batches(
     return total / n_steps
 
 
-@kernel
+@inlined_kernel
 def agent_step(
     agent: AgentState,
     obs: np.ndarray,
@@ -366,7 +371,8 @@ def agent_step(
         transition (nothing stored, counted or trained then).
     """
     agent.out[1] = 0.0
-    code = observe_one(agent, 0, obs, action, reward, next_obs, status, next_mask)
+    # np.int64(0), not 0: a literal stream index compiles segment_base again for Literal[int](0)
+    code = observe_one(agent, np.int64(0), obs, action, reward, next_obs, status, next_mask)
     if code != 0:
         return -code
     if act_next:

@@ -27,7 +27,7 @@ import math
 import numpy as np
 from numba.extending import overload
 
-from ember_np._jit import kernel
+from ember_np._jit import KERNEL_OPTIONS, inlined_kernel, kernel
 from ember_np.dqn.backprop import backward
 from ember_np.dqn.distributional import distributional_loss_and_grads
 from ember_np.dqn.head_kernels import n_actions
@@ -68,7 +68,7 @@ CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-
 ADAM_FLUSH = 1e-30  # Adam moments below this are set to 0 (see adam_step)
 
 
-@kernel
+@inlined_kernel
 def td_targets(
     net: NetState, batch: Batch, hp: UpdateSettings, acts: np.ndarray, y: np.ndarray
 ) -> None:
@@ -110,7 +110,7 @@ def td_targets(
         y[i] = rewards[i] + discounts[i] * q_next[i, best[i]]
 
 
-@kernel
+@inlined_kernel
 def huber_grad(
     q: np.ndarray, actions: np.ndarray, y: np.ndarray, huber_delta: float, per: PerSample,
     dq: np.ndarray,
@@ -150,7 +150,7 @@ def huber_grad(
     return loss * inv_b
 
 
-@kernel
+@inlined_kernel
 def loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> float:
     """The loss of a batch; its gradient goes to ``net.grads``: the plain head's
     (:func:`plain_loss_and_grads`), or a distributional head's for a
@@ -166,14 +166,17 @@ def head_loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateS
     raise TypeError("head_loss_and_grads is dispatched inside compiled kernels only")
 
 
-@overload(head_loss_and_grads)
+@overload(head_loss_and_grads, jit_options=KERNEL_OPTIONS, strict=False)
 def _head_loss_and_grads_for(net, batch, per, hp):  # noqa: ANN001, ANN202
+    # numba compiles an overload's implementation in full (even one it inlines), so
+    # the plain loss is the implementation itself: one compile, linked into its caller
+    # (a lambda calling it would be a level more of LLVM's work on the whole update).
     if getattr(net, "instance_class", None) is DistNetState:
         return lambda net, batch, per, hp: distributional_loss_and_grads(net, batch, per, hp)
-    return lambda net, batch, per, hp: plain_loss_and_grads(net, batch, per, hp)
+    return plain_loss_and_grads.py_func
 
 
-@kernel
+@inlined_kernel
 def plain_loss_and_grads(
     net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings
 ) -> float:
@@ -265,7 +268,7 @@ def adam_step(net: NetState, lr: float) -> None:
         params[i] -= s * mi / (math.sqrt(vi) * inv_bc2 + e)
 
 
-@kernel
+@inlined_kernel
 def dqn_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> float:
     """One full DQN gradient step: loss and gradients, clipping, Adam.
 

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ember_np._jit import kernel
+from ember_np._jit import inlined_kernel, kernel
 from ember_np.dqn.agent_kernels import (
     AgentState,
     VecStep,
@@ -88,7 +88,8 @@ def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState)
         episode_reward[0] += reward
         ints[EPISODE_STEP] += 1
         if code == 0:
-            x[:] = nx
+            for j in range(x.shape[0]):  # not x[:] = nx: see copy_rows
+                x[j] = nx[j]
             ints[INDEX] = next_index
             continue
         r = ints[N_RECORDS]
@@ -109,6 +110,18 @@ def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState)
             agent.explore_rng, all_legal,
         )  # fmt: skip
     return 0
+
+
+@inlined_kernel
+def copy_rows(dst: np.ndarray, src: np.ndarray, start: int, stop: int) -> None:
+    """dst[start:stop] = src[start:stop] for 2-d arrays of one shape, element by element.
+
+    A slice assignment would do, but it compiles numba's shape-mismatch error
+    (its message formatting costs seconds of a first run's compiling).
+    """
+    for i in range(start, stop):
+        for j in range(dst.shape[1]):
+            dst[i, j] = src[i, j]
 
 
 # loop.ints[] of the vector loop: the next episode's index, records written.
@@ -176,7 +189,7 @@ def fused_vec_steps(until: int, env: VecEnvState, loop: FusedVecLoop, agent: Age
             loop.episode_rewards[e] += reward
             loop.episode_steps[e] += 1
             if code == 0:
-                step.act_obs[e] = step.next_obs[e]
+                copy_rows(step.act_obs, step.next_obs, e, e + 1)
             else:
                 env_reset(env.kind, env.states[e], env.counters[e], env.rngs[e], step.act_obs[e])
         result = agent_vec_step(agent, step)
@@ -197,6 +210,7 @@ def fused_vec_steps(until: int, env: VecEnvState, loop: FusedVecLoop, agent: Age
             ints[VEC_EPISODE] += 1
             loop.episode_rewards[e] = 0.0
             loop.episode_steps[e] = 0
-        step.obs[:] = step.act_obs
-        step.actions[:] = step.next_actions
+        copy_rows(step.obs, step.act_obs, 0, n_envs)
+        for e in range(n_envs):
+            step.actions[e] = step.next_actions[e]
     return 0

@@ -288,8 +288,8 @@ def first_compile_notice(native: bool, num_envs: int = 1) -> str | None:
     if cached_on_disk(entry) is not False:
         return None
     return (
-        "compiling ember_np's kernels for the first time: about half a minute to a minute "
-        "on 2 cores; later runs load them from numba's cache in about a second"
+        "compiling ember_np's kernels for the first time: about half a minute on 2 cores; "
+        "later runs load them from numba's cache in about a second"
     )
 
 
