@@ -28,7 +28,7 @@ def trained_run(tmp_path_factory):
 # test only loses its place at the front. Not test_reliability's SIGKILL test: its
 # first child must checkpoint within 60 s, too tight while a cold cache compiles.
 SLOW_FIRST = (
-    "test_envs_native.py::test_env_dynamics_stay_exact_when_the_fused_trainer_compiles_them_first",
+    "test_jit.py::test_a_cold_fused_run_compiles_each_kernel_once_and_env_dynamics_stay_exact",
     "test_tune_workers.py::test_ctrl_c_fails_the_running_trials_and_a_rerun_reaches_exactly_the_trials",
     "test_multiseed.py::test_sigkilled_worker_leaves_other_seeds_and_resume_finishes",
     "test_dask.py::test_a_worker_sigkilled_mid_seed_costs_only_that_seeds_progress",

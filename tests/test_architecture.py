@@ -314,10 +314,6 @@ PRIVATE_READS_ALLOWED = {
         "numba's Dispatcher keeps its disk cache there (a NullCache when caching is off) "
         "and numba has no public way to ask; the attribute is numba's, not ember_np's"
     ),
-    ("test_envs_native.py", "_CacheLocator"): (
-        "numba's own class: its get_suitable_cache_subpath is where NUMBA_CACHE_DIR keeps a "
-        "source directory's kernels, which numba has no public way to tell"
-    ),
     ("test_agent.py", "_adam_m"): (
         "hasattr asserting that a policy carries no optimiser state: it reads nothing"
     ),

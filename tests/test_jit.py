@@ -135,7 +135,7 @@ def test_qnetwork_forward_single_specialization_per_dtype():
 
 _COLD_FUSED_RUN = textwrap.dedent(
     """
-    import json, sys, tempfile
+    import contextlib, io, json, sys, tempfile
     from numba.core import event
 
     compiled = []  # (kernel, argument types) of every compile of an ember_np kernel
@@ -155,9 +155,19 @@ _COLD_FUSED_RUN = textwrap.dedent(
     event.register("numba:compile", Record())
     from ember_np.cli import main
 
-    status = main(["train", "CartPole-v1", "--steps", "1100", "--root", tempfile.mkdtemp(),
-                   "--quiet", "--eval-episodes", "1"])
-    print(json.dumps({"status": status, "compiled": compiled}))
+    # the Quick start's command, which trains in the fused loop: the first process
+    # compiles the fused trainer, env dynamics included (and says so first), the
+    # second loads it all
+    with contextlib.redirect_stdout(io.StringIO()):
+        status = main(["train", "CartPole-v1", "--steps", "1100", "--root", tempfile.mkdtemp(),
+                       "--quiet", "--eval-episodes", "1"])
+    run_compiles = list(compiled)  # the run's (the checks below call kernels from Python)
+    sys.path.insert(0, sys.argv[1])
+    from test_envs_classic import test_one_step_from_arbitrary_states
+
+    for env_id in ("Acrobot-v1", "MountainCar-v0"):  # bit for bit gymnasium's
+        test_one_step_from_arbitrary_states(env_id)
+    print(json.dumps({"status": status, "compiled": run_compiles}))
     """
 )
 
@@ -172,16 +182,33 @@ _INTENDED_SPECIALIZATIONS = {
 }
 
 
-def test_a_cold_fused_run_compiles_each_kernel_once(tmp_path):
-    """A stray second specialization (an int32 or a Literal where int64 was, a
-    readonly or non-contiguous array, ...) compiles a kernel and every kernel
-    above it again: a cold first run pays for it in seconds. From an empty
-    cache, the Quick start's command compiles each ember_np kernel for one
-    signature only, but for the specializations listed as intended."""
+def test_a_cold_fused_run_compiles_each_kernel_once_and_env_dynamics_stay_exact(tmp_path):
+    """From an empty cache, ``ember-np train CartPole-v1`` (the fused trainer) first, then
+    the bit-for-bit checks of test_envs_classic, in that process and in a second one that
+    loads the cache. Two bugs this run would show:
+
+    - A stray second specialization (an int32 or a Literal where int64 was, a readonly or
+      non-contiguous array, ...) compiles a kernel and every kernel above it again: a cold
+      first run pays for it in seconds. Each ember_np kernel must compile for one
+      signature only, but for the specializations listed as intended.
+    - numba lets a callee that leaves ``fastmath`` unset inherit its caller's, and its
+      cache keys on the signature alone: compiled first inside the fast-math fused kernel,
+      the env dynamics once came out with fast-math, and every later process loaded that
+      version (Acrobot and MountainCar then differed from gymnasium by an ulp).
+
+    The first process's first line of output says that the kernels are compiling; the
+    second's does not."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-c", _COLD_FUSED_RUN], capture_output=True,
-                         text=True, env=env, timeout=900)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
+    tests_dir = os.path.dirname(__file__)
+    for first in (True, False):
+        out = subprocess.run([sys.executable, "-c", _COLD_FUSED_RUN, tests_dir],
+                             capture_output=True, text=True, env=env, timeout=900)  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        said = out.stderr.startswith("compiling ember_np's kernels for the first time: about")
+        assert said == first, out.stderr[:500]
+        if first:
+            cold = out
+    out = cold
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["status"] == 0
     signatures: dict[str, list] = {}
