@@ -16,13 +16,14 @@ The generator is NumPy's ``PCG64`` (128-bit LCG, XSL-RR output), bit for bit:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from ember_np._jit import kernel
 
-__all__ = ["Rng"]
+__all__ = ["Rng", "fill_normals"]
 
 _M32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
@@ -97,6 +98,27 @@ def next_below(state: np.ndarray, n: int) -> int:
         while lo < threshold:
             hi, lo = mul_hi_lo(next_u64(state), bound)
     return np.int64(hi)
+
+
+@kernel
+def fill_normals(state: np.ndarray, out: np.ndarray) -> None:
+    """Fill ``out`` with standard normal draws (Box-Muller, two per pair of uniforms).
+
+    state : uint64 (4,), a PCG64 state (odd increment), advanced by exactly
+    2 * ceil(n / 2) doubles; out : float (n,), written (float32 or float64).
+
+    With u1 = 1 - U (in (0, 1], so the log is finite) and u2 = U:
+    z0 = sqrt(-2 ln u1) cos(2 pi u2), z1 = sqrt(-2 ln u1) sin(2 pi u2), computed in
+    float64; an odd ``n`` drops the last z1. (Not NumPy's ziggurat: these are
+    ember_np's own normals, the same on every platform numba targets.)
+    """
+    n = out.shape[0]
+    for i in range(0, n, 2):
+        r = math.sqrt(-2.0 * math.log(1.0 - next_double(state)))
+        theta = 2.0 * math.pi * next_double(state)
+        out[i] = r * math.cos(theta)
+        if i + 1 < n:
+            out[i + 1] = r * math.sin(theta)
 
 
 @kernel
@@ -191,6 +213,12 @@ class Rng:
             return float(next_double(self._state))
         out = np.empty(int(size), dtype=np.float64)
         _fill_doubles(self._state, out)
+        return out
+
+    def normal(self, size: int) -> np.ndarray:
+        """``size`` standard normal float64 draws (:func:`fill_normals`, as kernels draw them)."""
+        out = np.empty(int(size), dtype=np.float64)
+        fill_normals(self._state, out)
         return out
 
     def integers(self, n: int, size: int | None = None) -> int | np.ndarray:
