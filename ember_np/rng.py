@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ember_np._jit import kernel
+from ember_np._jit import exact_kernel, kernel
 
 __all__ = ["Rng", "fill_normals"]
 
@@ -100,25 +100,33 @@ def next_below(state: np.ndarray, n: int) -> int:
     return np.int64(hi)
 
 
-@kernel
+@exact_kernel
 def fill_normals(state: np.ndarray, out: np.ndarray) -> None:
-    """Fill ``out`` with standard normal draws (Box-Muller, two per pair of uniforms).
+    """Fill ``out`` with standard normal draws (Marsaglia's polar method, two per pair).
 
-    state : uint64 (4,), a PCG64 state (odd increment), advanced by exactly
-    2 * ceil(n / 2) doubles; out : float (n,), written (float32 or float64).
+    state : uint64 (4,), a PCG64 state (odd increment), advanced; out : float (n,),
+    written (float32 or float64).
 
-    With u1 = 1 - U (in (0, 1], so the log is finite) and u2 = U:
-    z0 = sqrt(-2 ln u1) cos(2 pi u2), z1 = sqrt(-2 ln u1) sin(2 pi u2), computed in
-    float64; an odd ``n`` drops the last z1. (Not NumPy's ziggurat: these are
-    ember_np's own normals, the same on every platform numba targets.)
+    Per pair: u = 2U - 1, v = 2U - 1 (two doubles), redrawn until 0 < s = u^2 + v^2 < 1
+    (a pair is kept with probability pi / 4); then z0 = u m, z1 = v m with
+    m = sqrt(-2 ln(s) / s), in float64; an odd ``n`` drops the last z1. No trigonometry
+    (Box-Muller's cos and sin cost twice as much), and strict IEEE arithmetic
+    (``exact_kernel``), so the draws are the same bits wherever numba runs. (Not
+    NumPy's ziggurat: these are ember_np's own normals.)
     """
     n = out.shape[0]
     for i in range(0, n, 2):
-        r = math.sqrt(-2.0 * math.log(1.0 - next_double(state)))
-        theta = 2.0 * math.pi * next_double(state)
-        out[i] = r * math.cos(theta)
+        u = 2.0 * next_double(state) - 1.0
+        v = 2.0 * next_double(state) - 1.0
+        s = u * u + v * v
+        while s >= 1.0 or s == 0.0:
+            u = 2.0 * next_double(state) - 1.0
+            v = 2.0 * next_double(state) - 1.0
+            s = u * u + v * v
+        m = math.sqrt(-2.0 * math.log(s) / s)
+        out[i] = u * m
         if i + 1 < n:
-            out[i + 1] = r * math.sin(theta)
+            out[i + 1] = v * m
 
 
 @kernel

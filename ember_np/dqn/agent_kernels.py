@@ -479,7 +479,7 @@ def act_batch_explore(net: NetState, epsilon: float, rng_state: np.ndarray, obs:
     or after it).
     """
     n_envs = obs.shape[0]
-    n_actions = net.sizes[net.sizes.shape[0] - 1]
+    n_act = n_actions(net.sizes)  # (not sizes[-1]: a distributional head's suffix ends sizes)
     if n_envs == 1:
         out[0] = 0
         if acting[0]:
@@ -497,7 +497,7 @@ def act_batch_explore(net: NetState, epsilon: float, rng_state: np.ndarray, obs:
         if not all_finite(obs[e]):
             return e
         if epsilon > 0.0 and next_double(rng_state) < epsilon:
-            out[e] = random_legal(rng_state, n_actions, masks[e])
+            out[e] = random_legal(rng_state, n_act, masks[e])
         else:
             greedy[n_greedy] = e
             n_greedy += 1
@@ -506,7 +506,7 @@ def act_batch_explore(net: NetState, epsilon: float, rng_state: np.ndarray, obs:
     x = np.empty((n_greedy, obs.shape[1]), dtype=np.float32)
     for g in range(n_greedy):
         x[g] = obs[greedy[g]]
-    q = np.empty((n_greedy, n_actions), dtype=net.params.dtype)
+    q = np.empty((n_greedy, n_act), dtype=net.params.dtype)
     forward_batch(acting_params(net, rng_state), net.sizes, x, q)
     for g in range(n_greedy):
         e = greedy[g]

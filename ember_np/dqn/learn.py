@@ -225,7 +225,9 @@ def noisy_loss_and_grads(
     inner = net.inner
     perturb(net.params, net.noise[0], net.layers, inner.params)
     perturb(net.target, net.noise[1], net.layers, inner.target)
-    loss = loss_and_grads(inner, batch, per, hp)
+    # (the dispatch itself, not the loss_and_grads kernel: a kernel calling its own
+    # dispatcher for another type loads from numba's cache with an unresolved symbol)
+    loss = head_loss_and_grads(inner, batch, per, hp)
     noise_grads(inner.grads, net.noise[0], net.layers, net.grads)
     return loss
 
