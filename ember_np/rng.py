@@ -36,6 +36,7 @@ _ZERO = np.uint64(0)
 _MULT_HI = np.uint64(0x2360ED051FC65DA4)
 _MULT_LO = np.uint64(0x4385DF649FCCF645)
 _TWO_M53 = 1.0 / 9007199254740992.0  # 2**-53
+_TWO_M31 = 1.0 / 2147483648.0  # 2**-31
 
 
 @kernel
@@ -107,8 +108,9 @@ def fill_normals(state: np.ndarray, out: np.ndarray) -> None:
     state : uint64 (4,), a PCG64 state (odd increment), advanced; out : float (n,),
     written (float32 or float64).
 
-    Per pair: u = 2U - 1, v = 2U - 1 (two doubles), redrawn until 0 < s = u^2 + v^2 < 1
-    (a pair is kept with probability pi / 4); then z0 = u m, z1 = v m with
+    Per pair, one 64-bit draw x gives u = hi32(x) / 2^31 - 1 and v = lo32(x) / 2^31 - 1
+    (uniform on [-1, 1) with 32 bits each), redrawn until 0 < s = u^2 + v^2 < 1 (a
+    pair is kept with probability pi / 4); then z0 = u m, z1 = v m with
     m = sqrt(-2 ln(s) / s), in float64; an odd ``n`` drops the last z1. No trigonometry
     (Box-Muller's cos and sin cost twice as much), and strict IEEE arithmetic
     (``exact_kernel``), so the draws are the same bits wherever numba runs. (Not
@@ -116,12 +118,12 @@ def fill_normals(state: np.ndarray, out: np.ndarray) -> None:
     """
     n = out.shape[0]
     for i in range(0, n, 2):
-        u = 2.0 * next_double(state) - 1.0
-        v = 2.0 * next_double(state) - 1.0
-        s = u * u + v * v
+        s = 1.0
+        u = v = 0.0
         while s >= 1.0 or s == 0.0:
-            u = 2.0 * next_double(state) - 1.0
-            v = 2.0 * next_double(state) - 1.0
+            x = next_u64(state)
+            u = float(x >> _S32) * _TWO_M31 - 1.0
+            v = float(x & _M32) * _TWO_M31 - 1.0
             s = u * u + v * v
         m = math.sqrt(-2.0 * math.log(s) / s)
         out[i] = u * m

@@ -586,13 +586,24 @@ def noisy_perturb(full: np.ndarray, shapes, eps: np.ndarray) -> np.ndarray:
 
 
 def noisy_sample(rng, n: int) -> np.ndarray:
-    """f of ``n`` standard normals by Marsaglia's polar method from ember_np's ``Rng``
-    uniforms (u, v = 2U - 1 until 0 < u^2 + v^2 < 1; an odd ``n`` drops the last v), float64."""
+    """f of ``n`` standard normals by Marsaglia's polar method on the raw 64-bit draws of
+    ember_np's ``Rng`` (NumPy's PCG64 from the same state; each draw's high and low 32
+    bits give u, v = bits / 2^31 - 1, kept when 0 < u^2 + v^2 < 1; an odd ``n`` drops
+    the last v), float64. Advances ``rng`` by the draws taken."""
+    st = [int(w) for w in rng.state]
+    bitgen = np.random.PCG64()
+    bitgen.state = {"bit_generator": "PCG64", "has_uint32": 0, "uinteger": 0,
+                    "state": {"state": (st[0] << 64) | st[1], "inc": (st[2] << 64) | st[3]}}  # fmt: skip
     z = []
     while len(z) < n:
-        u, v = (2.0 * rng.random(2) - 1.0).tolist()
+        x = int(bitgen.random_raw())
+        u, v = (x >> 32) / 2**31 - 1.0, (x & 0xFFFFFFFF) / 2**31 - 1.0
         s = u * u + v * v
         if 0.0 < s < 1.0:
             m = math.sqrt(-2.0 * math.log(s) / s)  # libm's log, as the kernel's
             z += [u * m, v * m]
+    new = bitgen.state["state"]
+    mask = (1 << 64) - 1
+    rng.state = np.array([new["state"] >> 64, new["state"] & mask, new["inc"] >> 64,
+                          new["inc"] & mask], dtype=np.uint64)  # fmt: skip
     return noisy_f(np.array(z[:n]))

@@ -8,7 +8,9 @@ gradient steps. Exploration is epsilon-greedy with a linear schedule.
 
 Randomness comes from three PCG64 streams derived from the seed:
 initialisation, replay sampling and exploration. The last two are saved in
-checkpoints, so a restored agent continues exactly where it stopped.
+checkpoints, so a restored agent continues exactly where it stopped. Noisy
+layers (``DqnConfig(noisy=True)``) draw each update's noise from the replay
+stream and each exploring action's from the exploration stream.
 """
 
 from __future__ import annotations
