@@ -9,7 +9,8 @@ Usage::
 For each env, the ``rainbow`` preset and, for every component it uses, the
 preset with that component removed (n-step -> 1, prioritized replay off,
 dueling off, LayerNorm off, learning-rate annealing off, double DQN off, soft
-target updates -> the hard sync every ``HARD_SYNC`` steps). Every variant
+target updates -> the hard sync every ``HARD_SYNC`` steps, noisy networks off ->
+epsilon-greedy, ``NOISY_OFF_EPSILON`` unless the preset explores with epsilon too). Every variant
 trains the same seeds (default 0-19) through the multi-seed runner on the
 compiled env, and its final policy is evaluated as in bench/learning.py: 20
 fresh greedy episodes per seed (reset seeds 10,000 + 100 * seed, ...), then
@@ -50,6 +51,9 @@ from learning import (  # noqa: E402
 RESULTS = HERE / "results"
 DEFAULT_ENVS = "CartPole-v1,Acrobot-v1,MountainCar-v0"
 HARD_SYNC = 500  # "soft updates off": a hard target sync every this many env steps
+#: "noisy off" of a preset that explores by its noise alone (epsilon 0): the zoo
+#: presets' epsilon-greedy schedule instead (1.0 to 0.01 over 10% of 100k steps).
+NOISY_OFF_EPSILON = {"epsilon_start": 1.0, "epsilon_end": 0.01, "epsilon_decay_steps": 10_000}
 
 #: (label, the field, its value in the preset when the component is used, its "off" value)
 COMPONENTS = (
@@ -70,6 +74,9 @@ def variants(config: Any) -> list[tuple[str, dict[str, Any]]]:
             out.append((label, {name: off}))
     if config.tau < 1.0:
         out.append(("soft target off", {"tau": 1.0, "target_update_freq": HARD_SYNC}))
+    if getattr(config, "noisy", False):
+        explores = config.epsilon_start > 0.0 or config.epsilon_end > 0.0
+        out.append(("noisy off", {"noisy": False, **({} if explores else NOISY_OFF_EPSILON)}))
     return out
 
 

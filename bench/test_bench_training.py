@@ -65,6 +65,36 @@ def test_train_step_head(benchmark, head):
     benchmark(agent.train_steps, 1)
 
 
+@pytest.mark.parametrize("noisy", [False, True], ids=["plain", "noisy"])
+def test_train_step_noisy(benchmark, noisy):
+    """One S1 training step (sample 64 + update) without and with noisy layers.
+
+    Issue 26's bar: the noisy step (two noise samples, the perturbed online and
+    target weights, the sigmas' gradient, Adam over twice the parameters) takes
+    at most 1.5x the plain one (side by side: ``pytest bench -k train_step_noisy``).
+    """
+    config = CONFIGS["S1"].replace(noisy=noisy)
+    agent = DqnAgent.for_env(gym.make("CartPole-v1"), config, seed=0)
+    fill(agent.buffer, config.buffer_capacity, 4)
+    agent.train_steps(1)  # compile / load outside the timed region
+    benchmark.extra_info["noisy"] = noisy
+    benchmark(agent.train_steps, 1)
+
+
+@pytest.mark.parametrize("noisy", [False, True], ids=["plain", "noisy"])
+def test_train_cartpole_noisy(benchmark, noisy):
+    """Env steps/s of the fused S1 loop on ember_np's CartPole without and with noisy
+    layers (every step acts on a new noise sample, every update draws two)."""
+    import ember_np.envs  # noqa: F401  (registers ember_np/CartPole-v1)
+
+    config = CONFIGS["S1"].replace(noisy=noisy)
+    env = gym.make("ember_np/CartPole-v1")
+    trainer = DqnTrainer(env, DqnAgent.for_env(env, config, seed=0), seed=0)
+    trainer.train(config.learning_starts)
+    benchmark.extra_info["noisy"] = noisy
+    _steps_per_second(benchmark, trainer, 5_000, 5)
+
+
 def test_trainer_overhead(benchmark):
     """Per-step cost of everything but env.step and the update.
 

@@ -88,6 +88,7 @@ class AgentKeys:
     BUFFER = "buffer/"  # prefix of the replay buffer's state_dict() keys (optional)
     LAYER_NORM = "online/layer_norm"  # bool scalar: LayerNorm (absent in older files: none)
     HEAD = "online/distributional"  # JSON text: a distributional head (absent: a plain Q head)
+    NOISY = "online/noisy"  # bool scalar True: noisy layers, sigmas sw<i>, sb<i> (absent: none)
 
     @staticmethod
     def weight(prefix: str, layer: int) -> str:
@@ -120,6 +121,17 @@ def layer_norm_flag(state: Any, key: str = "layer_norm") -> bool:
     """Whether a network state has LayerNorm after its hidden layers: the rule
     of :func:`dueling_flag` (absent in states written before LayerNorm: False)."""
     return dueling_flag(state, key)
+
+
+def noisy_flag(state: Any, key: str = "noisy") -> bool:
+    """Whether a network state has noisy linear layers (its sigmas under ``sw<i>``,
+    ``sb<i>``): the rule of :func:`dueling_flag` (written only when True)."""
+    return dueling_flag(state, key)
+
+
+def noisy_name(noisy: bool) -> str:
+    """How error messages name the presence of noisy layers."""
+    return "with noisy layers" if noisy else "without noisy layers"
 
 
 def head_of_state(state: Any, key: str = "distributional") -> DistributionalHead | None:
@@ -475,6 +487,13 @@ class Reader:
         """Whether the checkpoint's network has LayerNorm (:func:`layer_norm_flag`)."""
         try:
             return layer_norm_flag(self.arrays, AgentKeys.LAYER_NORM)
+        except ValueError as exc:
+            raise self.error(str(exc)) from None
+
+    def noisy(self) -> bool:
+        """Whether the checkpoint's network has noisy layers (:func:`noisy_flag`)."""
+        try:
+            return noisy_flag(self.arrays, AgentKeys.NOISY)
         except ValueError as exc:
             raise self.error(str(exc)) from None
 

@@ -16,13 +16,14 @@ The generator is NumPy's ``PCG64`` (128-bit LCG, XSL-RR output), bit for bit:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from ember_np._jit import kernel
+from ember_np._jit import exact_kernel, kernel
 
-__all__ = ["Rng"]
+__all__ = ["Rng", "fill_normals"]
 
 _M32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
@@ -35,6 +36,7 @@ _ZERO = np.uint64(0)
 _MULT_HI = np.uint64(0x2360ED051FC65DA4)
 _MULT_LO = np.uint64(0x4385DF649FCCF645)
 _TWO_M53 = 1.0 / 9007199254740992.0  # 2**-53
+_TWO_M31 = 1.0 / 2147483648.0  # 2**-31
 
 
 @kernel
@@ -97,6 +99,36 @@ def next_below(state: np.ndarray, n: int) -> int:
         while lo < threshold:
             hi, lo = mul_hi_lo(next_u64(state), bound)
     return np.int64(hi)
+
+
+@exact_kernel
+def fill_normals(state: np.ndarray, out: np.ndarray) -> None:
+    """Fill ``out`` with standard normal draws (Marsaglia's polar method, two per pair).
+
+    state : uint64 (4,), a PCG64 state (odd increment), advanced; out : float (n,),
+    written (float32 or float64).
+
+    Per pair, one 64-bit draw x gives u = hi32(x) / 2^31 - 1 and v = lo32(x) / 2^31 - 1
+    (uniform on [-1, 1) with 32 bits each), redrawn until 0 < s = u^2 + v^2 < 1 (a
+    pair is kept with probability pi / 4); then z0 = u m, z1 = v m with
+    m = sqrt(-2 ln(s) / s), in float64; an odd ``n`` drops the last z1. No trigonometry
+    (Box-Muller's cos and sin cost twice as much), and strict IEEE arithmetic
+    (``exact_kernel``), so the draws are the same bits wherever numba runs. (Not
+    NumPy's ziggurat: these are ember_np's own normals.)
+    """
+    n = out.shape[0]
+    for i in range(0, n, 2):
+        s = 1.0
+        u = v = 0.0
+        while s >= 1.0 or s == 0.0:
+            x = next_u64(state)
+            u = float(x >> _S32) * _TWO_M31 - 1.0
+            v = float(x & _M32) * _TWO_M31 - 1.0
+            s = u * u + v * v
+        m = math.sqrt(-2.0 * math.log(s) / s)
+        out[i] = u * m
+        if i + 1 < n:
+            out[i + 1] = v * m
 
 
 @kernel
@@ -191,6 +223,12 @@ class Rng:
             return float(next_double(self._state))
         out = np.empty(int(size), dtype=np.float64)
         _fill_doubles(self._state, out)
+        return out
+
+    def normal(self, size: int) -> np.ndarray:
+        """``size`` standard normal float64 draws (:func:`fill_normals`, as kernels draw them)."""
+        out = np.empty(int(size), dtype=np.float64)
+        fill_normals(self._state, out)
         return out
 
     def integers(self, n: int, size: int | None = None) -> int | np.ndarray:

@@ -8,6 +8,7 @@ agent they build and the ways they compare two agents' states.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -558,3 +559,61 @@ def interruptible() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# ---------------------------------------------------------------- noisy networks
+# Fortunato et al. 2018, factorised Gaussian noise, written from the paper: each
+# linear layer (in the flat layout's order: the trunk, the output layer, a dueling
+# value head) is mu + sigma * eps, eps_W = outer(f(e_in), f(e_out)), eps_b = f(e_out).
+
+
+def noisy_f(e: np.ndarray) -> np.ndarray:
+    """The paper's f(x) = sgn(x) sqrt(|x|)."""
+    return np.sign(e) * np.sqrt(np.abs(e))
+
+
+def noisy_shapes(net) -> list[tuple[int, int]]:
+    """(n_in, n_out) of every noisy layer of QNetwork ``net``: its linear layers."""
+    return [w.shape for w in net.weights]
+
+
+def noisy_perturb(full: np.ndarray, shapes, eps: np.ndarray) -> np.ndarray:
+    """The perturbed plain parameter vector of a noisy network's ``full`` (means,
+    then a sigma per linear-layer parameter): each layer's factors are its n_in
+    then n_out consecutive values of ``eps`` (already f-transformed)."""
+    n_lin = sum(n_in * n_out + n_out for n_in, n_out in shapes)
+    n_base = full.size - n_lin
+    out = full[:n_base].copy()
+    p = e = 0
+    for n_in, n_out in shapes:
+        e_in, e_out = eps[e : e + n_in], eps[e + n_in : e + n_in + n_out]
+        k = n_in * n_out
+        out[p : p + k] += full[n_base + p : n_base + p + k] * np.outer(e_in, e_out).ravel()
+        out[p + k : p + k + n_out] += full[n_base + p + k : n_base + p + k + n_out] * e_out
+        p += k + n_out
+        e += n_in + n_out
+    return out
+
+
+def noisy_sample(rng, n: int) -> np.ndarray:
+    """f of ``n`` standard normals by Marsaglia's polar method on the raw 64-bit draws of
+    ember_np's ``Rng`` (NumPy's PCG64 from the same state; each draw's high and low 32
+    bits give u, v = bits / 2^31 - 1, kept when 0 < u^2 + v^2 < 1; an odd ``n`` drops
+    the last v), float64. Advances ``rng`` by the draws taken."""
+    st = [int(w) for w in rng.state]
+    bitgen = np.random.PCG64()
+    bitgen.state = {"bit_generator": "PCG64", "has_uint32": 0, "uinteger": 0,
+                    "state": {"state": (st[0] << 64) | st[1], "inc": (st[2] << 64) | st[3]}}  # fmt: skip
+    z = []
+    while len(z) < n:
+        x = int(bitgen.random_raw())
+        u, v = (x >> 32) / 2**31 - 1.0, (x & 0xFFFFFFFF) / 2**31 - 1.0
+        s = u * u + v * v
+        if 0.0 < s < 1.0:
+            m = math.sqrt(-2.0 * math.log(s) / s)  # libm's log, as the kernel's
+            z += [u * m, v * m]
+    new = bitgen.state["state"]
+    mask = (1 << 64) - 1
+    rng.state = np.array([new["state"] >> 64, new["state"] & mask, new["inc"] >> 64,
+                          new["inc"] & mask], dtype=np.uint64)  # fmt: skip
+    return noisy_f(np.array(z[:n]))

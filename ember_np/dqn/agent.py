@@ -8,7 +8,9 @@ gradient steps. Exploration is epsilon-greedy with a linear schedule.
 
 Randomness comes from three PCG64 streams derived from the seed:
 initialisation, replay sampling and exploration. The last two are saved in
-checkpoints, so a restored agent continues exactly where it stopped.
+checkpoints, so a restored agent continues exactly where it stopped. Noisy
+layers (``DqnConfig(noisy=True)``) draw each update's noise from the replay
+stream and each exploring action's from the exploration stream.
 """
 
 from __future__ import annotations
@@ -149,7 +151,8 @@ class DqnAgent(VectorMethods):
         check_network_memory(sizes, config.batch_size, config.dueling, config.layer_norm, 2,
                              1 if config.head is None else config.head.n_atoms)  # fmt: skip
         self.online = QNetwork(sizes, init_rng, dueling=config.dueling,
-                               layer_norm=config.layer_norm, head=config.head)  # fmt: skip
+                               layer_norm=config.layer_norm, head=config.head,
+                               noisy=config.noisy, sigma0=config.noisy_sigma0)  # fmt: skip
         self._obs_shape = (obs_size,)
         self._flat_encoder = type(encoder) is VecEncoder and encoder.shape == self._obs_shape
         self.target = self.online.copy()
@@ -200,7 +203,8 @@ class DqnAgent(VectorMethods):
         configure_buffer(self.buffer, config, self._fast_buffer)
         self._config = config
         self._settings = agent_settings(config)
-        self._net = self.online.kernel_state(self.target)
+        # (noisy layers draw each update's noise from the replay stream, saved as it is)
+        self._net = self.online.kernel_state(self.target, self._replay_rng.state)
         self._state = AgentState(
             self._net, self.buffer.kernel_state if self._fast_buffer else None, self._settings,
             self._counters, self._replay_rng.state, self._explore_rng.state, self._out,
@@ -297,10 +301,10 @@ class DqnAgent(VectorMethods):
         """
         x = self.encode(obs)
         if action_mask is None:
-            index = greedy_action(self._net.params, self._net.sizes, x)
+            index = greedy_action(self.online.mean_params, self._net.sizes, x)
         else:
             legal = self._legal(action_mask)
-            index = greedy_action_legal(self._net.params, self._net.sizes, x, legal)
+            index = greedy_action_legal(self.online.mean_params, self._net.sizes, x, legal)
         if index < 0:
             raise nonfinite_observation(x)
         return self.action_mapper.index_to_action(index)
@@ -468,9 +472,10 @@ class DqnAgent(VectorMethods):
             options = UpdateOptions(
                 c.gamma, hp.learning_rate, c.huber_delta, c.double_dqn, c.max_grad_norm
             )
+            noise = self._replay_rng if on.noisy else None
             for _ in range(n):
                 batch = self.buffer.sample(c.batch_size, self._replay_rng)
-                total += on.update(batch, self.target, options)
+                total += on.update(batch, self.target, options, noise_rng=noise)
             loss = total / n
         self._counters[1] += n
         self._out[0] = loss
@@ -479,7 +484,7 @@ class DqnAgent(VectorMethods):
     # -- policies and checkpoints ------------------------------------------------
     def into_policy(self) -> Any:
         """An inference-only :class:`~ember_np.DqnPolicy` with a copy of the weights."""
-        return DqnPolicy(self.online.layer_sizes, self.online.params.copy(),
+        return DqnPolicy(self.online.layer_sizes, self.online.mean_params.copy(),
                          self.encoder, self.action_mapper, dueling=self.online.dueling,
                          layer_norm=self.online.layer_norm, head=self.online.head)  # fmt: skip
 
@@ -498,12 +503,8 @@ class DqnAgent(VectorMethods):
         }
         for key, value in self.online.state_dict().items():
             arrays[K.ONLINE + key] = value
-        for i, (w, b) in enumerate(zip(self.target.weights, self.target.biases)):
-            arrays[K.weight(K.TARGET, i)] = w.copy()
-            arrays[K.bias(K.TARGET, i)] = b.copy()
-        for i, (g, b) in enumerate(zip(self.target.norm_gains, self.target.norm_biases)):
-            arrays[f"{K.TARGET}ln_g{i}"] = g.copy()
-            arrays[f"{K.TARGET}ln_b{i}"] = b.copy()
+        for key, view in self.target.param_views():  # w<i>, b<i>, ln_*, sigmas sw<i>, sb<i>
+            arrays[K.TARGET + key] = view.copy()
         if include_buffer:
             if not hasattr(self.buffer, "state_dict"):
                 raise ValueError(
@@ -579,12 +580,8 @@ class DqnAgent(VectorMethods):
                     raise reader.error(str(exc)) from None
         # -- everything checked: apply -----------------------------------------
         self.online.load_state_dict(online_state)
-        for i, (w, b) in enumerate(zip(self.target.weights, self.target.biases)):
-            w[...] = target_state[f"w{i}"]
-            b[...] = target_state[f"b{i}"]
-        for i, (g, b) in enumerate(zip(self.target.norm_gains, self.target.norm_biases)):
-            g[...] = target_state[f"ln_g{i}"]
-            b[...] = target_state[f"ln_b{i}"]
+        for key, view in self.target.param_views():
+            view[...] = target_state[key]
         self._counters[:] = counters
         self._explore_rng.state = explore
         self._replay_rng.state = replay

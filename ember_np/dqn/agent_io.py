@@ -16,6 +16,7 @@ from ember_np.checkpoint import (
     Reader,
     architecture_name,
     layer_norm_name,
+    noisy_name,
     string_array,
 )  # fmt: skip
 from ember_np.dqn.circular import CircularBuffer
@@ -69,11 +70,12 @@ def configure_buffer(buffer: Any, config: DqnConfig, built_in: bool) -> None:
 
 def check_config_architecture(config: DqnConfig, online: QNetwork) -> None:
     """ValueError when ``config`` asks for another network than ``online`` is
-    (dueling, LayerNorm, the value head): a new agent is needed then."""
+    (dueling, LayerNorm, the value head, noisy layers): a new agent is needed then."""
     for field, wanted, has, name in (
         ("dueling", config.dueling, online.dueling, architecture_name),
         ("layer_norm", config.layer_norm, online.layer_norm, layer_norm_name),
         ("distributional", config.head, online.head, head_name),
+        ("noisy", config.noisy, online.noisy, noisy_name),
     ):
         if wanted != has:
             value = getattr(config, field)
@@ -85,11 +87,12 @@ def check_config_architecture(config: DqnConfig, online: QNetwork) -> None:
 
 def check_checkpoint_architecture(reader: Reader, online: QNetwork) -> None:
     """CheckpointError when the checkpoint's network is not ``online``'s kind
-    (dueling, LayerNorm, the value head, with its atoms and support)."""
+    (dueling, LayerNorm, the value head, with its atoms and support, noisy layers)."""
     for mine, saved, name in (
         (online.dueling, reader.dueling(), architecture_name),
         (online.layer_norm, reader.layer_norm(), layer_norm_name),
         (online.head, reader.head(), head_name),
+        (online.noisy, reader.noisy(), noisy_name),
     ):
         if saved != mine:
             raise reader.error(
@@ -146,16 +149,14 @@ def read_learner_state(reader: Reader, online: QNetwork, target: QNetwork) -> tu
                     "layer_norm": np.array(online.layer_norm)}  # fmt: skip
     if online.head is not None:  # (checked against the checkpoint's by the caller)
         online_state["distributional"] = reader.arrays[K.HEAD]
+    if online.noisy:
+        online_state["noisy"] = np.array(True)
     for key, value in online.state_dict().items():
         if key not in online_state:
             online_state[key] = reader.array(K.ONLINE + key, value.dtype, value.shape)
-    target_state = {}
-    for i, (w, b) in enumerate(zip(target.weights, target.biases)):
-        target_state[f"w{i}"] = reader.array(K.weight(K.TARGET, i), np.float32, w.shape)
-        target_state[f"b{i}"] = reader.array(K.bias(K.TARGET, i), np.float32, b.shape)
-    for i, g in enumerate(target.norm_gains):
-        for key in (f"ln_g{i}", f"ln_b{i}"):
-            target_state[key] = reader.array(K.TARGET + key, np.float32, g.shape)
+    target_state = {}  # w<i>, b<i>, ln_g<i>, ln_b<i>, sw<i>, sb<i>
+    for key, view in target.param_views():
+        target_state[key] = reader.array(K.TARGET + key, np.float32, view.shape)
     counters = reader.array(K.COUNTERS, np.int64, (2,))
     if counters.min() < 0:
         raise reader.error(f"'counters' must be >= 0, found {counters.tolist()}")
@@ -164,7 +165,7 @@ def read_learner_state(reader: Reader, online: QNetwork, target: QNetwork) -> tu
     for key, st in ((K.RNG_EXPLORE, explore), (K.RNG_REPLAY, replay)):
         if int(st[3]) % 2 == 0:
             raise reader.error(f"{key!r} is not a valid PCG64 state (even increment)")
-    flags = ("layer_sizes", "dueling", "layer_norm", "distributional")
+    flags = ("layer_sizes", "dueling", "layer_norm", "distributional", "noisy")
     for key in (*(K.ONLINE + k for k in online_state if k not in flags),
                 *(K.TARGET + k for k in target_state)):  # fmt: skip
         if not np.isfinite(reader.arrays[key]).all():

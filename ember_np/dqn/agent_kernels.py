@@ -41,6 +41,7 @@ from ember_np.dqn.mlp import (
     greedy_legal,
     greedy_unchecked,
 )
+from ember_np.dqn.noisy import acting_params
 from ember_np.dqn.replay_kernels import ReplayState, push_transition, sample_into, update_priorities
 from ember_np.rng import next_below, next_double
 from ember_np.types import Batch
@@ -212,10 +213,12 @@ def act_explore(net: NetState, settings: AgentSettings, counters: np.ndarray, ob
     net : NetState (params and sizes are read); settings : AgentSettings;
     counters : int64 (2,); obs : float32 (obs_size,); rng_state : uint64 (4,);
     legal : bool (n_actions,) or (0,) (see :func:`epsilon_greedy`).
-    Returns -1 for a non-finite observation.
+    Returns -1 for a non-finite observation. A noisy network first draws its
+    acting noise from ``rng_state`` (:func:`~ember_np.dqn.noisy.acting_params`).
     """
+    params = acting_params(net, rng_state)  # noisy layers: perturbed by a new sample
     return epsilon_greedy(
-        net.params, net.sizes, obs, epsilon_now(settings, counters[0]), rng_state, legal
+        params, net.sizes, obs, epsilon_now(settings, counters[0]), rng_state, legal
     )
 
 
@@ -377,7 +380,7 @@ def agent_step(
         return -code
     if act_next:
         return epsilon_greedy(
-            agent.net.params, agent.net.sizes, next_obs,
+            acting_params(agent.net, agent.explore_rng), agent.net.sizes, next_obs,
             epsilon_now(agent.settings, agent.counters[0]), agent.explore_rng, next_mask,
         )  # fmt: skip
     return 0
@@ -470,7 +473,8 @@ def act_batch_explore(net: NetState, epsilon: float, rng_state: np.ndarray, obs:
     Env by env, in order, from the one stream ``rng_state``: u ~ U[0, 1)
     when epsilon > 0, and a random legal action when u < epsilon (the draws
     of :func:`epsilon_greedy`); the rows left greedy then go through the
-    network together. One row takes :func:`epsilon_greedy` itself (the
+    network together (a noisy network: with one acting sample, drawn after
+    the rows' draws). One row takes :func:`epsilon_greedy` itself (the
     one-observation forward pass), so one env acts exactly as a single env.
 
     net : NetState; epsilon : float in [0, 1]; rng_state : uint64 (4,), advanced;
@@ -481,11 +485,12 @@ def act_batch_explore(net: NetState, epsilon: float, rng_state: np.ndarray, obs:
     or after it).
     """
     n_envs = obs.shape[0]
-    n_actions = net.sizes[net.sizes.shape[0] - 1]
+    n_act = n_actions(net.sizes)  # (not sizes[-1]: a distributional head's suffix ends sizes)
     if n_envs == 1:
         out[0] = 0
         if acting[0]:
-            out[0] = epsilon_greedy(net.params, net.sizes, obs[0], epsilon, rng_state, masks[0])
+            params = acting_params(net, rng_state)
+            out[0] = epsilon_greedy(params, net.sizes, obs[0], epsilon, rng_state, masks[0])
             if out[0] < 0:
                 return 0
         return -1
@@ -498,7 +503,7 @@ def act_batch_explore(net: NetState, epsilon: float, rng_state: np.ndarray, obs:
         if not all_finite(obs[e]):
             return e
         if epsilon > 0.0 and next_double(rng_state) < epsilon:
-            out[e] = random_legal(rng_state, n_actions, masks[e])
+            out[e] = random_legal(rng_state, n_act, masks[e])
         else:
             greedy[n_greedy] = e
             n_greedy += 1
@@ -507,8 +512,8 @@ def act_batch_explore(net: NetState, epsilon: float, rng_state: np.ndarray, obs:
     x = np.empty((n_greedy, obs.shape[1]), dtype=np.float32)
     for g in range(n_greedy):
         x[g] = obs[greedy[g]]
-    q = np.empty((n_greedy, n_actions), dtype=net.params.dtype)
-    forward_batch(net.params, net.sizes, x, q)
+    q = np.empty((n_greedy, n_act), dtype=net.params.dtype)
+    forward_batch(acting_params(net, rng_state), net.sizes, x, q)
     for g in range(n_greedy):
         e = greedy[g]
         out[e] = argmax_legal(q[g], masks[e])

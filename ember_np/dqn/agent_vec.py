@@ -91,12 +91,12 @@ class VectorMethods:
         """
         x = self.encode_batch(obs_batch)
         out = np.empty(x.shape[0], dtype=np.int64)
-        net = self._net
+        mean, sizes = self.online.mean_params, self._net.sizes  # noisy layers: their means
         if action_masks is None:
-            row = greedy_actions_checked(net.params, net.sizes, x, out) if len(x) else -1
+            row = greedy_actions_checked(mean, sizes, x, out) if len(x) else -1
         else:
             legal = check_action_masks(action_masks, x.shape[0], self.online.n_actions)
-            row = greedy_actions_legal_checked(net.params, net.sizes, x, legal, out)
+            row = greedy_actions_legal_checked(mean, sizes, x, legal, out)
         if row >= 0:
             raise nonfinite_row(x, row, "obs_batch")
         return self.indices_to_actions(out)

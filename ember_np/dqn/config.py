@@ -184,6 +184,19 @@ class DqnConfig:
     """QR-DQN's quantiles per action, >= 1 (used with distributional="qr").
     Typical 50-200. Default 50."""
 
+    noisy: bool = False
+    """Noisy networks (Fortunato et al. 2018): every linear layer (hidden, output,
+    a dueling value head, a distributional head's) gets factorised Gaussian noise
+    with learned scales, resampled for every update and every exploring action;
+    greedy evaluation and policies use the mean weights. Exploration then comes
+    from the noise, so ``epsilon_start = epsilon_end = 0`` is the usual setting
+    (Rainbow's). Default False."""
+
+    noisy_sigma0: float = 0.5
+    """Initial noise scale of noisy layers, > 0: each sigma starts at
+    noisy_sigma0 / sqrt(fan_in). Typical 0.1-0.5. Default 0.5 (the paper's);
+    unused without ``noisy``."""
+
     def __post_init__(self) -> None:
         # NumPy scalars (np.int64(32), np.float32(0.99), np.True_) become Python ones
         # here, so to_dict() is JSON-safe and run files and checkpoints can be written.
@@ -294,6 +307,9 @@ class DqnConfig:
                 f"(got {self.min_replay_size} < {self.batch_size})"
             )
         self._validate_head()
+        if not isinstance(self.noisy, bool):
+            fail("noisy", "True or False")
+        positive("noisy_sigma0", "a positive finite number (typical 0.1-0.5)")
         if self.buffer_capacity < self.min_replay_size:
             raise ValueError(
                 f"buffer_capacity must be >= min_replay_size, or learning never starts "

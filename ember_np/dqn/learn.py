@@ -6,6 +6,7 @@ Reading map of one update, in call order::
     checked_update         QNetwork.update's one compiled call
       check_batch          actions in range, everything finite, weights >= 0
       dqn_update
+        resample_noise     noisy layers only: new online and target noise (noisy.py)
         loss_and_grads     (head_loss_and_grads: the plain head's, or a distributional one's)
           td_targets       y = r + discount * Q_target(s', a*)     (the batch's discounts:
                            gamma^m * mask; masks: a* over the next state's legal actions)
@@ -13,6 +14,7 @@ Reading map of one update, in call order::
           huber_grad       dLoss/dQ = w * clip(Q - y, +-delta) / B  (PER: weights in, |TD| out)
           backward         backprop.py: MLP backward from any dLoss/dQ (dueling: both heads)
         | distributional_loss_and_grads   a C51 or QR-DQN head: distributional.py
+        | noisy_loss_and_grads   noisy layers: any of the above on mu + sigma * eps (noisy.py)
         clip_grad_norm     torch's clip_grad_norm_ rule
         adam_step          torch.optim.Adam
 
@@ -32,9 +34,11 @@ from ember_np.dqn.backprop import backward
 from ember_np.dqn.distributional import distributional_loss_and_grads
 from ember_np.dqn.head_kernels import n_actions
 from ember_np.dqn.mlp import acts_size, argmax, argmax_packed, forward_into
+from ember_np.dqn.noisy import noise_grads, perturb, resample_noise
 from ember_np.dqn.update_types import (
     DistNetState,
     NetState,
+    NoisyNetState,
     PerSample,
     UpdateSettings,
     net_state,
@@ -56,6 +60,7 @@ __all__ = [
     "huber_grad",
     "loss_and_grads",
     "net_state",
+    "noisy_loss_and_grads",
     "polyak",
     "td_targets",
     "update_settings",
@@ -154,7 +159,8 @@ def huber_grad(
 def loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> float:
     """The loss of a batch; its gradient goes to ``net.grads``: the plain head's
     (:func:`plain_loss_and_grads`), or a distributional head's for a
-    :class:`DistNetState` (:func:`head_loss_and_grads`). Arguments as those
+    :class:`DistNetState`, or either's on perturbed weights for a
+    :class:`NoisyNetState` (:func:`head_loss_and_grads`). Arguments as those
     kernels document; works in any float dtype (float64 for finite differences)."""
     return head_loss_and_grads(net, batch, per, hp)
 
@@ -173,6 +179,8 @@ def _head_loss_and_grads_for(net, batch, per, hp):  # noqa: ANN001, ANN202
     # (a lambda calling it would be a level more of LLVM's work on the whole update).
     if getattr(net, "instance_class", None) is DistNetState:
         return lambda net, batch, per, hp: distributional_loss_and_grads(net, batch, per, hp)
+    if getattr(net, "instance_class", None) is NoisyNetState:
+        return lambda net, batch, per, hp: noisy_loss_and_grads(net, batch, per, hp)
     return plain_loss_and_grads.py_func
 
 
@@ -201,6 +209,29 @@ def plain_loss_and_grads(
     dq = np.empty((batch_size, n_act), dtype=params.dtype)
     loss = huber_grad(q, batch.actions, y, hp.huber_delta, per, dq)
     backward(params, sizes, obs, acts, dq, net.grads)
+    return loss
+
+
+@kernel
+def noisy_loss_and_grads(
+    net: NoisyNetState, batch: Batch, per: PerSample, hp: UpdateSettings
+) -> float:
+    """The loss of a noisy network (``noisy.py``) under the noise in ``net.noise``
+    (row 0 the online network's, row 1 the target's); the gradient w.r.t. the
+    means and sigmas goes to ``net.grads``.
+
+    The online and target weights are perturbed (mu + sigma * eps, into
+    ``net.inner``), the inner network's loss and gradient computed as for any
+    network (plain or distributional head), then d/d mu = g and
+    d/d sigma = g * eps (:func:`~ember_np.dqn.noisy.noise_grads`).
+    """
+    inner = net.inner
+    perturb(net.params, net.noise[0], net.layers, inner.params)
+    perturb(net.target, net.noise[1], net.layers, inner.target)
+    # (the dispatch itself, not the loss_and_grads kernel: a kernel calling its own
+    # dispatcher for another type loads from numba's cache with an unresolved symbol)
+    loss = head_loss_and_grads(inner, batch, per, hp)
+    noise_grads(inner.grads, net.noise[0], net.layers, net.grads)
     return loss
 
 
@@ -294,6 +325,7 @@ def dqn_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) 
         The (weighted) mean Huber loss before the step (a distributional
         head's: its weighted mean cross-entropy or quantile Huber loss).
     """
+    resample_noise(net)
     loss = loss_and_grads(net, batch, per, hp)
     clip_grad_norm(net.grads, hp.max_grad_norm)
     adam_step(net, hp.learning_rate)

@@ -32,16 +32,8 @@ from ember_np._arrays import as_f32, as_i64
 from ember_np._jit import entry_point
 from ember_np._masks import check_action_masks
 from ember_np._memory import check_network_memory
-from ember_np.checkpoint import (
-    architecture_name,
-    dueling_flag,
-    head_of_state,
-    json_array,
-    layer_norm_flag,
-    layer_norm_name,
-)  # fmt: skip
 from ember_np.dqn.distributional import head_outputs_checked
-from ember_np.dqn.head import DistributionalHead, head_name, kernel_sizes
+from ember_np.dqn.head import DistributionalHead, kernel_sizes
 from ember_np.dqn.learn import (  # noqa: F401  (re-exported)
     ADAM_BETA1,
     ADAM_BETA2,
@@ -104,6 +96,8 @@ from ember_np.dqn.network_inputs import (
     optional_per_sample,
     td_errors_out_array,
 )
+from ember_np.dqn.network_io import StateMethods
+from ember_np.dqn.noisy import linear_size, noisy_layer_table, noisy_net_state
 from ember_np.encoding import nonfinite_observation, nonfinite_row
 from ember_np.rng import Rng
 from ember_np.types import Batch
@@ -120,7 +114,7 @@ __all__ = [
 _F32 = np.dtype(np.float32)
 
 
-class QNetwork:
+class QNetwork(StateMethods):
     """An MLP Q-network ``obs -> hidden... -> Q-values`` with its Adam state.
 
     Parameters
@@ -144,6 +138,15 @@ class QNetwork:
         output layer has ``n_actions * head.n_atoms`` units (and a dueling
         value head ``head.n_atoms``); :meth:`forward` gives their expected
         values, :meth:`distribution` the distributions. Default None: Q-values.
+    noisy : bool
+        Noisy linear layers (Fortunato et al. 2018, factorised Gaussian noise,
+        ``dqn/noisy.py``) on every linear layer: each W and b gets a sigma of its
+        shape, after the means in :attr:`params`. Forward passes and greedy
+        actions use the means; updates (:meth:`update`) perturb the online and
+        target weights by new noise. Default False.
+    sigma0 : float
+        With ``noisy``, each sigma starts at ``sigma0 / sqrt(fan_in)`` (the means
+        as without). Positive, finite. Default 0.5 (the paper's).
 
     Attributes
     ----------
@@ -156,13 +159,20 @@ class QNetwork:
     norm_gains, norm_biases : list of ndarray of float32, shape (hidden_l,)
         With ``layer_norm``, each hidden layer's LayerNorm gain and bias (live
         views, like ``weights``); empty lists otherwise.
+    sigma_weights, sigma_biases : list of ndarray of float32
+        With ``noisy``, the sigmas of ``weights`` and ``biases`` (same shapes,
+        live views); empty lists otherwise.
     """
 
     def __init__(
         self, layer_sizes: Sequence[int], seed: int | Rng = 0, dueling: bool = False,
-        layer_norm: bool = False, head: DistributionalHead | None = None,
+        layer_norm: bool = False, head: DistributionalHead | None = None, noisy: bool = False,
+        sigma0: float = 0.5,
     ) -> None:  # fmt: skip
         sizes = check_layer_sizes(layer_sizes)
+        if not isinstance(noisy, (bool, np.bool_)):
+            raise ValueError(f"noisy must be True or False, got {noisy!r}")
+        sigma0 = check_positive_float("sigma0", sigma0)
         if head is not None and not isinstance(head, DistributionalHead):
             raise ValueError(
                 "head must be None or a DistributionalHead (e.g. DistributionalHead('c51', 51, "
@@ -184,20 +194,23 @@ class QNetwork:
             )
         atoms = 1 if head is None else head.n_atoms  # (memory checked before allocating)
         check_network_memory(sizes, 1, bool(dueling), bool(layer_norm), 1, atoms)
-        self._init_storage(sizes, bool(dueling), bool(layer_norm), head)
+        self._init_storage(sizes, bool(dueling), bool(layer_norm), head, bool(noisy))
         rng = seed if isinstance(seed, Rng) else Rng(seed)
         for w, b in zip(self.weights, self.biases):
             bound = 1.0 / math.sqrt(w.shape[0])
             w[...] = (rng.random(w.size) * 2.0 - 1.0).reshape(w.shape) * bound
             b[...] = (rng.random(b.size) * 2.0 - 1.0) * bound
+        for w, b in zip(self.sigma_weights, self.sigma_biases):  # mu as above: U(+-1/sqrt(p))
+            w[...] = b[...] = sigma0 / math.sqrt(w.shape[0])
         for gain in self.norm_gains:  # as torch.nn.LayerNorm: gain 1, bias 0
             gain[...] = 1.0
 
     def _init_storage(
         self, sizes: tuple[int, ...], dueling: bool, layer_norm: bool,
-        head: DistributionalHead | None,
+        head: DistributionalHead | None, noisy: bool = False,
     ) -> None:  # fmt: skip
         self._sizes_tuple = sizes
+        self._noisy = noisy
         self._dueling = dueling
         self._layer_norm = layer_norm
         self._head = head
@@ -210,15 +223,19 @@ class QNetwork:
         ln_off = n
         if layer_norm:  # then each hidden layer's gain and bias
             n += 2 * sum(sizes[1:-1])
+        n_base = n
+        self._noise_layers = noisy_layer_table(sizes, atoms, dueling) if noisy else None
+        if self._noise_layers is not None:  # then a sigma per linear-layer parameter
+            n += linear_size(self._noise_layers)
         self._params = np.zeros(n, dtype=np.float32)
+        self._mean = self._params[:n_base] if noisy else self._params  # what inference reads
         self._grads = np.zeros(n, dtype=np.float32)
         self._adam_m = np.zeros(n, dtype=np.float32)
         self._adam_v = np.zeros(n, dtype=np.float32)
         self._adam_t = np.zeros(1, dtype=np.int64)
         # (target, NetState with it, compiled entry points of checked_update by the
-        # discounts dtype),
-        # resolved at the first update.
-        self._cached: tuple[Any, NetState, dict[np.dtype, Any]] | None = None
+        # discounts dtype, the noise stream's state), resolved at the first update.
+        self._cached: tuple[Any, NetState, dict[np.dtype, Any], Any] | None = None
         self._hp: UpdateSettings | None = None  # the last update's settings, and their key
         self._hp_key: tuple[Any, ...] = ()
         self.weights: list[np.ndarray] = []
@@ -239,6 +256,12 @@ class QNetwork:
             self.norm_gains.append(self._params[ln_off : ln_off + width])
             self.norm_biases.append(self._params[ln_off + width : ln_off + 2 * width])
             ln_off += 2 * width
+        self.sigma_weights: list[np.ndarray] = []
+        self.sigma_biases: list[np.ndarray] = []
+        for off, n_in, n_out, _ in () if self._noise_layers is None else self._noise_layers:
+            off += n_base
+            self.sigma_weights.append(self._params[off : off + n_in * n_out].reshape(n_in, n_out))
+            self.sigma_biases.append(self._params[off + n_in * n_out : off + (n_in + 1) * n_out])
 
     # -- shape ---------------------------------------------------------------
     @property
@@ -262,6 +285,17 @@ class QNetwork:
         return self._head
 
     @property
+    def noisy(self) -> bool:
+        """Whether every linear layer is noisy (see the class docstring)."""
+        return self._noisy
+
+    @property
+    def mean_params(self) -> np.ndarray:
+        """The parameters inference uses, a live view: :attr:`params` without the
+        sigmas of noisy layers (the means: a plain network's layout)."""
+        return self._mean
+
+    @property
     def obs_size(self) -> int:
         return self._sizes_tuple[0]
 
@@ -281,7 +315,8 @@ class QNetwork:
 
     @property
     def params(self) -> np.ndarray:
-        """All weights and biases as one live float32 vector (layer by layer, W then b)."""
+        """All weights and biases as one live float32 vector (layer by layer, W then b;
+        LayerNorm's gains and biases, then noisy layers' sigmas, come last)."""
         return self._params
 
     @property
@@ -290,14 +325,23 @@ class QNetwork:
         head's description: ``head.kernel_sizes``)."""
         return self._sizes
 
-    def kernel_state(self, target: QNetwork) -> NetState:
+    def kernel_state(self, target: QNetwork, noise_rng: Any = None) -> NetState:
         """This network's arrays and ``target``'s parameters as one :class:`NetState`
-        (live views: kernels that take it update this network in place)."""
+        (live views: kernels that take it update this network in place); a noisy
+        network's is a ``NoisyNetState`` whose updates draw their noise from
+        ``noise_rng`` (an :class:`~ember_np.rng.Rng` or its ``state``; required then)."""
         self._check_same_shape(target)
-        return net_state(
+        net = net_state(
             self._params, target._params, self._sizes, self._grads, self._adam_m,
             self._adam_v, self._adam_t, self._head is not None,
         )  # fmt: skip
+        if self._noise_layers is None:
+            return net
+        if noise_rng is None:
+            raise ValueError("a noisy network draws new noise for every update: pass the "
+                             "stream to draw it from (noise_rng=Rng(seed))")  # fmt: skip
+        state = noise_rng.state if isinstance(noise_rng, Rng) else noise_rng
+        return noisy_net_state(net, self._mean.size, self._noise_layers, state)  # type: ignore[return-value]
 
     # -- inference -----------------------------------------------------------
     def _obs(self, obs: Any, name: str = "obs") -> np.ndarray:
@@ -331,12 +375,12 @@ class QNetwork:
         x = self._obs(obs)
         if x.ndim == 1:
             q = np.empty(self.n_actions, dtype=np.float32)
-            if not q_values_checked(self._params, self._sizes, x, q):
+            if not q_values_checked(self._mean, self._sizes, x, q):
                 raise nonfinite_observation(x)
             return q
         q = np.empty((x.shape[0], self.n_actions), dtype=np.float32)
         if x.shape[0] > 0:
-            row = q_values_batch_checked(self._params, self._sizes, x, q)
+            row = q_values_batch_checked(self._mean, self._sizes, x, q)
             if row >= 0:
                 raise nonfinite_row(x, row, "obs")
         return q
@@ -367,7 +411,7 @@ class QNetwork:
         rows = x.reshape(-1, self.obs_size)
         out = np.empty((rows.shape[0], self.n_actions, self._head.n_atoms), dtype=np.float32)
         if rows.shape[0] > 0:
-            row = head_outputs_checked(self._params, self._sizes, rows, out)
+            row = head_outputs_checked(self._mean, self._sizes, rows, out)
             if row >= 0:
                 raise nonfinite_row(rows, row, "obs") if x.ndim == 2 else nonfinite_observation(x)
         return out if x.ndim == 2 else out[0]
@@ -380,7 +424,7 @@ class QNetwork:
         x = self._obs(obs)
         if x.ndim != 1:
             raise ValueError(f"expected one observation of shape ({self.obs_size},), got {x.shape}")
-        action = int(greedy_action(self._params, self._sizes, x))
+        action = int(greedy_action(self._mean, self._sizes, x))
         if action < 0:
             raise nonfinite_observation(x)
         return action
@@ -397,7 +441,7 @@ class QNetwork:
             )
         out = np.empty(x.shape[0], dtype=np.int64)
         if x.shape[0] > 0:
-            row = greedy_actions_checked(self._params, self._sizes, x, out)
+            row = greedy_actions_checked(self._mean, self._sizes, x, out)
             if row >= 0:
                 raise nonfinite_row(x, row, "obs")
         return out
@@ -406,7 +450,8 @@ class QNetwork:
     def copy(self) -> QNetwork:
         """An independent deep copy (parameters and Adam state)."""
         other = QNetwork.__new__(QNetwork)
-        other._init_storage(self._sizes_tuple, self._dueling, self._layer_norm, self._head)
+        other._init_storage(self._sizes_tuple, self._dueling, self._layer_norm, self._head,
+                            self._noisy)  # fmt: skip
         other._params[:] = self._params
         other._adam_m[:] = self._adam_m
         other._adam_v[:] = self._adam_v
@@ -422,15 +467,10 @@ class QNetwork:
                 f"the other {other._sizes_tuple}"
             )
         for name, mine, theirs in self._architecture(other._dueling, other._layer_norm,
-                                                     other._head):  # fmt: skip
+                                                     other._head, other._noisy):  # fmt: skip
             if mine != theirs:
                 raise ValueError(f"network architectures differ: this one is {name(mine)}, "
                                  f"the other {name(theirs)}")  # fmt: skip
-
-    def _architecture(self, dueling: bool, layer_norm: bool, head: Any) -> list[tuple[Any, ...]]:
-        """(how messages name it, this network's, the given) of each architectural choice."""
-        return [(architecture_name, self._dueling, dueling),
-                (layer_norm_name, self._layer_norm, layer_norm), (head_name, self._head, head)]
 
     def copy_from(self, other: QNetwork) -> None:
         """Hard sync: copy ``other``'s parameters into this network."""
@@ -449,6 +489,7 @@ class QNetwork:
     def update(
         self, batch: Batch, target: QNetwork, options: UpdateOptions, *,
         td_errors_out: np.ndarray | None = None, next_action_masks: Any = None,
+        noise_rng: Rng | None = None,
     ) -> float:  # fmt: skip
         """One DQN gradient step on a batch; returns the loss before the step.
 
@@ -489,6 +530,9 @@ class QNetwork:
             The next states' legal actions unpacked (1 / True = legal; each row
             at least one), for a batch without packed ones: the target's max
             (and double DQN's argmax) runs over them only. Default: all legal.
+        noise_rng : Rng, optional
+            A noisy network's noise stream (required then): the online and the
+            target weights are perturbed by new samples drawn from it.
 
         Returns
         -------
@@ -563,8 +607,9 @@ class QNetwork:
             hp = self._hp = update_settings(*key)
             self._hp_key = key
         cached = self._cached
-        if cached is None or cached[0] is not target:  # the NetState with this target
-            cached = self._cached = (target, self.kernel_state(target), {})
+        rng = None if noise_rng is None else noise_rng.state
+        if cached is None or cached[0] is not target or cached[3] is not rng:  # this target's
+            cached = self._cached = (target, self.kernel_state(target, rng), {}, rng)
         net = cached[1]
         update = cached[2].get(d.dtype)  # one compiled update per discounts precision
         if update is None:  # argument types are fixed by the checks above: skip dispatch
@@ -585,107 +630,11 @@ class QNetwork:
             )
         return float(loss)
 
-    # -- state ---------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of everything that defines the network and its optimiser.
-
-        Keys: ``layer_sizes`` (int64), ``dueling`` (bool, shape ()), ``w0, b0,
-        w1, b1, ...`` (float32; a dueling network's last two are its A and V
-        heads), ``adam_m``, ``adam_v`` (float32, shape (num_params,)), ``adam_t``
-        (int64, (1,)), ``layer_norm`` (bool, shape ()) and with it ``ln_g0,
-        ln_b0, ...`` (float32, each hidden layer's LayerNorm gain and bias); with
-        a distributional head, ``distributional`` (JSON text of its
-        ``to_dict()``; absent for a plain Q head).
-        """
-        state: dict[str, np.ndarray] = {"layer_sizes": np.array(self._sizes_tuple, np.int64)}
-        state["dueling"] = np.array(self._dueling)
-        if self._head is not None:
-            state["distributional"] = json_array(self._head.to_dict())
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            state[f"w{i}"] = w.copy()
-            state[f"b{i}"] = b.copy()
-        state["layer_norm"] = np.array(self._layer_norm)
-        for key, view in self._norm_views():
-            state[key] = view.copy()
-        state["adam_m"] = self._adam_m.copy()
-        state["adam_v"] = self._adam_v.copy()
-        state["adam_t"] = self._adam_t.copy()
-        return state
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Restore a :meth:`state_dict`; raises ValueError (nothing changed) on a mismatch.
-
-        A state without a ``dueling`` entry (written before the dueling head
-        existed) describes a plain network; one without ``layer_norm``, a
-        network without LayerNorm.
-        """
-        sizes = tuple(int(s) for s in np.asarray(state["layer_sizes"]).ravel())
-        if sizes != self._sizes_tuple:
-            raise ValueError(
-                f"layer_sizes mismatch: this network has {self._sizes_tuple}, the state has {sizes}"
-            )
-        for name, mine, stored in self._architecture(dueling_flag(state), layer_norm_flag(state),
-                                                     head_of_state(state)):  # fmt: skip
-            if mine != stored:
-                raise ValueError(f"architecture mismatch: this network is {name(mine)}, "
-                                 f"the state is {name(stored)}")  # fmt: skip
-        expected: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            expected[f"w{i}"] = (w.shape, _F32)
-            expected[f"b{i}"] = (b.shape, _F32)
-        for key, view in self._norm_views():
-            expected[key] = (view.shape, _F32)
-        expected["adam_m"] = (self._adam_m.shape, _F32)
-        expected["adam_v"] = (self._adam_v.shape, _F32)
-        expected["adam_t"] = ((1,), np.dtype(np.int64))
-        arrays = {}
-        for key, (shape, dtype) in expected.items():
-            if key not in state:
-                raise ValueError(f"network state is missing {key!r}")
-            arr = np.asarray(state[key])
-            if arr.shape != shape:
-                raise ValueError(
-                    f"network state {key!r}: expected shape {shape}, found {arr.shape}"
-                )
-            if arr.dtype != dtype:
-                raise ValueError(
-                    f"network state {key!r}: expected dtype {dtype}, found {arr.dtype}"
-                )
-            arrays[key] = arr
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            w[...] = arrays[f"w{i}"]
-            b[...] = arrays[f"b{i}"]
-        for key, view in self._norm_views():
-            view[...] = arrays[key]
-        self._adam_m[:] = arrays["adam_m"]
-        self._adam_v[:] = arrays["adam_v"]
-        self._adam_t[:] = arrays["adam_t"]
-
-    # -- copying and pickling --------------------------------------------------
-    # ``weights`` and ``biases`` are views of ``_params``; pickled or deep-copied
-    # member by member they would come back as separate arrays that the kernels
-    # never train. So a copy carries the state_dict and rebuilds the views.
-    def __getstate__(self) -> dict[str, np.ndarray]:
-        """What ``copy.deepcopy`` and ``pickle`` keep: :meth:`state_dict`."""
-        return self.state_dict()
-
-    def __setstate__(self, state: dict[str, np.ndarray]) -> None:
-        dueling = bool(state["dueling"]) if "dueling" in state else False
-        sizes = check_layer_sizes(np.asarray(state["layer_sizes"]).tolist())
-        self._init_storage(sizes, dueling, layer_norm_flag(state), head_of_state(state))
-        self.load_state_dict(state)
-
-    def _norm_views(self) -> list[tuple[str, np.ndarray]]:
-        """(state_dict key, live view) of every LayerNorm gain and bias: ln_g<i>, ln_b<i>."""
-        out = []
-        for i, (gain, bias) in enumerate(zip(self.norm_gains, self.norm_biases)):
-            out += [(f"ln_g{i}", gain), (f"ln_b{i}", bias)]
-        return out
-
     def __repr__(self) -> str:
         duel = ", dueling=True" if self._dueling else ""
         norm = ", layer_norm=True" if self._layer_norm else ""
         head = "" if self._head is None else f", head={self._head!r}"
+        head += ", noisy=True" if self._noisy else ""
         return (
             f"QNetwork(layer_sizes={self._sizes_tuple}{duel}{norm}{head}, "
             f"num_params={self.num_params})"

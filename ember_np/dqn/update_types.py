@@ -53,6 +53,42 @@ class DistNetState(NetState):
     __slots__ = ()
 
 
+class NoisyNetState(NamedTuple):
+    """A :class:`NetState` of a network with noisy linear layers (``noisy.py``).
+
+    The first seven fields are a NetState's, over the whole flat vector: the
+    mean weights (mu, ``mlp.py``'s layout, ``n_base`` values) then the noise
+    scales (sigma, one per linear-layer parameter, the same layout), so that
+    gradient clipping, Adam and the target sync treat both alike. Then:
+
+    inner : NetState or DistNetState
+        The noisy network as its kernels see it: ``params`` and ``target`` are
+        scratch (n_base,) for the perturbed weights mu + sigma * eps of the
+        online and target networks, ``grads`` scratch (n_base,) for the loss's
+        gradient w.r.t. them, ``adam_*`` unused (length 0); sizes as above.
+    noise : ndarray of params' dtype, shape (2, n_noise)
+        Scratch for the factorised noise f(eps) of the online (row 0) and
+        target (row 1) networks: per noisy layer, its n_in then n_out factors.
+    layers : ndarray of int64, shape (n_noisy_layers, 4)
+        Per noisy layer: offset of its W in mu, n_in, n_out, offset of its
+        factors in a noise row (``noisy.noisy_layer_table``).
+    rng : ndarray of uint64, shape (4,)
+        The PCG64 state the update draws its noise from (an agent's replay stream).
+    """
+
+    params: np.ndarray
+    target: np.ndarray
+    sizes: np.ndarray
+    grads: np.ndarray
+    adam_m: np.ndarray
+    adam_v: np.ndarray
+    adam_t: np.ndarray
+    inner: NetState
+    noise: np.ndarray
+    layers: np.ndarray
+    rng: np.ndarray
+
+
 def net_state(
     params: np.ndarray, target: np.ndarray, sizes: np.ndarray, grads: np.ndarray,
     adam_m: np.ndarray, adam_v: np.ndarray, adam_t: np.ndarray, distributional: bool,

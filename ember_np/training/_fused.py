@@ -29,6 +29,7 @@ from ember_np.dqn.agent_kernels import (
     epsilon_greedy,
     epsilon_now,
 )
+from ember_np.dqn.noisy import acting_params
 from ember_np.envs._dispatch import EnvState, VecEnvState, env_reset, env_step
 
 # loop.ints[]: the trainer's episode bookkeeping, read and written in place.
@@ -105,9 +106,10 @@ def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState)
         ints[EPISODE_STEP] = 0
         episode_reward[0] = 0.0
         net = agent.net
+        params = acting_params(net, agent.explore_rng)  # noisy layers: a new acting sample
         ints[INDEX] = epsilon_greedy(
-            net.params, net.sizes, x, epsilon_now(agent.settings, counters[0]),
-            agent.explore_rng, all_legal,
+            params, net.sizes, x, epsilon_now(agent.settings, counters[0]), agent.explore_rng,
+            all_legal,
         )  # fmt: skip
     return 0
 
