@@ -254,20 +254,27 @@ def network_unflatten(flat, sizes, dueling, layer_norm):
     return (ws, bs, *norm_unflatten(flat, off, sizes, layer_norm))
 
 
-def network_forward(flat, sizes, dueling, layer_norm, x):
-    """Q(x) in float64: h <- ReLU(LayerNorm(h W + b)) per hidden layer (without
-    ``layer_norm``, ReLU(h W + b)), then the plain or dueling head."""
-    ws, bs, gains, betas = network_unflatten(np.asarray(flat, np.float64), sizes, dueling,
-                                             layer_norm)  # fmt: skip
+def trunk_forward(ws, bs, gains, betas, sizes, layer_norm, x):
+    """The hidden layers' output, float64: Linear (-> LayerNorm, eps 1e-5) -> ReLU for
+    each of the len(sizes) - 2 hidden layers of unflattened ``ws``, ``bs``, ``gains``,
+    ``betas``; the plain and the distributional references share it."""
     h = np.asarray(x, np.float64)
-    n_hidden = len(sizes) - 2
-    for i in range(n_hidden):
+    for i in range(len(sizes) - 2):
         z = h @ ws[i] + bs[i]
         if layer_norm:
             mu = z.mean(axis=-1, keepdims=True)
             var = ((z - mu) ** 2).mean(axis=-1, keepdims=True)
             z = gains[i] * (z - mu) / np.sqrt(var + 1e-5) + betas[i]
         h = relu(z)
+    return h
+
+
+def network_forward(flat, sizes, dueling, layer_norm, x):
+    """Q(x) in float64: h <- ReLU(LayerNorm(h W + b)) per hidden layer (without
+    ``layer_norm``, ReLU(h W + b)), then the plain or dueling head."""
+    ws, bs, gains, betas = network_unflatten(np.asarray(flat, np.float64), sizes, dueling,
+                                             layer_norm)  # fmt: skip
+    h = trunk_forward(ws, bs, gains, betas, sizes, layer_norm, x)
     if dueling:
         a = h @ ws[-2] + bs[-2]
         return h @ ws[-1] + bs[-1] + a - a.mean(axis=-1, keepdims=True)
@@ -311,14 +318,7 @@ def dist_outputs(flat, sizes, dueling, layer_norm, atoms, x):
     quantiles (QR); dueling per atom, x[a, k] = V[k] + A[a, k] - mean_a A[a, k]."""
     ws, bs, gains, betas = dist_unflatten(np.asarray(flat, np.float64), sizes, dueling,
                                           layer_norm, atoms)  # fmt: skip
-    h = np.asarray(x, np.float64)
-    for i in range(len(sizes) - 2):
-        z = h @ ws[i] + bs[i]
-        if layer_norm:
-            mu = z.mean(axis=-1, keepdims=True)
-            var = ((z - mu) ** 2).mean(axis=-1, keepdims=True)
-            z = gains[i] * (z - mu) / np.sqrt(var + 1e-5) + betas[i]
-        h = relu(z)
+    h = trunk_forward(ws, bs, gains, betas, sizes, layer_norm, x)
     n_out = 2 if dueling else 1
     a = (h @ ws[-n_out] + bs[-n_out]).reshape(len(h), sizes[-1], atoms)
     if not dueling:
@@ -617,3 +617,15 @@ def noisy_sample(rng, n: int) -> np.ndarray:
     rng.state = np.array([new["state"] >> 64, new["state"] & mask, new["inc"] >> 64,
                           new["inc"] & mask], dtype=np.uint64)  # fmt: skip
     return noisy_f(np.array(z[:n]))
+
+
+def train_both_loops(fused, python, rounds: int = 3, steps: int = 500) -> list[float]:
+    """Train a fused trainer and its Python-loop twin ``rounds`` times ``steps`` steps
+    each (asserting which is which); returns the fused agent's loss after each round."""
+    assert fused.fused and not python.fused
+    losses = []
+    for _ in range(rounds):
+        fused.train(steps)
+        python.train(steps)
+        losses.append(fused.agent.last_loss)
+    return losses

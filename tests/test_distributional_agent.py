@@ -50,12 +50,7 @@ def trained(request):
     """The same agent trained by the fused loop and by the Python loop."""
     config = config_for(request.param, **RAINBOW)
     fused, python = cartpole_trainer(config), cartpole_trainer(config, fused=False)
-    assert fused.fused and not python.fused
-    losses = []
-    for _ in range(3):
-        fused.train(500)
-        python.train(500)
-        losses.append(fused.agent.last_loss)
+    losses = naive.train_both_loops(fused, python)
     return request.param, fused, python, losses
 
 

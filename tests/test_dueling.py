@@ -145,12 +145,7 @@ def cartpole_trainer(dueling=True, seed=0, **kw):
 def trained_pair():
     """A dueling agent trained by the fused loop and one by the Python loop."""
     fused, python = cartpole_trainer(), cartpole_trainer(fused=False)
-    assert fused.fused and not python.fused
-    losses = []
-    for _ in range(3):
-        fused.train(500)
-        python.train(500)
-        losses.append(fused.agent.last_loss)
+    losses = naive.train_both_loops(fused, python)
     return fused, python, losses
 
 

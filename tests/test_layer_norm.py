@@ -242,12 +242,7 @@ def trained():
     """A LayerNorm agent (dueling too) trained by the fused loop, and the same by Python."""
     config = AGENT_CONFIG.replace(dueling=True)
     fused, python = cartpole_trainer(config), cartpole_trainer(config, fused=False)
-    assert fused.fused and not python.fused
-    losses = []
-    for _ in range(3):
-        fused.train(500)
-        python.train(500)
-        losses.append(fused.agent.last_loss)
+    losses = naive.train_both_loops(fused, python)
     return fused, python, losses
 
 
