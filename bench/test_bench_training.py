@@ -32,6 +32,16 @@ def test_train_cartpole(benchmark, setting, n, rounds):
     _steps_per_second(benchmark, trainer, n, rounds)
 
 
+def _time_train_step(benchmark, config, **info) -> None:
+    """Time one ``agent.train_steps(1)`` (sample + update) of ``config`` on CartPole-v1,
+    from a full buffer, compiled first; ``info`` goes into the benchmark's extra_info."""
+    agent = DqnAgent.for_env(gym.make("CartPole-v1"), config, seed=0)
+    fill(agent.buffer, config.buffer_capacity, 4)
+    agent.train_steps(1)  # compile / load outside the timed region
+    benchmark.extra_info.update(info)
+    benchmark(agent.train_steps, 1)
+
+
 @pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
 def test_train_step(benchmark, prioritized):
     """One S1 training step from a full buffer: sample 64 + update (+ priority write).
@@ -42,11 +52,7 @@ def test_train_step(benchmark, prioritized):
     the uniform one.
     """
     config = CONFIGS["S1"].replace(prioritized_replay=prioritized)
-    agent = DqnAgent.for_env(gym.make("CartPole-v1"), config, seed=0)
-    fill(agent.buffer, config.buffer_capacity, 4)
-    agent.train_steps(1)  # compile / load outside the timed region
-    benchmark.extra_info["prioritized"] = prioritized
-    benchmark(agent.train_steps, 1)
+    _time_train_step(benchmark, config, prioritized=prioritized)
 
 
 @pytest.mark.parametrize("head", [None, "c51", "qr"], ids=["plain", "c51", "qr"])
@@ -58,11 +64,7 @@ def test_train_step_head(benchmark, head):
     by side: ``pytest bench -k train_step_head``).
     """
     config = CONFIGS["S1"].replace(distributional=head, n_atoms=51, n_quantiles=50)
-    agent = DqnAgent.for_env(gym.make("CartPole-v1"), config, seed=0)
-    fill(agent.buffer, config.buffer_capacity, 4)
-    agent.train_steps(1)  # compile / load outside the timed region
-    benchmark.extra_info["head"] = head or "plain"
-    benchmark(agent.train_steps, 1)
+    _time_train_step(benchmark, config, head=head or "plain")
 
 
 @pytest.mark.parametrize("noisy", [False, True], ids=["plain", "noisy"])
@@ -74,11 +76,7 @@ def test_train_step_noisy(benchmark, noisy):
     at most 1.5x the plain one (side by side: ``pytest bench -k train_step_noisy``).
     """
     config = CONFIGS["S1"].replace(noisy=noisy)
-    agent = DqnAgent.for_env(gym.make("CartPole-v1"), config, seed=0)
-    fill(agent.buffer, config.buffer_capacity, 4)
-    agent.train_steps(1)  # compile / load outside the timed region
-    benchmark.extra_info["noisy"] = noisy
-    benchmark(agent.train_steps, 1)
+    _time_train_step(benchmark, config, noisy=noisy)
 
 
 @pytest.mark.parametrize("noisy", [False, True], ids=["plain", "noisy"])
