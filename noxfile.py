@@ -1,13 +1,14 @@
 """nox sessions: the test suite on the oldest and the newest supported Python, and the
 release check of the built package (https://nox.thea.codes).
 
-    nox                  # all three sessions: tests-3.10, tests-3.13, package
+    nox                  # all three sessions: package, tests-3.10, tests-3.13
     nox -s tests-3.13    # the suite on one Python; pytest options go after --
     nox -s package       # build, twine check, contents, the wheel in a fresh venv
 
-``tests`` installs the project as a user would, not editable: pip builds the wheel and
-installs it with the test extra. pytest runs from its console script, so the test
-process imports that installed copy (the report header says which), not the checkout.
+``tests`` installs the project as a user would: ``python -m build`` makes the sdist and,
+from it, the wheel, which pip installs with the test extra. pytest runs from its console
+script, so the test process imports that installed copy (the report header says which),
+not the checkout.
 
 ``package`` builds the sdist and the wheel with ``python -m build``, runs
 ``twine check --strict`` on both, checks what each holds (the wheel: ember_np/ and its
@@ -32,7 +33,7 @@ import nox
 
 nox.needs_version = ">=2024.3.2"
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["tests", "package"]
+nox.options.sessions = ["package", "tests"]  # the quick release check first
 
 ROOT = Path(__file__).resolve().parent
 OLDEST_AND_NEWEST = ["3.10", "3.13"]  # keep in step with pyproject.toml's classifiers
@@ -47,7 +48,9 @@ CACHES = ("__pycache__/", ".pytest_cache/", ".hypothesis/", ".benchmarks/", ".ci
 @nox.session(python=OLDEST_AND_NEWEST)
 def tests(session: nox.Session) -> None:
     """The whole test suite against the installed wheel (pytest-xdist, one worker a core)."""
-    session.install(f"{ROOT}[test]")
+    session.install("build")
+    _, wheel = build(session)
+    session.install(f"{wheel}[test]")
     session.run("pytest", *session.posargs)
 
 
@@ -55,12 +58,8 @@ def tests(session: nox.Session) -> None:
 def package(session: nox.Session) -> None:
     """Build, ``twine check --strict``, check the contents, train from the wheel alone."""
     session.install("build", "twine")
-    tmp = Path(session.create_tmp()).resolve()
-    dist = tmp / "dist"
-    shutil.rmtree(dist, ignore_errors=True)
-    session.run("python", "-m", "build", "--outdir", str(dist), str(ROOT))
-    (sdist,) = dist.glob("*.tar.gz")
-    (wheel,) = dist.glob("*.whl")
+    sdist, wheel = build(session)
+    tmp = wheel.parent.parent
     session.run("twine", "check", "--strict", str(sdist), str(wheel))
     check_wheel(wheel)
     check_sdist(sdist)
@@ -73,14 +72,27 @@ def package(session: nox.Session) -> None:
     python = str(venv / "bin" / "python")
     session.run(python, "-m", "pip", "install", "--quiet", str(wheel), external=True)
     session.chdir(tmp)
-    where = f"import ember_np; assert ember_np.__file__.startswith({str(venv)!r}), ember_np.__file__"
+    where = "import ember_np as e, sys; assert e.__file__.startswith(sys.prefix), e.__file__"
     session.run(python, "-c", where, external=True)
+    runs = tmp / "runs"
+    shutil.rmtree(runs, ignore_errors=True)
     session.run(python, "-m", "ember_np", "train", "CartPole-v1", "--steps", "3000",
-                "--root", str(tmp / "runs"), external=True)  # fmt: skip
-    (run_dir,) = (tmp / "runs" / "CartPole-v1" / "rainbow").iterdir()
+                "--root", str(runs), external=True)  # fmt: skip
+    (run_dir,) = (runs / "CartPole-v1" / "rainbow").iterdir()
     for name in ("best.npz", "latest.npz"):
         if not (run_dir / "checkpoints" / name).is_file():
             session.error(f"the training from the wheel left no {name} in {run_dir}")
+
+
+def build(session: nox.Session) -> tuple[Path, Path]:
+    """``python -m build``: the sdist, then the wheel built from the unpacked sdist (so no
+    stale ``build/`` folder of the checkout can leak into it), in the session's tmp."""
+    dist = Path(session.create_tmp()).resolve() / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(dist), str(ROOT))
+    (sdist,) = dist.glob("*.tar.gz")
+    (wheel,) = dist.glob("*.whl")
+    return sdist, wheel
 
 
 def check_wheel(wheel: Path) -> None:
