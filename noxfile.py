@@ -1,20 +1,18 @@
-"""nox sessions: the test suite on the oldest and the newest supported Python, and the
-release check of the built package (https://nox.thea.codes).
+"""nox sessions: the release check of the built package, and the test suite on it, on
+the oldest and the newest supported Python (https://nox.thea.codes).
 
-    nox                  # all three sessions: package, tests-3.10, tests-3.13
-    nox -s tests-3.13    # the suite on one Python; pytest options go after --
-    nox -s package       # build, twine check, contents, the wheel in a fresh venv
+    nox                  # tests-3.10 and tests-3.13, as .ci/run runs them
+    nox -s tests-3.13    # one Python; pytest options go after --: nox -s tests-3.13 -- -x
+    nox -s package       # the release check alone, on 3.13 (~2 minutes from cold)
 
-``tests`` installs the project as a user would: ``python -m build`` makes the sdist and,
-from it, the wheel, which pip installs with the test extra. pytest runs from its console
-script, so the test process imports that installed copy (the report header says which),
-not the checkout.
-
-``package`` builds the sdist and the wheel with ``python -m build``, runs
-``twine check --strict`` on both, checks what each holds (the wheel: ember_np/ and its
-licenses only; the sdist: every tracked file a packager needs to rebuild and test, and
-no caches), then installs the wheel alone in a fresh venv and runs the Quick start's
-command there, ``python -m ember_np train CartPole-v1``, shortened to 3,000 steps.
+Each ``tests`` session starts with the release check (``package``): ``python -m build``
+makes the sdist and, from it, the wheel; ``twine check --strict`` checks both; their
+contents are checked (the wheel: ember_np/ with py.typed, the dashboard's page and the
+license files, nothing else; the sdist: every tracked file a packager needs to rebuild
+and test, and no caches). The wheel alone then goes into the session's new venv, which
+runs the Quick start's command, ``python -m ember_np train CartPole-v1``, for 3,000 steps.
+Then the test extra is installed beside it and pytest runs from its console script, so
+the test process imports the installed wheel (the report header says which copy).
 
 nox finds each Python as ``python3.10`` / ``python3.13`` on PATH. With pyenv, make the
 versions visible together first, e.g.
@@ -33,7 +31,7 @@ import nox
 
 nox.needs_version = ">=2024.3.2"
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["package", "tests"]  # the quick release check first
+nox.options.sessions = ["tests"]  # each begins with the release check (package)
 
 ROOT = Path(__file__).resolve().parent
 OLDEST_AND_NEWEST = ["3.10", "3.13"]  # keep in step with pyproject.toml's classifiers
@@ -47,52 +45,58 @@ CACHES = ("__pycache__/", ".pytest_cache/", ".hypothesis/", ".benchmarks/", ".ci
 
 @nox.session(python=OLDEST_AND_NEWEST)
 def tests(session: nox.Session) -> None:
-    """The whole test suite against the installed wheel (pytest-xdist, one worker a core)."""
-    session.install("build")
-    _, wheel = build(session)
+    """The release check, then the whole test suite against the installed wheel."""
+    wheel = release_check(session)
     session.install(f"{wheel}[test]")
     session.run("pytest", *session.posargs)
 
 
 @nox.session(python=OLDEST_AND_NEWEST[-1])
 def package(session: nox.Session) -> None:
-    """Build, ``twine check --strict``, check the contents, train from the wheel alone."""
-    session.install("build", "twine")
-    sdist, wheel = build(session)
-    tmp = wheel.parent.parent
-    session.run("twine", "check", "--strict", str(sdist), str(wheel))
+    """The release check alone (the tests sessions start with it)."""
+    release_check(session)
+
+
+def release_check(session: nox.Session) -> Path:
+    """Build, ``twine check --strict``, check the contents; install the wheel alone in the
+    session's new venv and run the Quick start's command there; return the wheel.
+
+    Outside the checkout, so that ``python -m ember_np`` cannot import the sources here.
+    This first training also compiles the training kernels once, in one process, before
+    the test suite's workers and their subprocesses would all compile them at once.
+    """
+    tmp = Path(session.create_tmp()).resolve()
+    tools = tmp / "tools"  # build and twine stay out of the venv the wheel goes into
+    session.run("python", "-m", "venv", "--clear", str(tools))
+    session.run(str(tools / "bin" / "python"), "-m", "pip", "install", "--quiet", "build",
+                "twine", external=True)  # fmt: skip
+    dist = tmp / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    # the sdist, then the wheel from the unpacked sdist: no stale build/ of the checkout
+    session.run(str(tools / "bin" / "python"), "-m", "build", "--outdir", str(dist), str(ROOT),
+                external=True)  # fmt: skip
+    (sdist,) = dist.glob("*.tar.gz")
+    (wheel,) = dist.glob("*.whl")
+    session.run(str(tools / "bin" / "twine"), "check", "--strict", str(sdist), str(wheel),
+                external=True)  # fmt: skip
     check_wheel(wheel)
     check_sdist(sdist)
     session.log(f"{wheel.name} and {sdist.name}: contents as expected")
 
-    # A fresh venv with nothing but the wheel and what it requires, used from outside
-    # the checkout so that `python -m ember_np` cannot import the sources here.
-    venv = tmp / "fresh-venv"
-    session.run("python", "-m", "venv", "--clear", str(venv))
-    python = str(venv / "bin" / "python")
-    session.run(python, "-m", "pip", "install", "--quiet", str(wheel), external=True)
+    session.install(str(wheel))
     session.chdir(tmp)
     where = "import ember_np as e, sys; assert e.__file__.startswith(sys.prefix), e.__file__"
-    session.run(python, "-c", where, external=True)
+    session.run("python", "-c", where)
     runs = tmp / "runs"
     shutil.rmtree(runs, ignore_errors=True)
-    session.run(python, "-m", "ember_np", "train", "CartPole-v1", "--steps", "3000",
-                "--root", str(runs), external=True)  # fmt: skip
+    session.run("python", "-m", "ember_np", "train", "CartPole-v1", "--steps", "3000",
+                "--root", str(runs))  # fmt: skip
     (run_dir,) = (runs / "CartPole-v1" / "rainbow").iterdir()
     for name in ("best.npz", "latest.npz"):
         if not (run_dir / "checkpoints" / name).is_file():
             session.error(f"the training from the wheel left no {name} in {run_dir}")
-
-
-def build(session: nox.Session) -> tuple[Path, Path]:
-    """``python -m build``: the sdist, then the wheel built from the unpacked sdist (so no
-    stale ``build/`` folder of the checkout can leak into it), in the session's tmp."""
-    dist = Path(session.create_tmp()).resolve() / "dist"
-    shutil.rmtree(dist, ignore_errors=True)
-    session.run("python", "-m", "build", "--outdir", str(dist), str(ROOT))
-    (sdist,) = dist.glob("*.tar.gz")
-    (wheel,) = dist.glob("*.whl")
-    return sdist, wheel
+    session.chdir(ROOT)
+    return wheel
 
 
 def check_wheel(wheel: Path) -> None:
