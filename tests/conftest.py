@@ -50,3 +50,10 @@ def _slow_rank(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_slow_rank)  # stable: every other test keeps its order
+
+
+def pytest_report_header() -> str:
+    """Which copy of ember_np the tests import: the checkout, or an installed wheel (nox)."""
+    import ember_np
+
+    return f"ember_np {ember_np.__version__}: {Path(ember_np.__file__).parent}"
