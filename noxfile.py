@@ -1,9 +1,9 @@
 """nox sessions: the release check of the built package, and the test suite on it, on
 the oldest and the newest supported Python (https://nox.thea.codes).
 
-    nox                  # tests-3.10 and tests-3.13, as .ci/run runs them
+    nox                  # tests-3.10 and tests-3.13: the suite on each, from the wheel
     nox -s tests-3.13    # one Python; pytest options go after --: nox -s tests-3.13 -- -x
-    nox -s package       # the release check alone, on 3.13 (~2 minutes from cold)
+    nox -s package-3.10  # the release check alone (~2 minutes from cold)
 
 Each ``tests`` session starts with the release check (``package``): ``python -m build``
 makes the sdist and, from it, the wheel; ``twine check --strict`` checks both; their
@@ -16,7 +16,9 @@ the test process imports the installed wheel (the report header says which copy)
 
 nox finds each Python as ``python3.10`` / ``python3.13`` on PATH. With pyenv, make the
 versions visible together first, e.g.
-``PYENV_VERSION=3.11.7:3.10.13:3.13.0 nox`` (``.ci/run`` does this).
+``PYENV_VERSION=3.11.7:3.10.13:3.13.0 nox``. ``.ci/run`` runs the README's test command
+in a venv of 3.10, then ``nox -s tests-3.13 package-3.10``: the suite once on each
+Python, from an empty numba cache each time, and the release check on both.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
-@nox.session(python=OLDEST_AND_NEWEST[-1])
+@nox.session(python=OLDEST_AND_NEWEST)
 def package(session: nox.Session) -> None:
     """The release check alone (the tests sessions start with it)."""
     release_check(session)
