@@ -136,7 +136,7 @@ def test_qnetwork_forward_single_specialization_per_dtype():
 
 _COLD_FUSED_RUN = textwrap.dedent(
     """
-    import contextlib, io, json, sys, tempfile
+    import contextlib, importlib, io, json, re, sys, tempfile
     from numba.core import event
 
     compiled = []  # (kernel, argument types) of every compile of an ember_np kernel
@@ -163,12 +163,29 @@ _COLD_FUSED_RUN = textwrap.dedent(
         status = main(["train", "CartPole-v1", "--steps", "1100", "--root", tempfile.mkdtemp(),
                        "--quiet", "--eval-episodes", "1"])
     run_compiles = list(compiled)  # the run's (the checks below call kernels from Python)
+    # the env kernels compiled inside the fast-math fused kernel: a fast-math flag on an
+    # instruction of their own (fadd reassoc ..., call afn ...) is the inherited flag set.
+    # Not on one that LLVM inlined from a callee (its name ends in .i, .i40, ...): numba's
+    # own helpers (the RNG's next_double) take the flags of the kernel compiled first.
+    flag = re.compile(r"^\\s*(%\\S+) = (?:fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call) "
+                      r"(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn)\\b", re.M)
+    fast = []
+    for name, _ in run_compiles:
+        module, _, attr = name.rpartition(".")
+        if module.startswith("ember_np.envs"):
+            kernel = getattr(importlib.import_module(module), attr)
+            for sig, ir in kernel.inspect_llvm().items():  # the kernel's own function only
+                own = re.escape(kernel.overloads[sig].fndesc.mangled_name)
+                start = re.search(f'^define [^\\n]*@"?{own}"?[(]', ir, re.M).start()
+                body = ir[start:].split("\\n}\\n", 1)[0]
+                if any(not re.search(r"[.]i\\d*$", m[1]) for m in flag.finditer(body)):
+                    fast.append(name)
     sys.path.insert(0, sys.argv[1])
     from test_envs_classic import test_one_step_from_arbitrary_states
 
     for env_id in ("Acrobot-v1", "MountainCar-v0"):  # bit for bit gymnasium's
         test_one_step_from_arbitrary_states(env_id)
-    print(json.dumps({"status": status, "compiled": run_compiles}))
+    print(json.dumps({"status": status, "compiled": run_compiles, "fast_env_kernels": fast}))
     """
 )
 
@@ -198,7 +215,8 @@ def test_a_cold_fused_run_compiles_each_kernel_once_and_env_dynamics_stay_exact(
       version (Acrobot and MountainCar then differed from gymnasium by an ulp).
 
     The first process's first line of output says that the kernels are compiling; the
-    second's does not."""
+    second's does not. Besides the bit-for-bit checks, the env kernels' own instructions
+    are checked for fast-math flags in their LLVM IR."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     tests_dir = os.path.dirname(__file__)
     for first in (True, False):
@@ -212,6 +230,9 @@ def test_a_cold_fused_run_compiles_each_kernel_once_and_env_dynamics_stay_exact(
     out = cold
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["status"] == 0
+    envs = [name for name, _ in result["compiled"] if name.startswith("ember_np.envs")]
+    assert "ember_np.envs._cartpole.cartpole_step" in envs, envs
+    assert result["fast_env_kernels"] == [], "env kernels compiled with fast-math flags"
     signatures: dict[str, list] = {}
     for name, args in result["compiled"]:
         signatures.setdefault(name, []).append(args)

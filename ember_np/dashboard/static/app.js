@@ -1,11 +1,12 @@
-// ember-np dashboard: polls /api/runs every 2 s, fetches the series of the
+// ember-np dashboard: polls /api/runs every 2 s (?refresh=SECONDS in the page's
+// address sets another period, 0.1 to 3600 s), fetches the series of the
 // ticked runs (again only while they train or change: only the rows appended
 // since its cursor, page by page) and draws SVG charts.
 // Selection and zoom live in `state` (and the selection in the URL hash), so
 // a refresh redraws without touching them.
 "use strict";
 
-const REFRESH_MS = 2000;
+const REFRESH_MS = refreshPeriod(new URLSearchParams(window.location.search).get("refresh"));
 const PAGES_PER_FETCH = 64;  // pages of one series fetched before drawing (the rest: next refresh)
 const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
                  "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"];
@@ -29,7 +30,16 @@ const state = {
   touched: false,      // the user has changed the selection
 };
 // For tests and the curious: what each chart last drew.
-window.__dashboard = {state, plotted: {}, renders: 0, refreshes: 0, errors: 0};
+window.__dashboard = {state, plotted: {}, renders: 0, refreshes: 0, errors: 0,
+                      refreshMs: REFRESH_MS};
+
+// The polling period in ms: ?refresh=SECONDS, clamped to 0.1..3600 s; 2 s when absent
+// or not a number.
+function refreshPeriod(seconds) {
+  const s = seconds === null || seconds.trim() === "" ? NaN : Number(seconds);
+  if (!Number.isFinite(s)) return 2000;
+  return Math.round(1000 * Math.min(3600, Math.max(0.1, s)));
+}
 
 function colorOf(id) {
   if (!(id in state.colors)) {
