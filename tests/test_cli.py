@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -118,15 +119,23 @@ def test_eval_bad_checkpoint_name(tmp_path, capsys):
     assert main(["eval", str(run_dir), "--checkpoint", "worst"]) == 2
 
 
-def test_python_m_entry_point_and_help():
+def test_python_m_entry_point_and_help(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "ember_np", "--help"], capture_output=True, text=True, check=True
     )
     for command in ("train", "eval", "resume", "plot"):
         assert command in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "ember_np", "train", "Nope-v0"],
-                         capture_output=True, text=True)  # fmt: skip
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    # a mistake is one line and exit 2, even with nothing compiled yet: no notice that
+    # kernels are compiling (once printed before the env id was checked) and no compile
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    for args, says in [(["Nope-v0"], "unknown environment 'Nope-v0'"),
+                       (["CartPole-v1", "--preset", "nope"], "nope"),
+                       (["CartPole-v1", "--set", "gamma=2"], "gamma")]:  # fmt: skip
+        bad = subprocess.run([sys.executable, "-m", "ember_np", "train", *args],
+                             capture_output=True, text=True, env=env)  # fmt: skip
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+        assert says in bad.stderr
+    assert not list((tmp_path / "cache").rglob("*.nbi"))
 
 
 def test_train_runs_are_reproducible(tmp_path):

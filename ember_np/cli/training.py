@@ -160,9 +160,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_scheduler_options(args, args.seeds is not None)
     env_id = args.env_id
     native = not args.gymnasium_env and env_id in NATIVE_IDS
-    notice = first_compile_notice(native, args.num_envs)
-    if notice:
-        print(notice, file=sys.stderr, flush=True)
     if native:
         env_id = NATIVE_IDS[env_id]
         print(f"{args.env_id}: training on {env_id}, the compiled env (bit for bit "
@@ -183,6 +180,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             config = config.replace(**overrides)
         except (ValueError, TypeError) as exc:
             raise UsageError(f"--set: {exc}") from None
+    # said once the env, preset and overrides are known to be good (a mistyped env id
+    # gets its one-line error alone), before the first kernel runs (with_env_masks
+    # resets the env)
+    notice = first_compile_notice(native, args.num_envs)
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
     config = with_env_masks(config, env_id, overrides)
     steps = args.steps if args.steps is not None else (preset.steps if preset else 100_000)
     try:
