@@ -162,8 +162,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     native = not args.gymnasium_env and env_id in NATIVE_IDS
     if native:
         env_id = NATIVE_IDS[env_id]
-        print(f"{args.env_id}: training on {env_id}, the compiled env (bit for bit "
-              "gymnasium's); --gymnasium-env uses gymnasium's own")  # fmt: skip
     env = common.make_train_env(env_id, args.num_envs, args.vectorization)
     args.vectorization = vector_settings(env_id, args.num_envs, args.vectorization)[1]
     if args.preset is not None:
@@ -186,6 +184,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     notice = first_compile_notice(native, args.num_envs)
     if notice:
         print(notice, file=sys.stderr, flush=True)
+    if native:
+        print(f"{args.env_id}: training on {env_id}, the compiled env (bit for bit "
+              "gymnasium's); --gymnasium-env uses gymnasium's own")  # fmt: skip
     config = with_env_masks(config, env_id, overrides)
     steps = args.steps if args.steps is not None else (preset.steps if preset else 100_000)
     try:
