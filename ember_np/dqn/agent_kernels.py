@@ -30,6 +30,7 @@ from ember_np.dqn.learn import (
     NetState,
     PerSample,
     UpdateSettings,
+    copy_into,
     dqn_update,
     polyak,
     update_settings,
@@ -249,12 +250,7 @@ def sync_target(net: NetState, tau: float) -> None:
     net : NetState; target is updated in place. tau : float in (0, 1].
     """
     if tau >= 1.0:
-        # An element loop, not ``target[:] = params``: a slice assignment compiles
-        # numba's shape-mismatch error message (string formatting, ~2 s of a first run).
-        target = net.target
-        params = net.params
-        for i in range(params.shape[0]):
-            target[i] = params[i]
+        copy_into(net.target, net.params)
     else:
         polyak(net.target, net.params, tau)
 

@@ -56,6 +56,7 @@ __all__ = [
     "check_batch",
     "checked_update",
     "clip_grad_norm",
+    "copy_into",
     "dqn_update",
     "huber_grad",
     "loss_and_grads",
@@ -354,6 +355,23 @@ def checked_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettin
     if code != 0:
         return code, np.nan
     return 0, dqn_update(net, batch, per, hp)
+
+
+@inlined_kernel
+def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[:] = src, element by element.
+
+    A slice assignment would do, but it compiles numba's shape-mismatch error
+    (its message formatting costs seconds of a first run's compiling).
+
+    Parameters
+    ----------
+    dst : ndarray, shape (n,)
+        Written in place.
+    src : ndarray of dst's dtype, shape (n,)
+    """
+    for i in range(src.shape[0]):
+        dst[i] = src[i]
 
 
 @kernel

@@ -29,6 +29,7 @@ from ember_np.dqn.agent_kernels import (
     epsilon_greedy,
     epsilon_now,
 )
+from ember_np.dqn.learn import copy_into
 from ember_np.dqn.noisy import acting_params
 from ember_np.envs._dispatch import EnvState, VecEnvState, env_reset, env_step
 
@@ -89,8 +90,7 @@ def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState)
         episode_reward[0] += reward
         ints[EPISODE_STEP] += 1
         if code == 0:
-            for j in range(x.shape[0]):  # not x[:] = nx: see copy_rows
-                x[j] = nx[j]
+            copy_into(x, nx)
             ints[INDEX] = next_index
             continue
         r = ints[N_RECORDS]
@@ -116,14 +116,10 @@ def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState)
 
 @inlined_kernel
 def copy_rows(dst: np.ndarray, src: np.ndarray, start: int, stop: int) -> None:
-    """dst[start:stop] = src[start:stop] for 2-d arrays of one shape, element by element.
-
-    A slice assignment would do, but it compiles numba's shape-mismatch error
-    (its message formatting costs seconds of a first run's compiling).
-    """
+    """dst[start:stop] = src[start:stop] for 2-d arrays of one shape, row by row
+    (:func:`~ember_np.dqn.learn.copy_into`: no slice assignment)."""
     for i in range(start, stop):
-        for j in range(dst.shape[1]):
-            dst[i, j] = src[i, j]
+        copy_into(dst[i], src[i])
 
 
 # loop.ints[] of the vector loop: the next episode's index, records written.
@@ -213,6 +209,5 @@ def fused_vec_steps(until: int, env: VecEnvState, loop: FusedVecLoop, agent: Age
             loop.episode_rewards[e] = 0.0
             loop.episode_steps[e] = 0
         copy_rows(step.obs, step.act_obs, 0, n_envs)
-        for e in range(n_envs):
-            step.actions[e] = step.next_actions[e]
+        copy_into(step.actions, step.next_actions)
     return 0
