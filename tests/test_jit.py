@@ -170,7 +170,7 @@ _COLD_FUSED_RUN = textwrap.dedent(
     flag = re.compile(r"^\\s*(%\\S+) = (?:fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call) "
                       r"(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn)\\b", re.M)
     fast = []
-    for name, _ in run_compiles:
+    for name in dict.fromkeys(name for name, _ in run_compiles):  # each kernel once
         module, _, attr = name.rpartition(".")
         if module.startswith("ember_np.envs"):
             kernel = getattr(importlib.import_module(module), attr)
