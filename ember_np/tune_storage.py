@@ -86,18 +86,21 @@ def open_storage(storage: str, heartbeat: int | None = None) -> Any:
     from sqlalchemy.exc import OperationalError
 
     try:
-        # Commands started at once on several machines all create the tables;
-        # the losers of that race get an error from the database: try again.
-        # (Not after an OperationalError: the server is unreachable, silent or refuses us.)
+        # Commands started at once (on several machines, or a reader beside a command)
+        # all create the tables; the losers of that race get an error from the
+        # database: try again. Not after any other OperationalError: the server is
+        # unreachable, silent or refuses us. (SQLite reports the lost race as one:
+        # "table trial_params already exists".)
         for attempt in range(3):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     return RDBStorage(storage, **kwargs)
-            except (ImportError, ValueError, OperationalError):
+            except (ImportError, ValueError):
                 raise
-            except Exception:
-                if attempt == 2:
+            except Exception as exc:
+                lost_race = not isinstance(exc, OperationalError) or "already exists" in str(exc)
+                if not lost_race or attempt == 2:
                     raise
                 time.sleep(1.0 + attempt)
         raise AssertionError("unreachable")

@@ -159,3 +159,32 @@ def test_a_database_server_that_never_answers_fails_with_one_line(tmp_path, monk
         server.close()
         for conn in held:
             conn.close()
+
+
+@pytest.mark.parametrize("lost", [True, False])
+def test_sqlite_losing_the_race_to_create_the_tables_tries_again(tmp_path, monkeypatch, lost):
+    """Two processes opening a new SQLite study at once both create its tables; SQLite
+    tells the loser with an OperationalError ("table ... already exists"), which is tried
+    again. Any other OperationalError (a file that cannot be opened) fails at once."""
+    import optuna.storages
+    from sqlalchemy.exc import OperationalError
+
+    real = optuna.storages.RDBStorage
+    calls = []
+    why = "table trial_params already exists" if lost else "unable to open database file"
+
+    def first_call_fails(url, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        calls.append(url)
+        if len(calls) == 1:
+            raise OperationalError("CREATE TABLE trial_params (...)", {}, Exception(why))
+        return real(url, **kwargs)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", first_call_fails)
+    url = f"sqlite:///{tmp_path}/study.db"
+    if lost:
+        storage = tune_storage.open_storage(url)
+        assert len(calls) == 2 and storage.get_all_studies() == []
+    else:
+        with pytest.raises(tune_storage.TuneError, match="unable to open database file"):
+            tune_storage.open_storage(url)
+        assert len(calls) == 1
