@@ -65,6 +65,7 @@ from ember_np.training.setup import one_line
 __all__ = [
     "CONNECT_TIMEOUT",
     "REPORT_EVERY",
+    "START_ATTEMPTS",
     "ClusterError",
     "SeedCancelled",
     "connect",
@@ -80,6 +81,8 @@ __all__ = [
 #: ``distributed.comm.timeouts.connect`` is set lower): an unreachable
 #: address is an error, not a wait.
 CONNECT_TIMEOUT = 10.0
+#: How many times a client whose event loop did not start is made again (see ``connect``).
+START_ATTEMPTS = 3
 #: Seconds between two progress events of one task (at least).
 REPORT_EVERY = 0.5
 #: Seconds between two looks of the client at its tasks.
@@ -121,10 +124,16 @@ def connect(address: str) -> Any:
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
     try:
-        return Client(address, timeout=timeout, set_as_default=False)
+        return _client(Client, address, timeout)
     except (ValueError, TypeError) as exc:
         raise ClusterError(f"{address!r} is not a scheduler address ({one_line(exc)}): "
                            "expected e.g. tcp://HOST:8786") from None  # fmt: skip
+    except AssertionError:
+        raise ClusterError(
+            f"Dask's client did not start its event-loop thread within 10 s, {START_ATTEMPTS} "
+            f"times (this machine is busy?); the scheduler at {address} was not the problem. "
+            "Try again when fewer processes are running"
+        ) from None
     except (OSError, TimeoutError) as exc:
         timed_out = isinstance(exc, TimeoutError) or str(exc).startswith("Timed out")
         why = "" if timed_out else f" ({one_line(exc)})"  # Dask's timeout says it again
@@ -135,6 +144,25 @@ def connect(address: str) -> Any:
         ) from None
     finally:
         quiet.setLevel(level)
+
+
+def _client(client_type: Any, address: str, timeout: float) -> Any:
+    """``client_type(address)``, its start tried :data:`START_ATTEMPTS` times.
+
+    distributed's client gives the thread of its IO loop 10 s to start and
+    otherwise fails with a bare ``AssertionError`` (``distributed.utils.LoopRunner``),
+    whether or not a scheduler answers. On a 2-core machine busy compiling it
+    once did not start in time; that is not an unreachable scheduler, so the
+    client is made again. A scheduler that does not answer is still a
+    ``TimeoutError`` or ``OSError`` on the first attempt.
+    """
+    for attempt in range(START_ATTEMPTS):
+        try:
+            return client_type(address, timeout=timeout, set_as_default=False)
+        except AssertionError:
+            if attempt == START_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def describe(client: Any) -> str:
