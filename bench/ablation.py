@@ -7,10 +7,11 @@ Usage::
     python bench/ablation.py --envs CartPole-v1 --scheduler tcp://HOST:8786   # on a Dask cluster
 
 For each env, the ``rainbow`` preset and, for every component it uses, the
-preset with that component removed (n-step -> 1, prioritized replay off,
-dueling off, LayerNorm off, learning-rate annealing off, double DQN off, soft
-target updates -> the hard sync every ``HARD_SYNC`` steps, noisy networks off ->
-epsilon-greedy, ``NOISY_OFF_EPSILON`` unless the preset explores with epsilon too). Every variant
+preset with that component removed (n-step -> 1, prioritized replay off, a
+distributional head (C51, QR-DQN) -> the plain Q head, dueling off, LayerNorm
+off, learning-rate annealing off, double DQN off, soft target updates -> the
+hard sync every ``HARD_SYNC`` steps, noisy networks off -> epsilon-greedy,
+``NOISY_OFF_EPSILON`` unless the preset explores with epsilon too). Every variant
 trains the same seeds (default 0-19) through the multi-seed runner on the
 compiled env, and its final policy is evaluated as in bench/learning.py: 20
 fresh greedy episodes per seed (reset seeds 10,000 + 100 * seed, ...), then
@@ -59,6 +60,7 @@ NOISY_OFF_EPSILON = {"epsilon_start": 1.0, "epsilon_end": 0.01, "epsilon_decay_s
 COMPONENTS = (
     ("n-step -> 1", "n_step", lambda v: v > 1, 1),
     ("PER off", "prioritized_replay", bool, False),
+    ("distributional off", "distributional", lambda v: v is not None, None),
     ("dueling off", "dueling", bool, False),
     ("LayerNorm off", "layer_norm", bool, False),
     ("lr annealing off", "learning_rate_end", lambda v: v is not None, None),

@@ -201,3 +201,15 @@ def test_short_cartpole_run_learns(head):
         t.train(6_000)
         best = max(best, t.eval(10).mean_reward)
     assert best >= 150
+
+
+def test_ablation_replaces_a_distributional_head_by_the_plain_one():
+    sys.path.insert(0, str(naive.Path(__file__).resolve().parent.parent / "bench"))
+    from ablation import variants
+
+    for head in ("c51", "qr"):
+        rows = dict(variants(DqnConfig(distributional=head)))
+        assert rows["distributional off"] == {"distributional": None}
+        plain = DqnConfig(distributional=head).replace(**rows["distributional off"])
+        assert plain.distributional is None
+    assert "distributional off" not in dict(variants(DqnConfig()))
