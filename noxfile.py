@@ -4,6 +4,7 @@ the oldest and the newest supported Python (https://nox.thea.codes).
     nox                  # tests-3.10 and tests-3.13: the suite on each, from the wheel
     nox -s tests-3.13    # one Python; pytest options go after --: nox -s tests-3.13 -- -x
     nox -s package-3.10  # the release check alone (~2 minutes from cold)
+    nox -s readme-3.10   # the README's test command, verbatim, in a venv of 3.10
 
 Each ``tests`` session starts with the release check (``package``): ``python -m build``
 makes the sdist and, from it, the wheel; ``twine check --strict`` checks both; their
@@ -16,9 +17,10 @@ the test process imports the installed wheel (the report header says which copy)
 
 nox finds each Python as ``python3.10`` / ``python3.13`` on PATH. With pyenv, make the
 versions visible together first, e.g.
-``PYENV_VERSION=3.11.7:3.10.13:3.13.0 nox``. ``.ci/run`` runs the README's test command
-in a venv of 3.10, then ``nox -s tests-3.13 package-3.10``: the suite once on each
-Python, from an empty numba cache each time, and the release check on both.
+``PYENV_VERSION=3.11.7:3.10.13:3.13.0 nox``. ``.ci/run`` runs
+``nox -s readme-3.10 tests-3.13 package-3.10``: the README's test command verbatim on
+3.10 (the ``readme`` session, from the checkout) and the suite on 3.13 from the wheel,
+each once from an empty numba cache, and the release check on both.
 """
 
 from __future__ import annotations
@@ -51,6 +53,18 @@ def tests(session: nox.Session) -> None:
     wheel = release_check(session)
     session.install(f"{wheel}[test]")
     session.run("pytest", *session.posargs)
+
+
+@nox.session(python=OLDEST_AND_NEWEST)
+def readme(session: nox.Session) -> None:
+    """The README's test command, verbatim, in the session's venv: an editable install of
+    the checkout with the test extra, then the suite (what a newcomer runs; needs the
+    checkout's ``.ci/readme_command.py``, which reads the command from README.md)."""
+    command = subprocess.run([session.virtualenv.bin + "/python", str(ROOT / ".ci" /
+                              "readme_command.py"), "test-command"], capture_output=True,
+                             text=True, check=True).stdout.strip()  # fmt: skip
+    session.chdir(ROOT)
+    session.run("bash", "-c", command, external=True)  # `python` is the session venv's
 
 
 @nox.session(python=OLDEST_AND_NEWEST)
