@@ -3,14 +3,14 @@
 ``PRESETS[env_id][name]`` is a :class:`Preset`: a :class:`~ember_np.DqnConfig`,
 the environment it was tuned for and its step budget.
 
-* ``rainbow``: this project's presets for CartPole-v1, Acrobot-v1 and
-  MountainCar-v0, built from the Rainbow components and chosen with the
-  multi-seed protocol on tuning seeds 1000-1019 (``bench/preset_search.py``),
-  never on the seeds reported in docs/guides/presets.md. The default of ``ember-np train``
-  for those ids.
+* ``rainbow``: this project's presets for CartPole-v1, Acrobot-v1,
+  MountainCar-v0 and LunarLander-v3, built from the Rainbow components and
+  chosen with the multi-seed protocol on tuning seeds 1000-1019
+  (``bench/preset_search.py``; LunarLander: 1000-1005), never on the seeds
+  reported in docs/guides/presets.md. The default of ``ember-np train`` for
+  those ids.
 * ``zoo``: the RL Zoo's tuned rows (rl-baselines3-zoo ``hyperparams/dqn.yml``),
-  SB3's arguments translated one to one (table below); the default for
-  LunarLander-v3.
+  SB3's arguments translated one to one (table below).
 * ``ember``: ember-rl's CartPole example (S1 of the speed comparisons).
 
 :func:`get_preset` finds one by name (and env), :func:`presets_for_env` lists
@@ -181,6 +181,19 @@ _RAINBOW = (
         120_000,
         _SEARCH,
     ),
+    Preset(
+        "rainbow",
+        "LunarLander-v3",
+        DqnConfig(
+            hidden_sizes=(128, 128), learning_rate=6.3e-4, batch_size=128,
+            buffer_capacity=100_000, min_replay_size=1_000, target_update_freq=1, tau=0.01,
+            epsilon_start=1.0, epsilon_end=0.05, epsilon_decay_steps=24_000, gamma=0.99,
+            train_freq=4, gradient_steps=2, double_dqn=True, dueling=True, max_grad_norm=10.0,
+            layer_norm=True, n_step=3, learning_rate_end=1e-5, learning_rate_decay_steps=200_000,
+        ),
+        200_000,
+        "bench/preset_search.py on tuning seeds 1000-1005 (bench/results/preset_search_*.json)",
+    ),
 )  # fmt: skip
 
 
@@ -205,8 +218,8 @@ def presets_for_env(env_id: str) -> dict[str, Preset]:
 
 def default_preset(env_id: str) -> Preset | None:
     """The preset ``ember-np train env_id`` trains with: ``rainbow`` where the env has
-    one (CartPole-v1, Acrobot-v1, MountainCar-v0), else ``zoo`` (LunarLander-v3),
-    else None (the command line then uses ``DqnConfig()``)."""
+    one (CartPole-v1, Acrobot-v1, MountainCar-v0, LunarLander-v3), else ``zoo``, else
+    None (the command line then uses ``DqnConfig()``)."""
     presets = PRESETS.get(env_id, {})
     return presets.get(DEFAULT_PRESET) or presets.get("zoo")
 

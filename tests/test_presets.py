@@ -26,9 +26,10 @@ ZOO = {
     "MountainCar-v0": (120_000, 4e-3, 128, 10_000, 1_000, 0.98, 600, 16, 8, 0.2, 0.07),
     "LunarLander-v3": (100_000, 6.3e-4, 128, 50_000, 0, 0.99, 250, 4, -1, 0.12, 0.1),
 }
-RAINBOW_ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")
+RAINBOW_ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3")
 #: The budgets issue 14's bars allow.
-BUDGET = {"CartPole-v1": 100_000, "Acrobot-v1": 100_000, "MountainCar-v0": 120_000}
+BUDGET = {"CartPole-v1": 100_000, "Acrobot-v1": 100_000, "MountainCar-v0": 120_000,
+          "LunarLander-v3": 200_000}  # issue 26: LunarLander solved within 200k steps
 
 
 @pytest.mark.parametrize("env_id", list(ZOO))
@@ -79,7 +80,8 @@ def test_rainbow_presets_are_the_default_and_within_the_issues_budget(env_id):
     assert p.sb3_kwargs is None  # SB3 has no Rainbow: SB3 always gets the zoo arguments
 
 
-def test_default_is_zoo_without_a_rainbow_preset_and_none_without_any():
+def test_default_is_zoo_without_a_rainbow_preset_and_none_without_any(monkeypatch):
+    monkeypatch.delitem(PRESETS["LunarLander-v3"], "rainbow")
     assert default_preset("LunarLander-v3") is PRESETS["LunarLander-v3"]["zoo"]
     assert default_preset("Pong-v5") is None and presets_for_env("Pong-v5") == {}
     assert default_preset("ember") is None  # a preset name, not an env id
@@ -88,11 +90,12 @@ def test_default_is_zoo_without_a_rainbow_preset_and_none_without_any():
     assert "rainbow" in PRESETS["CartPole-v1"]
 
 
-def test_lookup_errors_say_what_exists():
+def test_lookup_errors_say_what_exists(monkeypatch):
     with pytest.raises(ValueError, match="unknown preset 'x'; known presets: ember, rainbow, zoo"):
         get_preset("x")
     with pytest.raises(ValueError, match=r"preset 'zoo' exists for CartPole-v1, .*say which env"):
         get_preset("zoo")
+    monkeypatch.delitem(PRESETS["LunarLander-v3"], "rainbow")  # an env with a zoo preset only
     with pytest.raises(
         ValueError, match=r"no 'rainbow' preset for LunarLander-v3 \(its presets: zoo\)"
     ):
