@@ -99,6 +99,26 @@ _RAINBOW_CP = {**_LN25, "train_freq": 2, "gradient_steps": 1, "n_step": 3}
 #: Acrobot's ``rainbow`` preset (round 2's leader) as overrides of BASE
 _RAINBOW_AC = {"layer_norm": True, **_anneal(100_000)}
 
+#: CartPole's ``rainbow`` preset since round 6 (35,000 steps)
+_RAINBOW_CP35 = {**_RAINBOW_CP, "steps": 35_000, "epsilon_decay_steps": 8_000,
+                 **_anneal(35_000)}  # fmt: skip
+#: MountainCar's ``rainbow`` preset (round 2's leader) as overrides of BASE
+_RAINBOW_MC = {"hidden_sizes": [128, 128], "n_step": 3, **_anneal(120_000, 1e-4)}
+
+
+def _new_components(rainbow: dict[str, Any], v_min: float, v_max: float) -> list:
+    """Issue 26's round: a preset with each new component on top (QR-DQN with the RL Zoo's
+    25 quantiles, C51 on the env's value range, prioritized replay, noisy nets exploring
+    by their noise alone)."""
+    return [
+        ("rainbow", rainbow),
+        ("qr25", {**rainbow, "distributional": "qr", "n_quantiles": 25}),
+        ("c51", {**rainbow, "distributional": "c51", "v_min": v_min, "v_max": v_max}),
+        ("per", {**rainbow, "prioritized_replay": True}),
+        ("noisy", {**rainbow, "noisy": True, "epsilon_start": 0.0, "epsilon_end": 0.0}),
+    ]
+
+
 #: Named grids: lists of (label, overrides of BASE[env]).
 GRIDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "cartpole": [
@@ -215,18 +235,17 @@ GRIDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("tf4g2", {"gradient_steps": 2}),
     ],
     # round 3 (issue 26): the preset (round 2's ln-anneal) with each new component on
-    # top: distributional heads (QR-DQN with the RL Zoo's 25 quantiles; C51 on Acrobot's
-    # value range, -100 to 0), prioritized replay, noisy nets (exploring by noise alone),
-    # 3-step returns
+    # top (C51 on Acrobot's value range, -100 to 0), and 3-step returns
     "acrobot3": [
-        ("rainbow", _RAINBOW_AC),
-        ("qr25", {**_RAINBOW_AC, "distributional": "qr", "n_quantiles": 25}),
+        *_new_components(_RAINBOW_AC, -100.0, 0.0)[:2],
         ("qr25-n3", {**_RAINBOW_AC, "distributional": "qr", "n_quantiles": 25, "n_step": 3}),
-        ("c51", {**_RAINBOW_AC, "distributional": "c51", "v_min": -100.0, "v_max": 0.0}),
-        ("per", {**_RAINBOW_AC, "prioritized_replay": True}),
-        ("noisy", {**_RAINBOW_AC, "noisy": True, "epsilon_start": 0.0, "epsilon_end": 0.0}),
+        *_new_components(_RAINBOW_AC, -100.0, 0.0)[2:],
         ("n3", {**_RAINBOW_AC, "n_step": 3}),
     ],
+    # issue 26: CartPole's and MountainCar's presets with each new component on top
+    # (C51 on their value ranges: 0 to 100 at gamma 0.99, -50 to 0 at gamma 0.98)
+    "cartpole7": _new_components(_RAINBOW_CP35, 0.0, 100.0),
+    "mountaincar3": _new_components(_RAINBOW_MC, -50.0, 0.0),
     "mountaincar": [
         ("n3-anneal", {"n_step": 3, **_anneal(120_000, 1e-4)}),
         ("h128-n3-anneal", {"hidden_sizes": [128, 128], "n_step": 3, **_anneal(120_000, 1e-4)}),
