@@ -17,6 +17,9 @@ start to exit, in a fresh process:
   ``dask scheduler`` and 1 or 2 ``dask worker --nworkers 1 --nthreads 1``
   bound to 127.0.0.1, started (and connected) before the clock starts; the
   workers have not loaded ember_np yet, as the local path's spawned workers;
+* ``dask 2 profiler off``: as ``dask 2``, the scheduler and workers started with
+  ``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False`` (Dask's statistical profiler,
+  which samples each worker's threads every 10 ms, off);
 * ``dask 2, one killed``: as ``dask 2``, and one worker SIGKILLed once a seed
   reports half its steps. Every seed must finish, byte-identical to the same
   seed of this round's ``local 2`` run (config and logs byte for byte,
@@ -61,6 +64,11 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
     p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))  # fmt: skip
 
 
+#: Dask's statistical profiler off (a worker samples its threads' stacks every 10 ms by
+#: default: about 3% of a core, measured with one busy task on one worker).
+PROFILER_OFF = {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
+
+
 def cpu_of(pid: int) -> float:
     """User + system CPU seconds of a live process (0 when it is gone)."""
     try:
@@ -84,13 +92,14 @@ def load() -> str:
 class Cluster:
     """``dask scheduler`` and ``workers`` single-threaded ``dask worker`` on 127.0.0.1."""
 
-    def __init__(self, workers: int, where: Path) -> None:
+    def __init__(self, workers: int, where: Path, profile: bool = True) -> None:
         from distributed import Client
 
         dask = [sys.executable, "-m", "dask"]
         self.log = (where / "cluster.log").open("w")
         file = where / "scheduler.json"
-        quiet = {"stdout": self.log, "stderr": subprocess.STDOUT, "env": ENV}
+        env = ENV if profile else dict(ENV, **PROFILER_OFF)
+        quiet = {"stdout": self.log, "stderr": subprocess.STDOUT, "env": env}
         self.procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
                                         "--no-dashboard", "--scheduler-file", str(file)],
                                        **quiet)]  # fmt: skip
@@ -221,8 +230,8 @@ def measure(mode: str, args: argparse.Namespace, where: Path, reference: Path | 
         out["parent"] = parent_of(root)
         out["cpu"] = children_cpu() - c0  # the command and its worker processes
     else:
-        workers = 1 if mode == "dask 1" else 2
-        cluster = Cluster(workers, where)
+        workers = 1 if mode.startswith("dask 1") else 2
+        cluster = Cluster(workers, where, profile="profiler off" not in mode)
         try:
             extra = ["--scheduler", cluster.address]
             killed: list[dict] = []
@@ -310,12 +319,14 @@ def main() -> None:
         lines.append(f"- control, local 2 processes vs 1: {med['local 1'] / med['local 2']:.2f}x")
     if "dask 1" in med and "dask 2" in med:
         lines.append(f"- 2 workers vs 1 (bar >= 1.7x): **{med['dask 1'] / med['dask 2']:.2f}x**")
-    if "local 2" in med and "dask 2" in med:
-        extra = med["dask 2"] / med["local 2"] - 1
-        lines.append(f"- cluster (2 workers) vs local 2 processes (bar <= +5%): **{extra:+.1%}**")
-        if cpus.get("dask 2") and cpus.get("local 2"):
-            more = statistics.median(cpus["dask 2"]) / statistics.median(cpus["local 2"]) - 1
-            lines.append(f"- CPU time, cluster (2 workers) vs local 2 processes: {more:+.1%}")
+    for dask2 in ("dask 2", "dask 2 profiler off"):
+        if "local 2" in med and dask2 in med:
+            extra = med[dask2] / med["local 2"] - 1
+            lines.append(f"- cluster ({dask2}) vs local 2 processes (bar <= +5%): "
+                         f"**{extra:+.1%}**")  # fmt: skip
+            if cpus.get(dask2) and cpus.get("local 2"):
+                more = statistics.median(cpus[dask2]) / statistics.median(cpus["local 2"]) - 1
+                lines.append(f"- CPU time, cluster ({dask2}) vs local 2 processes: {more:+.1%}")
     lines += [f"- {n}" for n in notes]
     print("\n".join(lines))
 
