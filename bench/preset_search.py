@@ -38,8 +38,6 @@ FINAL_EPISODES = 20
 #: what the search maximises for CartPole; the IQM breaks ties).
 SOLVED = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "MountainCar-v0": -120.0,
           "LunarLander-v3": 200.0}  # fmt: skip
-#: Envs without a compiled twin train on gymnasium's own env (the Python loop).
-PYTHON_ENVS = {"LunarLander-v3"}
 
 #: The starting points: a small network, double DQN, a dueling head, soft
 #: target updates and a few updates per env step (cheap: the 60 s bar).
@@ -118,6 +116,8 @@ def _new_components(rainbow: dict[str, Any], v_min: float, v_max: float) -> list
         ("noisy", {**rainbow, "noisy": True, "epsilon_start": 0.0, "epsilon_end": 0.0}),
     ]
 
+
+_ACROBOT3 = _new_components(_RAINBOW_AC, -100.0, 0.0)
 
 #: Named grids: lists of (label, overrides of BASE[env]).
 GRIDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -237,9 +237,9 @@ GRIDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # round 3 (issue 26): the preset (round 2's ln-anneal) with each new component on
     # top (C51 on Acrobot's value range, -100 to 0), and 3-step returns
     "acrobot3": [
-        *_new_components(_RAINBOW_AC, -100.0, 0.0)[:2],
+        *_ACROBOT3[:2],
         ("qr25-n3", {**_RAINBOW_AC, "distributional": "qr", "n_quantiles": 25, "n_step": 3}),
-        *_new_components(_RAINBOW_AC, -100.0, 0.0)[2:],
+        *_ACROBOT3[2:],
         ("n3", {**_RAINBOW_AC, "n_step": 3}),
     ],
     # issue 26: CartPole's and MountainCar's presets with each new component on top
@@ -283,9 +283,11 @@ def run_candidate(
 ) -> dict[str, Any]:
     """Train ``seeds`` of one candidate; its score, per-seed finals and wall time."""
     from ember_np.training.multiseed import train_seeds
+    from ember_np.training.setup import NATIVE_IDS
 
     config, steps = candidate(env_id, overrides)
-    train_env = env_id if env_id in PYTHON_ENVS else f"ember_np/{env_id}"
+    # the compiled twin where there is one (as ember-np train); else gymnasium's env
+    train_env = NATIVE_IDS.get(env_id, env_id)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         result = train_seeds(

@@ -156,13 +156,12 @@ def _client(client_type: Any, address: str, timeout: float) -> Any:
     client is made again. A scheduler that does not answer is still a
     ``TimeoutError`` or ``OSError`` on the first attempt.
     """
-    for attempt in range(START_ATTEMPTS):
+    for _ in range(START_ATTEMPTS - 1):
         try:
             return client_type(address, timeout=timeout, set_as_default=False)
         except AssertionError:
-            if attempt == START_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+            pass
+    return client_type(address, timeout=timeout, set_as_default=False)  # the last: raises
 
 
 def describe(client: Any) -> str:
