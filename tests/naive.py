@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -549,6 +552,37 @@ def check_exact_resume(agent: DqnAgent, path: Path, steps: int, state=agent_stat
         DqnTrainer(gym.make("ember_np/CartPole-v1"), a, seed=3).train(steps)
     assert state(agent) == state(restored)
     return restored
+
+
+def still_running(proc: subprocess.Popen, deadline: float, waiting_for: str) -> None:
+    """Fails the test with ``proc``'s output once it has exited or ``deadline`` (a
+    ``time.time()``) has passed while the test was ``waiting_for`` something. A process
+    still running then is killed first: reading the output of a live process would wait
+    for as long as it runs, and a stuck one for ever."""
+    if proc.poll() is None and time.time() < deadline:
+        return
+    how = f"exited with {proc.returncode}" if proc.poll() is not None else "still running"
+    if proc.poll() is None:
+        proc.kill()
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # a child of its holds the pipes open
+        out = err = "(unread: a child of the process holds its pipes open)"
+    raise AssertionError(f"waiting for {waiting_for}, the process was {how}:\n{out}\n{err}")
+
+
+def read_line(proc: subprocess.Popen, timeout: float = 120.0) -> str:
+    """The next line ``proc`` writes to its stdout pipe, waited for at most ``timeout``
+    seconds: then ``proc`` is killed and the test fails, instead of waiting for ever
+    on a child that is stuck."""
+    line: list[str] = []
+    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive():
+        proc.kill()
+        raise AssertionError(f"no line from {proc.args} within {timeout} s; killed it")
+    return line[0]
 
 
 def interruptible() -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from naive import read_line
 
 from ember_np import DqnConfig, EpisodeRecord, EpisodeStatus, TrainingRun
 from ember_np.cli import main
@@ -342,7 +343,7 @@ def test_a_run_written_by_another_process(served, root):
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        assert writer.stdout.readline().strip() == "locked"
+        assert read_line(writer).strip() == "locked"
         seen = []
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -475,7 +476,7 @@ def test_cli_allow_host(root, capsys):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        url = proc.stdout.readline().split()[2]
+        url = read_line(proc).split()[2]
         host, port = url.removeprefix("http://").rstrip("/").split(":")
         for name, want in [("dash.example", 200), ("other.example:9", 200), ("evil.example", 403)]:
             conn = http.client.HTTPConnection(host, int(port), timeout=10)
@@ -520,7 +521,7 @@ def test_serves_on_ipv6_loopback(root):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        line = proc.stdout.readline()
+        line = read_line(proc)
         assert line.startswith("ember-np dashboard: http://[::1]:"), (line, proc.stderr.read())
         port = int(line.split()[2].rstrip("/").rsplit(":", 1)[1])
         conn = http.client.HTTPConnection("::1", port, timeout=10)
@@ -798,7 +799,7 @@ def test_cli_prints_one_line_and_serves(root):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        line = proc.stdout.readline()
+        line = read_line(proc)
         assert line.startswith("ember-np dashboard: http://127.0.0.1:")
         url = line.split()[2]
         host, port = url.removeprefix("http://").rstrip("/").split(":")

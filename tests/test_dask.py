@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from naive import SMALL_ARGS
+from naive import SMALL_ARGS, still_running
 from test_multiseed import assert_same_run, only_dir
 
 from ember_np.cli import main
@@ -116,7 +116,7 @@ def first_progress(client, proc: subprocess.Popen, root: Path) -> tuple[Path, di
 
     deadline = time.time() + 120
     while True:
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        still_running(proc, deadline, "a seed reporting steps")
         found = list(root.glob("*/*/*/seeds.json"))
         if found:
             parent = found[0].parent

@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 from numba.core.caching import NullCache
 from numba.core.registry import CPUDispatcher
 
@@ -200,6 +201,7 @@ _INTENDED_SPECIALIZATIONS = {
 }
 
 
+@pytest.mark.timeout(1800)  # two subprocesses, each given up to 900 s
 def test_a_cold_fused_run_compiles_each_kernel_once_and_env_dynamics_stay_exact(tmp_path):
     """From an empty cache, ``ember-np train CartPole-v1`` (the fused trainer) first, then
     the bit-for-bit checks of test_envs_classic, in that process and in a second one that

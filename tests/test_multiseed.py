@@ -15,7 +15,7 @@ from pathlib import Path
 import naive
 import numpy as np
 import pytest
-from naive import SMALL_ARGS
+from naive import SMALL_ARGS, still_running
 
 from ember_np.cli import main
 from ember_np.training.multiseed import load_multiseed, parse_seeds, train_seeds
@@ -145,7 +145,7 @@ def start_two_workers(args: list[str], seeds: int, root: Path) -> subprocess.Pop
     )  # fmt: skip
     deadline = time.time() + 120
     while True:
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        still_running(proc, deadline, "both workers training")
         busy = [d for d in root.glob("*/*/*/seed_*")
                 if (d / "train_episodes.jsonl").is_file()
                 and (d / "train_episodes.jsonl").stat().st_size > 0
@@ -330,7 +330,7 @@ def start_seeds(args: list[str], root: Path) -> tuple[subprocess.Popen, Path]:
                             preexec_fn=naive.interruptible)  # fmt: skip
     deadline = time.time() + 120
     while True:
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        still_running(proc, deadline, "a seed training")
         for log in root.glob("*/*/*/seed_*/train_episodes.jsonl"):
             if log.stat().st_size > 0 and not (log.parent / "result.json").exists():
                 return proc, log.parent.parent
@@ -392,7 +392,7 @@ def test_ctrl_c_names_the_finished_seeds_the_parent_and_how_to_resume(tmp_path):
     proc, parent = start_seeds(args, tmp_path / "m")
     deadline = time.time() + 120
     while not (parent / "seed_0" / "result.json").exists():  # one seed done, one under way
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        still_running(proc, deadline, "seed 0's result")
         time.sleep(0.02)
     workers = worker_pids(proc.pid)
     os.kill(proc.pid, signal.SIGINT)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+
 import naive
 import numpy as np
 import pytest
@@ -28,3 +33,36 @@ def test_finite_difference_of_a_quadratic():
     x = np.array([1.0, -2.0, 3.0])
     g = naive.finite_difference_grad(lambda v: float(v @ v), x)
     np.testing.assert_allclose(g, 2 * x, rtol=1e-8)
+
+
+# -- the bounded waits on child processes ----------------------------------------------
+
+
+def child(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def test_read_line_returns_a_line_and_kills_a_silent_child_after_its_timeout():
+    talker = child("print('hello', flush=True); import time; time.sleep(60)")
+    try:
+        assert naive.read_line(talker, timeout=60) == "hello\n"
+    finally:
+        talker.kill()
+        talker.wait()
+    silent = child("import time; time.sleep(60)")
+    with pytest.raises(AssertionError, match="no line from .* within 0.5 s; killed it"):
+        naive.read_line(silent, timeout=0.5)
+    assert silent.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_still_running_fails_with_the_output_of_an_exited_or_overdue_child():
+    waiting = child("import time; time.sleep(60)")
+    naive.still_running(waiting, time.time() + 60, "nothing")  # alive, in time: returns
+    with pytest.raises(AssertionError, match="waiting for a result, the process was still"):
+        naive.still_running(waiting, time.time() - 1, "a result")
+    assert waiting.returncode == -signal.SIGKILL
+    done = child("import sys; print('out'); print('why', file=sys.stderr); sys.exit(3)")
+    done.wait(timeout=30)
+    with pytest.raises(AssertionError, match=r"exited with 3:\nout\n\nwhy"):
+        naive.still_running(done, time.time() + 60, "a result")

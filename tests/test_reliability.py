@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from naive import SMALL
+from naive import SMALL, read_line
 from naive import make_agent as shared_make_agent
 
 from ember_np import (
@@ -255,12 +255,12 @@ def test_sigkill_at_20_random_moments_never_breaks_the_run(tmp_path):
     zygote = subprocess.Popen([sys.executable, str(script), str(work)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
     try:
-        assert zygote.stdout.readline().strip() == "warm"
+        assert read_line(zygote, timeout=600).strip() == "warm"
         resumed_from = 0
         for attempt in range(20):
             zygote.stdin.write("go\n")
             zygote.stdin.flush()
-            word, pid = zygote.stdout.readline().split()
+            word, pid = read_line(zygote).split()
             assert word == "ready"
             if attempt == 0:  # the very first run: wait for its first checkpoint
                 deadline = time.time() + 60
@@ -269,7 +269,7 @@ def test_sigkill_at_20_random_moments_never_breaks_the_run(tmp_path):
                     time.sleep(0.01)
             time.sleep(rng.uniform(0.0, 0.5))
             os.kill(int(pid), signal.SIGKILL)
-            assert zygote.stdout.readline().strip() == "dead"
+            assert read_line(zygote).strip() == "dead"
             (run_dir,) = (work / "crash" / "v1").iterdir()
             latest_steps, meta_steps = check_run_files(run_dir)
             # the child printed "ready" after resuming, which sets the metadata to the

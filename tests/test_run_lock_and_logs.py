@@ -22,7 +22,7 @@ import gymnasium as gym
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from naive import SMALL_BUFFER_1K
+from naive import SMALL_BUFFER_1K, read_line
 
 from ember_np import DqnAgent, DqnPolicy, DqnTrainer, TrainingRun
 from ember_np.cli import main
@@ -68,7 +68,7 @@ def test_a_second_writer_is_refused_naming_the_process_and_readers_still_work(tm
     holder = subprocess.Popen([sys.executable, str(script), str(run.dir)],
                               stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        assert holder.stdout.readline().strip() == "training"
+        assert read_line(holder, timeout=300).strip() == "training"
         leftover = run.checkpoints_dir / ".latest.npz.0123.tmp"  # as the writer's next save
         leftover.write_bytes(b"half")
 

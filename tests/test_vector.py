@@ -314,7 +314,7 @@ def test_vector_training_is_deterministic_and_sync_equals_async():
     make = [lambda i=i: CounterEnv(i) for i in range(3)]
     first = train(SyncVectorEnv(make))
     again = train(SyncVectorEnv(make))
-    spread = train(AsyncVectorEnv(make))
+    spread = train(AsyncVectorEnv(make, context="forkserver"))  # as ember-np makes one
     for other in (again, spread):
         np.testing.assert_array_equal(first.online.params, other.online.params)
         np.testing.assert_array_equal(first.exploration_rng.state, other.exploration_rng.state)

@@ -109,6 +109,23 @@ def test_gymnasium_num_envs_defaults_to_sync(tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["vectorization"] == "sync"
 
 
+def test_async_copies_are_never_forked_from_the_training_process():
+    """A fork copies the parent's threads' locks, held or not (a test worker's Dask client,
+    tqdm's monitor, ...): the copies start in a fresh process (a fork server) instead."""
+    import multiprocessing as mp
+
+    from ember_np.training.setup import ASYNC_START_METHOD, make_train_env
+
+    assert ASYNC_START_METHOD in ("forkserver", "spawn")
+    vec = make_train_env("CartPole-v1", 2, "async")
+    try:
+        started = {type(p) for p in vec.processes}
+        assert started == {type(mp.get_context(ASYNC_START_METHOD).Process())}
+        assert vec.reset(seed=0)[0].shape == (2, 4)
+    finally:
+        vec.close()
+
+
 def test_seeds_with_num_envs_are_the_single_seed_runs(tmp_path):
     """--seeds K --num-envs N: each seed is the run --seed s --num-envs N makes."""
     common = ["--steps", "400", "--eval-every", "200", "--eval-episodes", "1",

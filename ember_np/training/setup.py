@@ -9,6 +9,7 @@ one-line message; the command line prints it and exits with status 2.
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import re
 import warnings
 from collections.abc import Callable, Sequence
@@ -80,6 +81,12 @@ def make_env(env_id: str) -> Any:
 VECTORIZATIONS = ("sync", "async")
 #: Most envs stepped together (``--num-envs``): more only allocates without speeding up.
 MAX_NUM_ENVS = 1024
+#: How ``--vectorization async`` starts its processes: never a bare ``fork``, gymnasium's
+#: default on Linux, which copies the training process with its threads (BLAS, tqdm's
+#: monitor, a Dask client's event loop); a lock one of them held at that moment stays
+#: locked in the child for ever, and the parent then waits for a step that never comes.
+#: SB3's ``SubprocVecEnv`` chooses the same way.
+ASYNC_START_METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
 
 
 def make_train_env(env_id: str, num_envs: int = 1, vectorization: str | None = None) -> Any:
@@ -89,7 +96,8 @@ def make_train_env(env_id: str, num_envs: int = 1, vectorization: str | None = N
     are a :class:`~ember_np.envs.NativeVecEnv` (one compiled loop; no
     ``vectorization``); N copies of any other env are
     ``gymnasium.make_vec(env_id, N, vectorization_mode=vectorization)``
-    (``"sync"``, the default, or ``"async"``: one process per copy).
+    (``"sync"``, the default, or ``"async"``: one process per copy, started by
+    :data:`ASYNC_START_METHOD`).
 
     Raises
     ------
@@ -109,7 +117,8 @@ def make_train_env(env_id: str, num_envs: int = 1, vectorization: str | None = N
     import gymnasium as gym
 
     try:
-        return gym.make_vec(env_id, n, vectorization_mode=mode)
+        kwargs = {"context": ASYNC_START_METHOD} if mode == "async" else {}
+        return gym.make_vec(env_id, n, vectorization_mode=mode, vector_kwargs=kwargs)
     except Exception as exc:  # an env that cannot be copied into a subprocess, ...
         raise SetupError(f"cannot make {n} copies of {env_id!r} ({mode}): "
                          f"{one_line(exc)}") from None  # fmt: skip
