@@ -314,6 +314,21 @@ def row_name(library: str, preset: str) -> str:
     return f"{library} {preset}"
 
 
+def earlier_preset(library: str, preset: str, env_id: str, data: dict) -> str:
+    """``""``, or a note that ``data`` trained an earlier version of the preset: the
+    fields where its recorded config differs from today's (a row kept, not re-run,
+    after a preset changed)."""
+    if library != "ember_np" or "config" not in data:
+        return ""
+    from ember_np.dqn.config import DqnConfig
+    from ember_np.presets import get_preset
+
+    now = get_preset(preset.partition("-n")[0], env_id).config.to_dict()
+    then = DqnConfig.from_dict(data["config"]).to_dict()
+    changed = sorted(k for k in now if now[k] != then.get(k))
+    return f", earlier preset: {', '.join(changed)} since changed" if changed else ""
+
+
 def ci_text(values: list[float]) -> str:
     from ember_np.stats import bootstrap_ci, iqm
 
@@ -383,7 +398,8 @@ def report(results: Path, out: Path, plot_path: Path) -> str:
                 continue
             finals = [r["final"] for r in d["runs"]]
             solved = sum(f >= REFERENCE[env_id]["bar"] for f in finals)
-            row = [env_id, f"{row_name(lib, preset)} ({d['steps']:,})", str(len(d["runs"])),
+            name = row_name(lib, preset) + earlier_preset(lib, preset, env_id, d)
+            row = [env_id, f"{name} ({d['steps']:,})", str(len(d["runs"])),
                    ci_text(finals), ci_text([r["best"] for r in d["runs"]]),
                    f"{solved} / {len(finals)}"]  # fmt: skip
             if theirs is not None and lib != "sb3":

@@ -246,6 +246,19 @@ GRIDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # (C51 on their value ranges: 0 to 100 at gamma 0.99, -50 to 0 at gamma 0.98)
     "cartpole7": _new_components(_RAINBOW_CP35, 0.0, 100.0),
     "mountaincar3": _new_components(_RAINBOW_MC, -50.0, 0.0),
+    # issue 26: LunarLander's preset (round 1's h128-tf4g2) with the two components that
+    # earned a place on Acrobot and CartPole (C51 on [-100, 300]: a crash costs 100, a
+    # landing with its shaping is worth up to about 300), on the same 6 tuning seeds
+    "lunarlander2": [
+        ("c51", {"hidden_sizes": [128, 128], "gradient_steps": 2, "distributional": "c51",
+                 "v_min": -100.0, "v_max": 300.0}),
+        ("per", {"hidden_sizes": [128, 128], "gradient_steps": 2, "prioritized_replay": True}),
+    ],
+    # the two components that earned a place on Acrobot and CartPole (C51, prioritized
+    # replay) together, as Rainbow has them
+    "acrobot4": [("c51-per", {**_ACROBOT3[2][1], "prioritized_replay": True})],
+    "cartpole8": [("c51-per", {**_new_components(_RAINBOW_CP35, 0.0, 100.0)[2][1],
+                               "prioritized_replay": True})],
     "mountaincar": [
         ("n3-anneal", {"n_step": 3, **_anneal(120_000, 1e-4)}),
         ("h128-n3-anneal", {"hidden_sizes": [128, 128], "n_step": 3, **_anneal(120_000, 1e-4)}),

@@ -75,13 +75,16 @@ def python_trainer(n_envs: int, mode: str, train_freq: int, delay: float = 1e-3)
     from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
     from ember_np import DqnAgent, DqnTrainer
+    from ember_np.training.setup import ASYNC_START_METHOD
 
     config = S1.replace(train_freq=train_freq, min_replay_size=256, batch_size=64)
     if n_envs == 1:
         env: Any = SleepEnv(delay)
     else:
-        kind = AsyncVectorEnv if mode == "async" else SyncVectorEnv
-        env = kind([lambda: SleepEnv(delay)] * n_envs)
+        fns = [lambda: SleepEnv(delay)] * n_envs
+        # async: started as ember-np train starts its copies (a fork server)
+        env = AsyncVectorEnv(fns, context=ASYNC_START_METHOD) if mode == "async" else (
+            SyncVectorEnv(fns))  # fmt: skip
     agent = DqnAgent.for_env(env, config, seed=0)
     trainer = DqnTrainer(env, agent, seed=0, eval_env=SleepEnv(0.0))
     trainer.train(config.learning_starts + 4 * n_envs)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ember_np.presets import get_preset
 from ember_np.stats import iqm
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
@@ -54,15 +55,22 @@ def test_learning_bench_writes_its_results_and_table(tmp_path):
         # of 1/20; a mean over 19 of them is not), of latest.npz and best.npz
         for key in ("final", "best"):
             assert 8.0 <= r[key] <= 500.0 and abs(r[key] * 20 - round(r[key] * 20)) < 1e-6, r
-    # the same runs saved as the zoo preset too: the report gives each preset its row
-    zoo = json.loads(path.read_text()) | {"preset": "zoo"}
+    # the same runs saved as the zoo preset too: the report gives each preset its row;
+    # and as a 4-env row of an earlier rainbow preset, which the report marks as such
+    zoo = json.loads(path.read_text()) | {
+        "preset": "zoo", "config": get_preset("zoo", "CartPole-v1").config.to_dict()}
     (results / "learning_ember_np-zoo_CartPole-v1.json").write_text(json.dumps(zoo))
+    old = json.loads(path.read_text())
+    old = old | {"preset": "rainbow-n4", "config": old["config"] | {"n_step": 1, "tau": 0.5}}
+    (results / "learning_ember_np-rainbow-n4_CartPole-v1.json").write_text(json.dumps(old))
     out = tmp_path / "learning.md"
     run("bench/learning.py", "--report", "--results", str(results), "--out", str(out),
         "--plot", str(tmp_path / "curves.png"))  # fmt: skip
     table = out.read_text()
     assert "| CartPole-v1 | ember_np rainbow (2,000) | 2 |" in table
     assert "| CartPole-v1 | ember_np zoo (2,000) | 2 |" in table
+    assert ("| CartPole-v1 | ember_np rainbow, compiled env x 4, earlier preset: n_step, tau "
+            "since changed (2,000) | 2 |") in table  # fmt: skip
     assert "Not run: sb3 zoo CartPole-v1" in table
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
