@@ -41,6 +41,7 @@ sys.path.insert(0, str(HERE))
 from learning import (  # noqa: E402
     FINAL_EPISODES,
     REFERENCE,
+    changed_since,
     ci_text,
     cluster_client,
     evaluate,
@@ -198,12 +199,18 @@ def report(results: Path, out: Path) -> str:
             continue
         data = json.loads(path.read_text())
         full = data["variants"].get("rainbow (all)")
+        changed = changed_since("rainbow", env_id, data["config"])
+        if changed:
+            notes.append(f"- {env_id}: these rows are of an earlier `rainbow` preset, not "
+                         f"re-run since its {', '.join(changed)} changed")  # fmt: skip
+        earlier = " (earlier preset)" if changed else ""
         for label, row in data["variants"].items():
             finals = row["finals"]
             solved = sum(f >= REFERENCE[env_id]["bar"] for f in finals)
             change = f"{iqm(finals) - iqm(full['finals']):+.1f}" if full and row is not full else ""
             lines.append(
-                f"| {env_id} ({data['steps']:,}, {len(finals)}) | {label} | {ci_text(finals)} "
+                f"| {env_id} ({data['steps']:,}, {len(finals)}){earlier} | {label} "
+                f"| {ci_text(finals)} "
                 f"| {solved} / {len(finals)} | {change} | {row['wall_seconds']:.0f} s "
                 f"({row['workers']} workers) |"
             )

@@ -314,18 +314,23 @@ def row_name(library: str, preset: str) -> str:
     return f"{library} {preset}"
 
 
-def earlier_preset(library: str, preset: str, env_id: str, data: dict) -> str:
-    """``""``, or a note that ``data`` trained an earlier version of the preset: the
-    fields where its recorded config differs from today's (a row kept, not re-run,
-    after a preset changed)."""
-    if library != "ember_np" or "config" not in data:
-        return ""
+def changed_since(preset: str, env_id: str, config: dict) -> list[str]:
+    """The fields where ``config`` (as a result file recorded it) differs from
+    ``env_id``'s preset ``preset`` today: a result kept, not re-run, after the preset
+    changed."""
     from ember_np.dqn.config import DqnConfig
     from ember_np.presets import get_preset
 
-    now = get_preset(preset.partition("-n")[0], env_id).config.to_dict()
-    then = DqnConfig.from_dict(data["config"]).to_dict()
-    changed = sorted(k for k in now if now[k] != then.get(k))
+    now = get_preset(preset, env_id).config.to_dict()
+    then = DqnConfig.from_dict(config).to_dict()
+    return sorted(k for k in now if now[k] != then.get(k))
+
+
+def earlier_preset(library: str, preset: str, env_id: str, data: dict) -> str:
+    """``""``, or a note that ``data`` trained an earlier version of the preset."""
+    if library != "ember_np" or "config" not in data:
+        return ""
+    changed = changed_since(preset.partition("-n")[0], env_id, data["config"])
     return f", earlier preset: {', '.join(changed)} since changed" if changed else ""
 
 

@@ -101,6 +101,14 @@ def test_ablation_bench_removes_one_component_per_row(tmp_path):
     run("bench/ablation.py", "--report", "--results", str(results), "--out", str(out))
     # the report's row is these finals' IQM over the 2 seeds (their mean)
     assert f"| CartPole-v1 (1,000, 2) | double DQN off | {iqm(finals):.1f} [" in out.read_text()
+    # rows of a preset that has changed since are marked, with the fields that changed
+    data["config"] |= {"n_step": 1, "dueling": False}
+    (results / "ablation_CartPole-v1.json").write_text(json.dumps(data))
+    run("bench/ablation.py", "--report", "--results", str(results), "--out", str(out))
+    table = out.read_text()
+    assert "| CartPole-v1 (1,000, 2) (earlier preset) | double DQN off |" in table
+    assert ("CartPole-v1: these rows are of an earlier `rainbow` preset, not re-run since its "
+            "dueling, n_step changed") in table  # fmt: skip
 
 
 def test_multiseed_scaling_bench_runs(tmp_path):
