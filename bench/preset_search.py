@@ -118,6 +118,9 @@ def _new_components(rainbow: dict[str, Any], v_min: float, v_max: float) -> list
 
 
 _ACROBOT3 = _new_components(_RAINBOW_AC, -100.0, 0.0)
+_CARTPOLE7 = _new_components(_RAINBOW_CP35, 0.0, 100.0)
+#: LunarLander's ``rainbow`` preset (round 1's leader) as overrides of BASE
+_RAINBOW_LL = {"hidden_sizes": [128, 128], "gradient_steps": 2}
 
 #: Named grids: lists of (label, overrides of BASE[env]).
 GRIDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -231,7 +234,7 @@ GRIDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # and a 128-wide net
     "lunarlander": [
         ("h128", {"hidden_sizes": [128, 128]}),
-        ("h128-tf4g2", {"hidden_sizes": [128, 128], "gradient_steps": 2}),
+        ("h128-tf4g2", _RAINBOW_LL),
         ("tf4g2", {"gradient_steps": 2}),
     ],
     # round 3 (issue 26): the preset (round 2's ln-anneal) with each new component on
@@ -244,21 +247,19 @@ GRIDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     ],
     # issue 26: CartPole's and MountainCar's presets with each new component on top
     # (C51 on their value ranges: 0 to 100 at gamma 0.99, -50 to 0 at gamma 0.98)
-    "cartpole7": _new_components(_RAINBOW_CP35, 0.0, 100.0),
+    "cartpole7": _CARTPOLE7,
     "mountaincar3": _new_components(_RAINBOW_MC, -50.0, 0.0),
     # issue 26: LunarLander's preset (round 1's h128-tf4g2) with the two components that
     # earned a place on Acrobot and CartPole (C51 on [-100, 300]: a crash costs 100, a
     # landing with its shaping is worth up to about 300), on the same 6 tuning seeds
     "lunarlander2": [
-        ("c51", {"hidden_sizes": [128, 128], "gradient_steps": 2, "distributional": "c51",
-                 "v_min": -100.0, "v_max": 300.0}),
-        ("per", {"hidden_sizes": [128, 128], "gradient_steps": 2, "prioritized_replay": True}),
+        ("c51", {**_RAINBOW_LL, "distributional": "c51", "v_min": -100.0, "v_max": 300.0}),
+        ("per", {**_RAINBOW_LL, "prioritized_replay": True}),
     ],
     # the two components that earned a place on Acrobot and CartPole (C51, prioritized
     # replay) together, as Rainbow has them
-    "acrobot4": [("c51-per", {**_ACROBOT3[2][1], "prioritized_replay": True})],
-    "cartpole8": [("c51-per", {**_new_components(_RAINBOW_CP35, 0.0, 100.0)[2][1],
-                               "prioritized_replay": True})],
+    "acrobot4": [("c51-per", {**dict(_ACROBOT3)["c51"], "prioritized_replay": True})],
+    "cartpole8": [("c51-per", {**dict(_CARTPOLE7)["c51"], "prioritized_replay": True})],
     "mountaincar": [
         ("n3-anneal", {"n_step": 3, **_anneal(120_000, 1e-4)}),
         ("h128-n3-anneal", {"hidden_sizes": [128, 128], "n_step": 3, **_anneal(120_000, 1e-4)}),

@@ -82,9 +82,10 @@ def python_trainer(n_envs: int, mode: str, train_freq: int, delay: float = 1e-3)
         env: Any = SleepEnv(delay)
     else:
         fns = [lambda: SleepEnv(delay)] * n_envs
-        # async: started as ember-np train starts its copies (a fork server)
-        env = AsyncVectorEnv(fns, context=ASYNC_START_METHOD) if mode == "async" else (
-            SyncVectorEnv(fns))  # fmt: skip
+        if mode == "async":  # started as ember-np train starts its copies
+            env = AsyncVectorEnv(fns, context=ASYNC_START_METHOD)
+        else:
+            env = SyncVectorEnv(fns)
     agent = DqnAgent.for_env(env, config, seed=0)
     trainer = DqnTrainer(env, agent, seed=0, eval_env=SleepEnv(0.0))
     trainer.train(config.learning_starts + 4 * n_envs)
