@@ -559,10 +559,11 @@ def still_running(proc: subprocess.Popen, deadline: float, waiting_for: str) -> 
     ``time.time()``) has passed while the test was ``waiting_for`` something. A process
     still running then is killed first: reading the output of a live process would wait
     for as long as it runs, and a stuck one for ever."""
-    if proc.poll() is None and time.time() < deadline:
+    alive = proc.poll() is None
+    if alive and time.time() < deadline:
         return
-    how = f"exited with {proc.returncode}" if proc.poll() is not None else "still running"
-    if proc.poll() is None:
+    how = "still running" if alive else f"exited with {proc.returncode}"
+    if alive:
         proc.kill()
     try:
         out, err = proc.communicate(timeout=30)

@@ -22,6 +22,7 @@ from ember_np.dqn.config import DqnConfig
 from ember_np.dqn.prioritized import PrioritizedBuffer
 from ember_np.envs import NativeVecEnv
 from ember_np.training.loop import train_and_evaluate
+from ember_np.training.setup import ASYNC_START_METHOD
 
 SMALL = DqnConfig(hidden_sizes=(16,), batch_size=8, min_replay_size=20, buffer_capacity=3_000,
                   train_freq=2, target_update_freq=50, epsilon_decay_steps=300)  # fmt: skip
@@ -314,7 +315,7 @@ def test_vector_training_is_deterministic_and_sync_equals_async():
     make = [lambda i=i: CounterEnv(i) for i in range(3)]
     first = train(SyncVectorEnv(make))
     again = train(SyncVectorEnv(make))
-    spread = train(AsyncVectorEnv(make, context="forkserver"))  # as ember-np makes one
+    spread = train(AsyncVectorEnv(make, context=ASYNC_START_METHOD))  # as ember-np makes one
     for other in (again, spread):
         np.testing.assert_array_equal(first.online.params, other.online.params)
         np.testing.assert_array_equal(first.exploration_rng.state, other.exploration_rng.state)
