@@ -19,8 +19,10 @@ import pytest
 
 from ember_np import DqnConfig, QNetwork, UpdateOptions
 from ember_np.dqn import network as nw
+from ember_np.dqn.backprop import head_backward
 from ember_np.dqn.distributional import c51_project
 from ember_np.dqn.head import DistributionalHead
+from ember_np.dqn.head_kernels import exp_into
 from ember_np.types import Batch
 
 C51 = DistributionalHead("c51", 5, -3.0, 4.0)
@@ -138,8 +140,10 @@ def test_plain_network_has_no_distribution():
 def test_c51_projection_matches_slow_reference():
     rng = np.random.default_rng(0)
     # inside, below, above and at the support; discount 0 (terminal), 1, n-step
-    rewards = [0.3, -7.0, 9.0, -2.0, 3.0, 0.5, 1.25, 0.0]
-    discounts = [0.99, 0.99, 0.5, 0.0, 0.0, 0.0, 0.97**3, 1.0]
+    # (the kernel carries the two atoms being filled while b_j rises with j: a
+    # negative discount, which no buffer writes, makes it fall, and must still add up)
+    rewards = [0.3, -7.0, 9.0, -2.0, 3.0, 0.5, 1.25, 0.0, 0.4, -0.2, 1.0]
+    discounts = [0.99, 0.99, 0.5, 0.0, 0.0, 0.0, 0.97**3, 1.0, 0.1, -0.5, -2.0]
     for r, d in zip(rewards, discounts):
         p = rng.dirichlet(np.ones(11))
         m = np.empty(11)
@@ -155,6 +159,47 @@ def test_c51_projection_matches_slow_reference():
     np.testing.assert_allclose(m, np.eye(11)[-1], atol=1e-12)
     c51_project(np.full(11, 1 / 11), -100.0, 0.9, -2.0, 3.0, m)
     np.testing.assert_allclose(m, np.eye(11)[0], atol=1e-12)
+
+
+# -- kernels of the loss and the backward pass -----------------------------------------
+
+
+def test_vectorised_exp_matches_numpy():
+    x = np.concatenate([np.linspace(-87.0, 88.0, 100_001, dtype=np.float32),
+                        np.float32([0.0, -1e-8, 1e-8, -0.5, 0.5])])  # fmt: skip
+    out = np.empty_like(x)
+    exp_into(x, out)
+    np.testing.assert_allclose(out, np.exp(x.astype(np.float64)), rtol=4e-7)
+    below = np.float32([-87.0, -88.0, -1e4, -np.inf])
+    exp_into(below, out[:4])
+    np.testing.assert_array_equal(out[:4], np.full(4, out[0]))  # clamped at exp(-87)
+    assert out[0] == pytest.approx(np.exp(-87.0), rel=4e-7)
+
+
+@pytest.mark.parametrize("n_actions", [1, 2, 3])
+def test_output_layer_backward_by_action_equals_dense(n_actions):
+    """head_backward's grouped products (rows of dQ nonzero at one action's atoms,
+    taken action by action) against the dense ones and NumPy, with an action no
+    row took (n_actions 3) and an all-zero row."""
+    rng = np.random.default_rng(n_actions)
+    batch, n_in, atoms = 9, 6, 5
+    n_out = n_actions * atoms
+    actions = rng.integers(0, min(n_actions, 2), batch).astype(np.int64)
+    dq = np.zeros((batch, n_out), np.float32)
+    for i, a in enumerate(actions):
+        dq[i, a * atoms : (a + 1) * atoms] = rng.standard_normal(atoms)
+    dq[3] = 0.0
+    h = np.maximum(rng.standard_normal((batch, n_in)), 0.0).astype(np.float32)
+    w = rng.standard_normal((n_in, n_out)).astype(np.float32)
+    want_gw, want_gb = h.T @ dq, dq.sum(axis=0)
+    want_delta = np.where(h > 0.0, dq @ w.T, 0.0)
+    for given in (actions, actions[:0]):
+        gw, gb, delta = (np.full(a.shape, np.nan, np.float32) for a in (w, want_gb, h))
+        params = grads = np.empty(0, np.float32)
+        head_backward(params, grads, -1, atoms, h, dq, given, w, gw, gb, delta, True)
+        np.testing.assert_allclose(gw, want_gw, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(gb, want_gb, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(delta, want_delta, rtol=1e-5, atol=1e-6)
 
 
 # -- gradients -----------------------------------------------------------------------

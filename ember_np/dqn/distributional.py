@@ -22,17 +22,19 @@ pairs of quantiles for QR-DQN (the distributional counterpart of |TD error|).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ember_np._jit import kernel
 from ember_np.dqn.backprop import backward
 from ember_np.dqn.head import C51
 from ember_np.dqn.head_kernels import (
+    exp_rows,
     expected_q,
     head_kind,
     n_actions,
     n_atoms,
-    softmax_into,
     support_bounds,
 )  # fmt: skip
 from ember_np.dqn.mlp import acts_size, argmax, argmax_packed, first_nonfinite_row, forward_into
@@ -83,7 +85,7 @@ def c51_project(
 ) -> None:
     """The categorical projection of C51 (Bellemare et al. 2017, Algorithm 1).
 
-    p : float (n_atoms,), the next state's probabilities; reward, discount :
+    p : float (n_atoms,), the next state's probabilities; reward, discount >= 0 :
     float (discount = gamma^m * mask: 0 for a terminal transition, which puts
     all the mass at the clipped reward); v_min < v_max : float, the support's
     ends (:func:`support_bounds`); m : float64 (n_atoms,), written.
@@ -92,19 +94,38 @@ def c51_project(
     b_j = (Tz_j - v_min) / dz; its mass p_j goes to the atoms l = floor(b_j)
     and l + 1, in proportion to the nearness: (1 - f) p_j and f p_j, f = b_j - l
     (all of it to l when b_j is an atom).
+
+    b_j never decreases with j (discount >= 0), so the masses of l and l + 1
+    are carried in registers and added to ``m`` when j moves past them: the
+    same sums, in the same order, as adding each p_j's parts to ``m`` at once
+    (whose store-to-load round trips cost twice the time).
     """
     n = m.shape[0]
     dz = (v_max - v_min) / (n - 1)  # as support_step
     inv_dz = 1.0 / dz
     top = n - 1.0
     m[:] = 0.0
+    cur = 0  # the atom l being filled, and the masses of l and l + 1 so far
+    at_cur = 0.0
+    at_next = 0.0
     for j in range(n):
         tz = min(max(reward + discount * (v_min + j * dz), v_min), v_max)
         b = min(max((tz - v_min) * inv_dz, 0.0), top)  # (rounding may step past the ends)
         lo = int(b)  # b >= 0: floor
         frac = b - lo
-        m[lo] += p[j] * (1.0 - frac)
-        m[min(lo + 1, n - 1)] += p[j] * frac  # frac = 0 at the last atom
+        if lo != cur:  # store the atoms left behind (any order is right; j's is rising)
+            m[cur] += at_cur
+            if lo == cur + 1:
+                at_cur = at_next
+            else:
+                m[min(cur + 1, n - 1)] += at_next
+                at_cur = 0.0
+            at_next = 0.0
+            cur = lo
+        at_cur += p[j] * (1.0 - frac)
+        at_next += p[j] * frac  # frac = 0 at the last atom
+    m[cur] += at_cur
+    m[min(cur + 1, n - 1)] += at_next
 
 
 @kernel
@@ -114,14 +135,25 @@ def c51_targets(
     """C51's target distributions: row i of ``m`` (float64 (B, n_atoms), written) is
     :func:`c51_project` of softmax(target_out[i, a*_i]) with the batch's reward and
     discount. target_out : float (B, n_actions * n_atoms); best : int64 (B,)."""
-    n = m.shape[1]
+    batch_size, n = m.shape
+    logits = np.empty((batch_size, n), dtype=target_out.dtype)
+    for i in range(batch_size):
+        o = best[i] * n
+        for k in range(n):
+            logits[i, k] = target_out[i, o + k]
+    shifted = np.empty(batch_size * n, dtype=logits.dtype)
+    e = np.empty(batch_size * n, dtype=logits.dtype)
+    exp_rows(logits, shifted, e, np.empty(batch_size, dtype=logits.dtype))
     p = np.empty(n, dtype=np.float64)
-    scratch = np.empty(2 * n, dtype=target_out.dtype)
-    bits = np.empty(n, dtype=np.int32)
     v_min, v_max = support_bounds(sizes)
-    for i in range(m.shape[0]):
-        a = best[i]
-        softmax_into(target_out[i, a * n : (a + 1) * n], p, scratch, bits)
+    for i in range(batch_size):
+        ei = e[i * n : (i + 1) * n]
+        total = 0.0
+        for k in range(n):
+            total += ei[k]
+        inv = 1.0 / total
+        for k in range(n):
+            p[k] = ei[k] * inv
         c51_project(p, batch.rewards[i], batch.discounts[i], v_min, v_max, m[i])
 
 
@@ -156,30 +188,41 @@ def c51_grad(
     loss = mean_i w_i CE_i; d loss / d x_k = w_i (p_k - m_ik) / B (sum_k m_ik = 1).
     Returns the loss.
     """
-    batch_size = out.shape[0]
-    n = m.shape[1]
+    batch_size, n = m.shape
     weighted = per.weights.shape[0] > 0
     write_td = per.td_errors.shape[0] > 0
-    p = np.empty(n, dtype=np.float64)
-    scratch = np.empty(2 * n, dtype=out.dtype)
-    bits = np.empty(n, dtype=np.int32)
+    logits = np.empty((batch_size, n), dtype=out.dtype)
+    for i in range(batch_size):
+        o = actions[i] * n
+        for k in range(n):
+            logits[i, k] = out[i, o + k]
+    shifted = np.empty(batch_size * n, dtype=out.dtype)
+    e = np.empty(batch_size * n, dtype=out.dtype)
+    row_max = np.empty(batch_size, dtype=out.dtype)
+    exp_rows(logits, shifted, e, row_max)
     dq[:, :] = 0.0
     inv_b = 1.0 / batch_size
     loss = 0.0
     for i in range(batch_size):
-        o = actions[i] * n
-        x = out[i, o : o + n]
-        log_z = softmax_into(x, p, scratch, bits)
+        x = logits[i]
+        ei = e[i * n : (i + 1) * n]
+        mi = m[i]
+        total = 0.0
+        for k in range(n):
+            total += ei[k]
+        log_z = row_max[i] + math.log(total)  # log sum_k exp(x_k)
+        inv = 1.0 / total
         ce = 0.0
         for k in range(n):
-            ce -= m[i, k] * (x[k] - log_z)
+            ce -= mi[k] * (x[k] - log_z)
         w = per.weights[i] if weighted else 1.0
         if write_td:
             per.td_errors[i] = ce
         loss += w * ce
         scale = w * inv_b
+        o = actions[i] * n
         for k in range(n):
-            dq[i, o + k] = scale * (p[k] - m[i, k])
+            dq[i, o + k] = scale * (ei[k] * inv - mi[k])
     return loss * inv_b
 
 
@@ -279,7 +322,7 @@ def distributional_loss_and_grads(
         loss = c51_grad(out, batch.actions, m, per, dq)
     else:
         loss = qr_grad(out, batch.actions, t, hp.huber_delta, per, dq)
-    backward(params, sizes, obs, acts, dq, net.grads)
+    backward(params, sizes, obs, acts, dq, batch.actions, net.grads)
     return loss
 
 
@@ -304,13 +347,20 @@ def head_outputs_checked(
     acts = np.empty(acts_size(params.shape[0], sizes, batch_size), dtype=params.dtype)
     off = forward_into(params, sizes, x, acts)
     raw = acts[off : off + batch_size * n_act * n].reshape((batch_size, n_act, n))
-    c51 = head_kind(sizes) == C51
-    scratch = np.empty(2 * n, dtype=raw.dtype)
-    bits = np.empty(n, dtype=np.int32)
+    if head_kind(sizes) != C51:
+        out[:, :, :] = raw
+        return -1
+    rows = batch_size * n_act
+    shifted = np.empty(rows * n, dtype=raw.dtype)
+    e = np.empty(rows * n, dtype=raw.dtype)
+    exp_rows(raw.reshape((rows, n)), shifted, e, np.empty(rows, dtype=raw.dtype))
     for i in range(batch_size):
         for a in range(n_act):
-            if c51:
-                softmax_into(raw[i, a], out[i, a], scratch, bits)
-            else:
-                out[i, a, :] = raw[i, a]
+            ea = e[(i * n_act + a) * n : (i * n_act + a + 1) * n]
+            total = 0.0
+            for k in range(n):
+                total += ea[k]
+            inv = 1.0 / total
+            for k in range(n):
+                out[i, a, k] = ea[k] * inv
     return -1

@@ -209,7 +209,7 @@ def plain_loss_and_grads(
     q = acts[q_off : q_off + batch_size * n_act].reshape((batch_size, n_act))
     dq = np.empty((batch_size, n_act), dtype=params.dtype)
     loss = huber_grad(q, batch.actions, y, hp.huber_delta, per, dq)
-    backward(params, sizes, obs, acts, dq, net.grads)
+    backward(params, sizes, obs, acts, dq, batch.actions, net.grads)
     return loss
 
 
