@@ -71,6 +71,7 @@ def head_backward(
         rows_by_action(actions, n_act, order, starts)
         h_g = np.empty((batch, n_in), dtype=h_in.dtype)
         dq_g = np.empty((batch, atoms), dtype=dq.dtype)
+        block = np.empty((n_in, atoms), dtype=gw.dtype)  # a column block of dW or W_eff
         gb[:] = 0.0
         for a in range(n_act):
             lo, hi = starts[a], starts[a + 1]
@@ -83,10 +84,13 @@ def head_backward(
                     g = dq[i, c + t]
                     dq_g[r, t] = g
                     gb[c + t] += g
-            if hi > lo:  # (gw's column block: BLAS takes its row stride)
-                gemm(h_g[lo:hi], dq_g[lo:hi], gw[:, c : c + atoms], True, False, 0.0)
+            if hi > lo:
+                gemm(h_g[lo:hi], dq_g[lo:hi], block, True, False, 0.0)
             else:
-                gw[:, c : c + atoms] = 0.0
+                block[:, :] = 0.0
+            for k in range(n_in):  # (a strided view for BLAS would compile gemm again)
+                for t in range(atoms):
+                    gw[k, c + t] = block[k, t]
     else:
         gemm(h_in, dq, gw, True, False, 0.0)
         gb[:] = 0.0
@@ -126,9 +130,12 @@ def head_backward(
     if grouped:  # dh = dQ W_eff^T, action by action
         for a in range(n_act):
             lo, hi = starts[a], starts[a + 1]
-            if hi > lo:  # (h_g is free now)
+            if hi > lo:
                 c = a * atoms
-                gemm(dq_g[lo:hi], w_eff[:, c : c + atoms], h_g[lo:hi], False, True, 0.0)
+                for k in range(n_in):
+                    for t in range(atoms):
+                        block[k, t] = w_eff[k, c + t]
+                gemm(dq_g[lo:hi], block, h_g[lo:hi], False, True, 0.0)  # (h_g is free now)
         for r in range(batch):
             i = order[r]
             for k in range(n_in):
