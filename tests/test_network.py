@@ -653,3 +653,29 @@ def test_per_sample_argument_errors_change_nothing():
             net.update(Batch(*batch, **data), target, UpdateOptions(**kw),
                        td_errors_out=extra.get("td_errors_out"))  # fmt: skip
     assert np.array_equal(net.params, before) and net.adam_step == 0
+
+
+def test_update_checks_each_new_options_object_and_any_options_holding_an_array():
+    """QNetwork.update checks an UpdateOptions once and reuses it while the same object
+    comes back; another object, or one holding an array (which may change), is checked
+    on every call, and the settings used are always the ones passed."""
+    rng = np.random.default_rng(0)
+    batch = Batch(rng.standard_normal((8, 3)).astype(np.float32), rng.integers(0, 2, 8),
+                  rng.standard_normal(8).astype(np.float32),
+                  rng.standard_normal((8, 3)).astype(np.float32), np.ones(8, np.float32))  # fmt: skip
+    same, fresh = QNetwork((3, 8, 2), seed=1), QNetwork((3, 8, 2), seed=1)
+    target = same.copy()
+    options = UpdateOptions(gamma=0.9, learning_rate=1e-2, max_grad_norm=5.0)
+    for lr in (1e-2, 1e-2, 3e-2):
+        now = options if lr == options.learning_rate else options._replace(learning_rate=lr)
+        same.update(batch, target, now)
+        fresh.update(batch, target, UpdateOptions(gamma=0.9, learning_rate=lr, max_grad_norm=5.0))
+        np.testing.assert_array_equal(same.params, fresh.params)
+    with pytest.raises(ValueError, match="learning_rate must be a positive"):
+        same.update(batch, target, options._replace(learning_rate=-1.0))
+    lr = np.array(1e-2)
+    held = UpdateOptions(gamma=0.9, learning_rate=lr)
+    same.update(batch, target, held)
+    lr[...] = -1.0
+    with pytest.raises(ValueError, match="learning_rate must be a positive"):
+        same.update(batch, target, held)

@@ -236,8 +236,8 @@ class QNetwork(StateMethods):
         # (target, NetState with it, compiled entry points of checked_update by the
         # discounts dtype, the noise stream's state), resolved at the first update.
         self._cached: tuple[Any, NetState, dict[np.dtype, Any], Any] | None = None
-        self._hp: UpdateSettings | None = None  # the last update's settings, and their key
-        self._hp_key: tuple[Any, ...] = ()
+        self._hp: UpdateSettings | None = None  # the last update's settings, and their
+        self._hp_options: UpdateOptions | None = None  # options (None: check them again)
         self.weights: list[np.ndarray] = []
         self.biases: list[np.ndarray] = []
         off = 0
@@ -580,11 +580,15 @@ class QNetwork(StateMethods):
                 td_errors_out_array(td_errors_out, batch),
             )
         d = batch_discounts(discounts, gamma, m)
-        lr = check_positive_float("learning_rate", learning_rate)
-        delta = check_positive_float("huber_delta", huber_delta)
-        clip = (
-            None if max_grad_norm is None else check_positive_float("max_grad_norm", max_grad_norm)
-        )
+        if options is not self._hp_options:  # (checked once per options object: 3 us a call)
+            lr = check_positive_float("learning_rate", learning_rate)
+            delta = check_positive_float("huber_delta", huber_delta)
+            clip = None if max_grad_norm is None else check_positive_float(
+                "max_grad_norm", max_grad_norm)  # fmt: skip
+            self._hp = update_settings(lr, delta, bool(double_dqn), clip)
+            # Kept only when no field can change after this check (an array could).
+            plain = all(type(v) in (float, int, bool, type(None)) for v in options)
+            self._hp_options = options if plain else None
         if packed is not None:
             bits = np.ascontiguousarray(packed, dtype=np.uint8)
             if bits.shape != (batch, (self.n_actions + 7) // 8):
@@ -601,11 +605,7 @@ class QNetwork(StateMethods):
             legal = check_action_masks(next_action_masks, batch, self.n_actions,
                                        "next_action_masks")  # fmt: skip
             data = Batch(x, a, r, nx, m, d, next_action_masks=np.packbits(legal, axis=1))
-        key = (lr, delta, bool(double_dqn), clip)
         hp = self._hp
-        if hp is None or self._hp_key != key:
-            hp = self._hp = update_settings(*key)
-            self._hp_key = key
         cached = self._cached
         rng = None if noise_rng is None else noise_rng.state
         if cached is None or cached[0] is not target or cached[3] is not rng:  # this target's
