@@ -35,6 +35,7 @@ from ember_np.dqn.head_kernels import (
     head_kind,
     n_actions,
     n_atoms,
+    normalized,
     support_bounds,
 )  # fmt: skip
 from ember_np.dqn.mlp import acts_size, argmax, argmax_packed, first_nonfinite_row, forward_into
@@ -142,9 +143,7 @@ def chosen_exps(out: np.ndarray, chosen: np.ndarray, n: int) -> tuple:
         o = chosen[i] * n
         for k in range(n):  # (a loop: numba's row assignment costs 50 ns a row)
             logits[i, k] = out[i, o + k]
-    e = np.empty(batch_size * n, dtype=out.dtype)
-    row_max = np.empty(batch_size, dtype=out.dtype)
-    exp_rows(logits, np.empty(batch_size * n, dtype=out.dtype), e, row_max)
+    e, row_max = exp_rows(logits)
     return logits, e, row_max
 
 
@@ -160,13 +159,7 @@ def c51_targets(
     p = np.empty(n, dtype=np.float64)
     v_min, v_max = support_bounds(sizes)
     for i in range(batch_size):
-        ei = e[i * n : (i + 1) * n]
-        total = 0.0
-        for k in range(n):
-            total += ei[k]
-        inv = 1.0 / total
-        for k in range(n):
-            p[k] = ei[k] * inv
+        normalized(e[i * n : (i + 1) * n], p)
         c51_project(p, batch.rewards[i], batch.discounts[i], v_min, v_max, m[i])
 
 
@@ -205,18 +198,15 @@ def c51_grad(
     weighted = per.weights.shape[0] > 0
     write_td = per.td_errors.shape[0] > 0
     logits, e, row_max = chosen_exps(out, actions, n)
+    p = np.empty(n, dtype=np.float64)
     dq[:, :] = 0.0
     inv_b = 1.0 / batch_size
     loss = 0.0
     for i in range(batch_size):
         x = logits[i]
-        ei = e[i * n : (i + 1) * n]
         mi = m[i]
-        total = 0.0
-        for k in range(n):
-            total += ei[k]
+        total = normalized(e[i * n : (i + 1) * n], p)
         log_z = row_max[i] + math.log(total)  # log sum_k exp(x_k)
-        inv = 1.0 / total
         ce = 0.0
         for k in range(n):
             ce -= mi[k] * (x[k] - log_z)
@@ -227,7 +217,7 @@ def c51_grad(
         scale = w * inv_b
         o = actions[i] * n
         for k in range(n):
-            dq[i, o + k] = scale * (ei[k] * inv - mi[k])
+            dq[i, o + k] = scale * (p[k] - mi[k])
     return loss * inv_b
 
 
@@ -355,17 +345,9 @@ def head_outputs_checked(
     if head_kind(sizes) != C51:
         out[:, :, :] = raw
         return -1
-    rows = batch_size * n_act
-    shifted = np.empty(rows * n, dtype=raw.dtype)
-    e = np.empty(rows * n, dtype=raw.dtype)
-    exp_rows(raw.reshape((rows, n)), shifted, e, np.empty(rows, dtype=raw.dtype))
+    e = exp_rows(raw.reshape((batch_size * n_act, n)))[0]
     for i in range(batch_size):
         for a in range(n_act):
-            ea = e[(i * n_act + a) * n : (i * n_act + a + 1) * n]
-            total = 0.0
-            for k in range(n):
-                total += ea[k]
-            inv = 1.0 / total
-            for k in range(n):
-                out[i, a, k] = ea[k] * inv
+            row = i * n_act + a
+            normalized(e[row * n : (row + 1) * n], out[i, a])
     return -1

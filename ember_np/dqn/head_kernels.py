@@ -137,15 +137,17 @@ def exp_into(x: np.ndarray, out: np.ndarray) -> None:
 
 
 @kernel
-def exp_rows(x: np.ndarray, shifted: np.ndarray, e: np.ndarray, row_max: np.ndarray) -> None:
+def exp_rows(x: np.ndarray) -> tuple:
     """The exponentials of a softmax, for every row of ``x`` at once.
 
-    x : float (R, n), rows contiguous; shifted, e : x's dtype, (>= R n,), scratch
-    and written: e[i n + k] = exp(x[i, k] - row_max[i]) (:func:`exp_into`, one
-    call for all rows: per-row calls of 51 values run 2.5x slower); row_max :
-    x's dtype (R,), written with max_k x[i, k].
+    x : float (R, n), rows contiguous. Returns ``e``, x's dtype (R n,):
+    e[i n + k] = exp(x[i, k] - row_max[i]) (:func:`exp_into`, one call for all
+    rows: per-row calls of 51 values run 2.5x slower), and ``row_max``, x's
+    dtype (R,): max_k x[i, k].
     """
     rows, n = x.shape
+    shifted = np.empty(rows * n, dtype=x.dtype)
+    row_max = np.empty(rows, dtype=x.dtype)
     for i in range(rows):
         r = x[i]
         mx = r[0]
@@ -156,7 +158,26 @@ def exp_rows(x: np.ndarray, shifted: np.ndarray, e: np.ndarray, row_max: np.ndar
         o = i * n
         for k in range(n):
             shifted[o + k] = r[k] - mx
-    exp_into(shifted[: rows * n], e[: rows * n])
+    e = np.empty(rows * n, dtype=x.dtype)
+    exp_into(shifted, e)
+    return e, row_max
+
+
+@kernel
+def normalized(e: np.ndarray, p: np.ndarray) -> float:
+    """p = e / sum(e), one softmax row from its exponentials (:func:`exp_rows`).
+
+    e : float (n,); p : float (n,), written (any float dtype). The sum is taken
+    in float64 and returned.
+    """
+    n = e.shape[0]
+    total = 0.0
+    for k in range(n):
+        total += e[k]
+    inv = 1.0 / total
+    for k in range(n):
+        p[k] = e[k] * inv
+    return total
 
 
 @kernel
@@ -179,10 +200,7 @@ def expected_q(raw: np.ndarray, sizes: np.ndarray, q: np.ndarray) -> None:
         for k in range(n):
             z[k] = v_min + k * dz
         zero = raw.dtype.type(0.0)
-        rows = batch * n_act
-        shifted = np.empty(rows * n, dtype=raw.dtype)
-        e = np.empty(rows * n, dtype=raw.dtype)
-        exp_rows(raw.reshape((rows, n)), shifted, e, np.empty(rows, dtype=raw.dtype))
+        e = exp_rows(raw.reshape((batch * n_act, n)))[0]
         for i in range(batch):
             for a in range(n_act):
                 o = (i * n_act + a) * n

@@ -236,8 +236,10 @@ class QNetwork(StateMethods):
         # (target, NetState with it, compiled entry points of checked_update by the
         # discounts dtype, the noise stream's state), resolved at the first update.
         self._cached: tuple[Any, NetState, dict[np.dtype, Any], Any] | None = None
-        self._hp: UpdateSettings | None = None  # the last update's settings, and their
-        self._hp_options: UpdateOptions | None = None  # options (None: check them again)
+        # The settings of the last update, and the options they were checked from
+        # (None: check the next options whatever they are).
+        self._hp: UpdateSettings | None = None
+        self._hp_options: UpdateOptions | None = None
         self.weights: list[np.ndarray] = []
         self.biases: list[np.ndarray] = []
         off = 0
