@@ -49,11 +49,10 @@ CACHES = ("__pycache__/", ".pytest_cache/", ".hypothesis/", ".benchmarks/", ".ci
 
 @nox.session(python=OLDEST_AND_NEWEST)
 def tests(session: nox.Session) -> None:
-    """The release check, then the whole test suite against the installed wheel: both
-    tiers (``-m ""``: the slow tests too, which the README's command leaves out)."""
+    """The release check, then the whole test suite against the installed wheel."""
     wheel = release_check(session)
     session.install(f"{wheel}[test]")
-    session.run("pytest", "-m", "", *session.posargs)
+    session.run("pytest", *session.posargs)
 
 
 @nox.session(python=OLDEST_AND_NEWEST)

@@ -40,7 +40,6 @@ def test_episode_stream_is_episodic():
         assert np.array_equal(following, next_obs) == (status == 0)
 
 
-@pytest.mark.slow  # a benchmark script's own run: `python -m pytest -m slow`
 def test_learning_bench_writes_its_results_and_table(tmp_path):
     results = tmp_path / "results"
     run("bench/learning.py", "--envs", "CartPole-v1", "--preset", "rainbow", "--seeds", "2",
@@ -86,7 +85,6 @@ def test_preset_search_refuses_the_reported_seeds(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.slow  # a benchmark script's own run: `python -m pytest -m slow`
 def test_ablation_bench_removes_one_component_per_row(tmp_path):
     results = tmp_path / "results"
     run("bench/ablation.py", "--envs", "CartPole-v1", "--seeds", "2", "--steps", "1000",
@@ -113,7 +111,6 @@ def test_ablation_bench_removes_one_component_per_row(tmp_path):
             "dueling, n_step changed") in table  # fmt: skip
 
 
-@pytest.mark.slow  # a benchmark script's own run: `python -m pytest -m slow`
 def test_multiseed_scaling_bench_runs(tmp_path):
     out = run("bench/multiseed.py", "--steps", "300", "--seeds", "2", "--rounds", "2")
     rows = {line.split("|")[1].strip(): line for line in out.splitlines() if "env steps/s" in line}

@@ -201,7 +201,6 @@ _INTENDED_SPECIALIZATIONS = {
 }
 
 
-@pytest.mark.slow  # a minute of compiling: `python -m pytest -m slow` (CI runs it)
 @pytest.mark.timeout(1800)  # two subprocesses, each given up to 900 s
 def test_a_cold_fused_run_compiles_each_kernel_once_and_env_dynamics_stay_exact(tmp_path):
     """From an empty cache, ``ember-np train CartPole-v1`` (the fused trainer) first, then
