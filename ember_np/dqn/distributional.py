@@ -30,6 +30,7 @@ from ember_np._jit import kernel
 from ember_np.dqn.backprop import backward
 from ember_np.dqn.head import C51
 from ember_np.dqn.head_kernels import (
+    exp_blocks,
     exp_rows,
     expected_q,
     head_kind,
@@ -130,24 +131,6 @@ def c51_project(
 
 
 @kernel
-def chosen_exps(out: np.ndarray, chosen: np.ndarray, n: int) -> tuple:
-    """The logits of each row's chosen action, and the exponentials of their softmax.
-
-    out : float (B, n_actions * n); chosen : int (B,). Returns ``logits``
-    (B, n), out's dtype: row i is out[i, chosen_i * n : (chosen_i + 1) * n];
-    ``e`` (B n,): e[i n + k] = exp(logits[i, k] - row_max[i]); ``row_max`` (B,).
-    """
-    batch_size = out.shape[0]
-    logits = np.empty((batch_size, n), dtype=out.dtype)
-    for i in range(batch_size):
-        o = chosen[i] * n
-        for k in range(n):  # (a loop: numba's row assignment costs 50 ns a row)
-            logits[i, k] = out[i, o + k]
-    e, row_max = exp_rows(logits)
-    return logits, e, row_max
-
-
-@kernel
 def c51_targets(
     target_out: np.ndarray, best: np.ndarray, batch: Batch, sizes: np.ndarray, m: np.ndarray
 ) -> None:
@@ -155,7 +138,7 @@ def c51_targets(
     :func:`c51_project` of softmax(target_out[i, a*_i]) with the batch's reward and
     discount. target_out : float (B, n_actions * n_atoms); best : int64 (B,)."""
     batch_size, n = m.shape
-    e = chosen_exps(target_out, best, n)[1]
+    e = exp_blocks(target_out, best, n)[0]
     p = np.empty(n, dtype=np.float64)
     v_min, v_max = support_bounds(sizes)
     for i in range(batch_size):
@@ -197,13 +180,14 @@ def c51_grad(
     batch_size, n = m.shape
     weighted = per.weights.shape[0] > 0
     write_td = per.td_errors.shape[0] > 0
-    logits, e, row_max = chosen_exps(out, actions, n)
+    e, row_max = exp_blocks(out, actions, n)
     p = np.empty(n, dtype=np.float64)
     dq[:, :] = 0.0
     inv_b = 1.0 / batch_size
     loss = 0.0
     for i in range(batch_size):
-        x = logits[i]
+        o = actions[i] * n
+        x = out[i, o : o + n]
         mi = m[i]
         total = normalized(e[i * n : (i + 1) * n], p)
         log_z = row_max[i] + math.log(total)  # log sum_k exp(x_k)
@@ -215,7 +199,6 @@ def c51_grad(
             per.td_errors[i] = ce
         loss += w * ce
         scale = w * inv_b
-        o = actions[i] * n
         for k in range(n):
             dq[i, o + k] = scale * (p[k] - mi[k])
     return loss * inv_b

@@ -141,23 +141,37 @@ def exp_rows(x: np.ndarray) -> tuple:
     """The exponentials of a softmax, for every row of ``x`` at once.
 
     x : float (R, n), rows contiguous. Returns ``e``, x's dtype (R n,):
-    e[i n + k] = exp(x[i, k] - row_max[i]) (:func:`exp_into`, one call for all
-    rows: per-row calls of 51 values run 2.5x slower), and ``row_max``, x's
-    dtype (R,): max_k x[i, k].
+    e[i n + k] = exp(x[i, k] - row_max[i]), and ``row_max``, x's dtype (R,):
+    max_k x[i, k] (:func:`exp_blocks` with every row's block 0).
     """
-    rows, n = x.shape
+    return exp_blocks(x, np.zeros(x.shape[0], dtype=np.int64), x.shape[1])
+
+
+@kernel
+def exp_blocks(x: np.ndarray, block: np.ndarray, n: int) -> tuple:
+    """The exponentials of a softmax over one block of ``n`` columns of each row.
+
+    x : float (R, width), rows contiguous; block : int (R,), row i's block is
+    x[i, block_i n : (block_i + 1) n]. Returns ``e``, x's dtype (R n,):
+    e[i n + k] = exp(x[i, block_i n + k] - row_max[i]) (:func:`exp_into`, one
+    call for all rows: per-row calls of 51 values run 2.5x slower), and
+    ``row_max``, x's dtype (R,), each block's largest value. Reads the blocks
+    where they are (a copy of them first cost as much as the exponentials).
+    """
+    rows = x.shape[0]
     shifted = np.empty(rows * n, dtype=x.dtype)
     row_max = np.empty(rows, dtype=x.dtype)
     for i in range(rows):
-        r = x[i]
+        o = block[i] * n
+        r = x[i, o : o + n]
         mx = r[0]
         for k in range(1, n):
             v = r[k]
             mx = v if v > mx else mx
         row_max[i] = mx
-        o = i * n
+        s = i * n
         for k in range(n):
-            shifted[o + k] = r[k] - mx
+            shifted[s + k] = r[k] - mx
     e = np.empty(rows * n, dtype=x.dtype)
     exp_into(shifted, e)
     return e, row_max
