@@ -88,3 +88,24 @@ def test_tune_builds_taxi_configs_as_train_does_and_its_trials_run(capsys):
         assert ("training with action masks" in capsys.readouterr().out) is masks
         (score,) = evaluate_config(settings, config, [0])  # a trial's training and evaluation
         assert -2000.0 <= score <= 20.0  # 200 steps of -1, or -10 for an illegal move
+
+
+@pytest.mark.parametrize("env_id", ["ember_np/CartPole-v1", "ember_np/Acrobot-v1",
+                                    "ember_np/MountainCar-v0"])  # fmt: skip
+def test_native_envs_give_no_masks_and_are_not_made_to_say_so(env_id):
+    from ember_np.training.setup import NATIVE_IDS, gives_masks
+    from ember_np.training.trainer import action_mask_of
+
+    assert env_id in NATIVE_IDS.values()
+    env = gym.make(env_id)
+    for seed in range(3):  # the answer the shortcut gives is the env's own
+        _, info = env.reset(seed=seed)
+        assert action_mask_of(info) is None
+        _, _, _, _, info = env.step(env.action_space.sample())
+        assert action_mask_of(info) is None
+
+    def refuse(name):
+        raise AssertionError(f"{name} was made to probe its reset")
+
+    assert gives_masks(env_id, refuse) is False
+    assert gives_masks(taxi_id(), gym.make) is True  # a Python env is still probed

@@ -204,9 +204,16 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def gives_masks(env_id: str, make: Callable[[str], Any] = make_env) -> bool:
-    """Whether a fresh ``env_id`` env puts an ``action_mask`` in the info of its reset."""
+    """Whether a fresh ``env_id`` env puts an ``action_mask`` in the info of its reset.
+
+    ember_np's native envs never do, and are not made to find out: their reset
+    is a compiled kernel, and loading numba's cache for it cost ``ember-np
+    tune``'s parent process, which trains nothing, about 0.8 s.
+    """
     from ember_np.training.trainer import action_mask_of
 
+    if env_id in NATIVE_IDS.values():
+        return False
     probe = make(env_id)
     try:
         _, info = probe.reset(seed=0)
