@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -294,6 +295,13 @@ def preset_key(preset: str, num_envs: int | None) -> str:
     return preset if num_envs is None else f"{preset}-n{num_envs}"
 
 
+def split_preset_key(key: str) -> tuple[str, int | None]:
+    """The inverse of :func:`preset_key`: ``("rainbow", 4)`` for ``rainbow-n4``,
+    ``(key, None)`` for a key without a ``-n<digits>`` suffix."""
+    match = re.fullmatch(r"(.+)-n(\d+)", key)
+    return (key, None) if match is None else (match[1], int(match[2]))
+
+
 def result_path(results: Path, library: str, env_id: str, preset: str = "zoo") -> Path:
     """Where one (library, preset, env) result goes; SB3 has only the zoo preset."""
     if library == "sb3":
@@ -308,8 +316,8 @@ def read_result(results: Path, library: str, env_id: str, preset: str) -> dict |
 
 
 def row_name(library: str, preset: str) -> str:
-    base, _, n = preset.partition("-n")
-    if n:
+    base, n = split_preset_key(preset)
+    if n is not None:
         return f"{library} {base}, compiled env x {n}"
     return f"{library} {preset}"
 
@@ -330,7 +338,7 @@ def earlier_preset(library: str, preset: str, env_id: str, data: dict) -> str:
     """``""``, or a note that ``data`` trained an earlier version of the preset."""
     if library != "ember_np" or "config" not in data:
         return ""
-    changed = changed_since(preset.partition("-n")[0], env_id, data["config"])
+    changed = changed_since(split_preset_key(preset)[0], env_id, data["config"])
     return f", earlier preset: {', '.join(changed)} since changed" if changed else ""
 
 

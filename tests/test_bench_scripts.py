@@ -203,3 +203,12 @@ def test_floor_counts_the_updates_of_a_run_as_the_agent_takes_them():
     agent = DqnAgent.for_env(env, config, seed=0)
     DqnTrainer(env, agent, seed=0).train(500)
     assert agent.n_updates == updates_per_run(config, 500) > 0
+
+
+def test_learning_preset_keys_round_trip():
+    from learning import preset_key, row_name, split_preset_key
+
+    for preset, n in [("rainbow", None), ("rainbow", 4), ("zoo", 16), ("my-noisy", None)]:
+        assert split_preset_key(preset_key(preset, n)) == (preset, n)
+    assert row_name("ember_np", "rainbow-n4") == "ember_np rainbow, compiled env x 4"
+    assert row_name("ember_np", "my-noisy") == "ember_np my-noisy"  # "-n" not a suffix
