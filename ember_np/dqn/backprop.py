@@ -111,20 +111,30 @@ def head_backward(
             gb_v[t] = s
             for a in range(n_act):
                 gb[a * atoms + t] -= s * inv_n
+        # Atom t innermost (contiguous, so the loops vectorise), each value's sums in
+        # the same order as action by action.
+        s = np.empty(atoms, dtype=params.dtype)
+        shift = np.empty(atoms, dtype=params.dtype)
         for k in range(n_in):
             gw_k = gw[k]
             w_k = w_last[k]
             for t in range(atoms):
-                s = gw_k[t]
-                m = w_k[t]
-                for a in range(1, n_act):
-                    s += gw_k[a * atoms + t]
-                    m += w_k[a * atoms + t]
-                gw_v[k, t] = s
-                shift = w_v[k, t] - m * inv_n
-                for a in range(n_act):
-                    gw_k[a * atoms + t] -= s * inv_n
-                    w_eff[k, a * atoms + t] = w_k[a * atoms + t] + shift
+                s[t] = gw_k[t]
+                shift[t] = w_k[t]  # (the sum of W's columns first)
+            for a in range(1, n_act):
+                c = a * atoms
+                for t in range(atoms):
+                    s[t] += gw_k[c + t]
+                    shift[t] += w_k[c + t]
+            for t in range(atoms):
+                gw_v[k, t] = s[t]
+                shift[t] = w_v[k, t] - shift[t] * inv_n
+                s[t] = s[t] * inv_n  # (rounded here, as the scalar loop did: not fused below)
+            for a in range(n_act):
+                c = a * atoms
+                for t in range(atoms):
+                    gw_k[c + t] -= s[t]
+                    w_eff[k, c + t] = w_k[c + t] + shift[t]
     if not hidden:
         return
     if grouped:  # dh = dQ W_eff^T, action by action

@@ -245,14 +245,24 @@ def dueling_combine(
         b_v = params[v_off + n_hid * atoms : v_off + (n_hid + 1) * atoms]
         v = np.empty((q.shape[0], atoms), dtype=q.dtype)
         gemm(h, w_v, v, False, False, 0.0)
+        # Atom k innermost: contiguous, so it vectorises; each value's sums as before.
+        mean = np.empty(atoms, dtype=q.dtype)
+        shift = np.empty(atoms, dtype=np.float64)  # (a float / an int is a float64)
         for i in range(q.shape[0]):
+            qi = q[i]
+            vi = v[i]
             for k in range(atoms):
-                mean = q[i, k]
-                for a in range(1, n_act):
-                    mean += q[i, a * atoms + k]
-                shift = v[i, k] + b_v[k] - mean / n_act
-                for a in range(n_act):
-                    q[i, a * atoms + k] += shift
+                mean[k] = qi[k]
+            for a in range(1, n_act):
+                qa = qi[a * atoms : (a + 1) * atoms]
+                for k in range(atoms):
+                    mean[k] += qa[k]
+            for k in range(atoms):
+                shift[k] = vi[k] + b_v[k] - mean[k] / n_act
+            for a in range(n_act):
+                qa = qi[a * atoms : (a + 1) * atoms]
+                for k in range(atoms):
+                    qa[k] += shift[k]
         return
     n_act = q.shape[1]
     b_v = params[v_off + n_hid]
