@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from naive import files_of
 
@@ -147,3 +148,36 @@ def test_a_tune_trial_scores_what_the_old_interleaved_loop_scored():
         done = mark
     assert scores == expected
     assert [step for step, _ in reports] == [833, 1_666]  # every evaluation but the last
+
+
+class LatestAfterChunks(LoopCallback):
+    """The total steps saved in the run's ``latest.npz`` after each chunk (None: no file)."""
+
+    def __init__(self) -> None:
+        self.seen: list[int | None] = []
+
+    def on_chunk(self, trainer, steps):
+        path = trainer.run.latest_checkpoint_path()
+        if not path.exists():
+            self.seen.append(None)
+            return
+        with np.load(path) as saved:
+            self.seen.append(int(saved["counters"][0]))  # the agent's total_steps
+
+
+def test_latest_every_chunk_off_saves_at_checkpoints_and_the_end_into_the_same_files(tmp_path):
+    """``latest_every_chunk=False`` (each seed of ``--seeds``): latest.npz is written by the
+    numbered checkpoints and the last chunk only, and the run ends with the same files."""
+    config = get_preset("ember", "CartPole-v1").config
+    dirs, seen = {}, {}
+    for every_chunk in (True, False):
+        env = gym.make("ember_np/CartPole-v1")
+        run = TrainingRun.create("latest", "v", root=tmp_path / str(every_chunk))
+        trainer = DqnTrainer(env, DqnAgent.for_env(env, config, seed=1), seed=1, run=run,
+                             checkpoint_freq=2_000)  # fmt: skip
+        latest = LatestAfterChunks()
+        train_and_evaluate(trainer, 3_500, None, 1, [latest], latest_every_chunk=every_chunk)
+        dirs[every_chunk], seen[every_chunk] = run.dir, latest.seen
+    assert seen[True] == [1_000, 2_000, 3_000, 3_500]
+    assert seen[False] == [None, 2_000, 2_000, 3_500]
+    assert files_of(dirs[False]) == files_of(dirs[True])

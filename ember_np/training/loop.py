@@ -64,6 +64,7 @@ def train_and_evaluate(
     eval_every: int | None,
     eval_episodes: int,
     callbacks: Sequence[LoopCallback] = (),
+    latest_every_chunk: bool = True,
 ) -> EvalReport:
     """Train ``steps`` more env steps in chunks, evaluating on the way and at the end.
 
@@ -86,6 +87,12 @@ def train_and_evaluate(
         Greedy episodes per evaluation, >= 1.
     callbacks : sequence of LoopCallback
         Told of every chunk and evaluation, in order.
+    latest_every_chunk : bool
+        True: every chunk that ends between two numbered checkpoints brings
+        the run's ``latest.npz`` up to date (a stopped process loses no step it
+        trained). False: only the numbered checkpoints and the last chunk do,
+        for a run that is trained again from the start if it stops (a seed of
+        ``--seeds``); the files it ends with are the same.
 
     Returns
     -------
@@ -100,7 +107,7 @@ def train_and_evaluate(
         chunk = min(TRAIN_CHUNK, end - total)
         if next_eval is not None:
             chunk = min(chunk, next_eval - total)
-        trainer.train(chunk)
+        trainer.train(chunk, save_latest=latest_every_chunk or total + chunk >= end)
         for callback in callbacks:
             callback.on_chunk(trainer, chunk)
         if next_eval is not None and eval_every and agent.total_steps >= next_eval:

@@ -324,12 +324,14 @@ class DqnTrainer:
         while True:
             yield step(True)  # type: ignore[misc]
 
-    def train(self, n_steps: int) -> None:
+    def train(self, n_steps: int, *, save_latest: bool = True) -> None:
         """Run ``n_steps`` more env steps of training (with checkpoints and logs).
 
         With a run, numbered checkpoints are written every ``checkpoint_freq``
         steps, and ``latest.npz`` and the metadata are also brought up to date
-        when training stops between two of them.
+        when training stops between two of them, unless ``save_latest`` is
+        False (a caller that trains on at once and saves at its own end: the
+        numbered checkpoints still write both).
         """
         n = check_int("n_steps", n_steps, minimum=0)
         if self._vec is not None:
@@ -341,7 +343,7 @@ class DqnTrainer:
             for _ in range(n):
                 step(False)
         total = self._agent.total_steps
-        if self.run is not None and n and total % self.checkpoint_freq and (
+        if save_latest and self.run is not None and n and total % self.checkpoint_freq and (
             total != self._checkpointed_at
         ):
             # End between two numbered checkpoints: keep latest.npz current, so
