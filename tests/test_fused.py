@@ -78,6 +78,10 @@ def test_same_agent_state_stats_and_run_files(tmp_path):
     assert a.episode == b.episode
     assert unwrap_native(a.env).state.tobytes() == unwrap_native(b.env).state.tobytes()
     assert runs[0].read_train_episodes() == runs[1].read_train_episodes()
+    # byte for byte: the fused chunk logs its episodes in one write, Python one by one
+    assert (runs[0].dir / "train_episodes.jsonl").read_bytes() == (
+        runs[1].dir / "train_episodes.jsonl"
+    ).read_bytes()
     files_a = sorted(p.name for p in runs[0].checkpoints_dir.iterdir())
     files_b = sorted(p.name for p in runs[1].checkpoints_dir.iterdir())
     assert files_a == files_b == ["latest.npz", "step_2800.npz", "step_3500.npz"]

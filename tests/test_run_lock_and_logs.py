@@ -225,3 +225,29 @@ def test_a_log_cut_anywhere_reads_as_its_whole_lines(template, tmp_path, cut, ju
     whole = [json.loads(line) for line in source[:cut].decode().split("\n")[:-1]]
     assert rows[: len(whole)] == whole
     assert len(rows) <= len(whole) + 1 + junk.count(b"\n")  # at most the repaired last piece
+
+
+def test_logging_episodes_together_writes_the_same_bytes_with_one_fsync(tmp_path, monkeypatch):
+    """``log_train_episodes`` / ``log_eval_episodes``: the lines one call per episode
+    writes, in one write and one flush to disk (a fused chunk's or an evaluation's)."""
+    from ember_np.stats import EpisodeRecord
+    from ember_np.types import EpisodeStatus
+
+    records = [EpisodeRecord(float(r), r, EpisodeStatus.TERMINATED, {"loss": 0.5 / r})
+               for r in (3, 7, 11)]  # fmt: skip
+    entries = [(rec, i, 10 * i, None if i else 1) for i, rec in enumerate(records)]
+    one, many = (TrainingRun.create("logs", "v", root=tmp_path / name) for name in ("a", "b"))
+    for entry in entries:
+        one.log_train_episode(*entry)
+    for rec in records:
+        one.log_eval_episode(rec, 42)
+    fsyncs = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: fsyncs.append(fd) or real_fsync(fd))
+    many.log_train_episodes(entries)
+    many.log_eval_episodes(records, 42)
+    many.log_train_episodes([])  # nothing to write: no write, no flush
+    assert len(fsyncs) == 2
+    for name in ("train_episodes.jsonl", "eval_episodes.jsonl"):
+        assert (many.dir / name).read_bytes() == (one.dir / name).read_bytes()
+    assert [row["env"] for row in many.read_train_episodes() if "env" in row] == [1]

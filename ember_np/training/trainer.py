@@ -460,6 +460,7 @@ class DqnTrainer:
             self._episode_step = int(ints[1])
             self._episode = int(ints[2])
             self._episode_reward = float(loop.episode_reward[0])
+            ended = []
             for r in range(int(ints[3])):
                 length, status, steps, episode = (int(v) for v in loop.rec_ints[r])
                 record = EpisodeRecord(
@@ -467,8 +468,9 @@ class DqnTrainer:
                     self._episode_extras(steps, float(loop.rec_floats[r, 1])),
                 )  # fmt: skip
                 self.stats.update(record)
-                if self.run is not None:
-                    self.run.log_train_episode(record, episode, steps)
+                ended.append((record, episode, steps, None))
+            if self.run is not None:
+                self.run.log_train_episodes(ended)  # the chunk's episodes: one fsync
             if code < 0:
                 raise ValueError(
                     f"the environment produced a transition the replay buffer rejected "
@@ -675,6 +677,5 @@ class DqnTrainer:
                     best_eval_step=total_steps,
                 )  # fmt: skip
         if self.run is not None:
-            for record in records:
-                self.run.log_eval_episode(record, total_steps)
+            self.run.log_eval_episodes(records, total_steps)
         return EvalReport(total_steps, n, summary)
