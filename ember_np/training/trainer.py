@@ -548,13 +548,15 @@ class DqnTrainer:
         """Record the episodes a vector step ended (stats, ``train_episodes.jsonl``)."""
         vec = self._vec
         assert vec is not None
+        entries = []
         for end in ends:
             record = vec.record(end, self._episode_extras(end.total_steps, end.loss))
             self.stats.update(record)
-            if self.run is not None:
-                env = end.env if vec.num_envs > 1 else None
-                self.run.log_train_episode(record, self._episode, end.total_steps, env=env)
+            env = end.env if vec.num_envs > 1 else None
+            entries.append((record, self._episode, end.total_steps, env))
             self._episode += 1
+        if self.run is not None:
+            self.run.log_train_episodes(entries)  # a chunk's or a vector step's: one fsync
 
     def _checkpoint_if_passed(self, before: int) -> None:
         """A numbered checkpoint when the last vector step reached a multiple of checkpoint_freq."""
