@@ -211,6 +211,36 @@ def test_an_unreachable_scheduler_is_one_line_exit_2_and_nothing_written(tmp_pat
     assert sorted(p.name for p in parent.iterdir()) == ["seeds.json"]
 
 
+def test_a_failed_connect_leaves_no_client_for_the_garbage_collector_to_close_later():
+    """A Client whose constructor raised lives on in reference cycles; collected later,
+    inside the next Client's start, its ``__del__`` waited for ever for the lock that
+    start holds (distributed's LoopRunner._lock): the cluster fixture hung after the
+    unreachable-scheduler test. connect() collects it before it raises; with the
+    collector off, nothing else would."""
+    import gc
+
+    import dask
+    import distributed
+
+    from ember_np.training.cluster import ClusterError, connect
+
+    def clients() -> int:
+        return sum(isinstance(o, distributed.Client) for o in gc.get_objects())
+
+    gc.collect()
+    before = clients()
+    gc.disable()
+    try:
+        with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+            with pytest.raises(ClusterError, match="no Dask scheduler answered") as raised:
+                connect(f"tcp://127.0.0.1:{free_port()}")
+        left = clients()
+    finally:
+        gc.enable()
+    assert raised.value.__context__ is None  # nothing keeps the failed client's frames
+    assert left == before
+
+
 @pytest.mark.parametrize("failures", [1, 2, 3])
 def test_a_client_whose_event_loop_did_not_start_is_made_again(monkeypatch, failures):
     """distributed's Client fails with a bare AssertionError when its IO-loop thread does

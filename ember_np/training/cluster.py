@@ -44,6 +44,7 @@ trained to completion.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -126,24 +127,43 @@ def connect(address: str) -> Any:
     try:
         return _client(Client, address, timeout)
     except (ValueError, TypeError) as exc:
-        raise ClusterError(f"{address!r} is not a scheduler address ({one_line(exc)}): "
-                           "expected e.g. tcp://HOST:8786") from None  # fmt: skip
+        error = ClusterError(f"{address!r} is not a scheduler address ({one_line(exc)}): "
+                             "expected e.g. tcp://HOST:8786")  # fmt: skip
     except AssertionError:
-        raise ClusterError(
+        error = ClusterError(
             f"Dask's client did not start its event-loop thread within 10 s, {START_ATTEMPTS} "
             f"times (this machine is busy?); the scheduler at {address} was not the problem. "
             "Try again when fewer processes are running"
-        ) from None
+        )
     except (OSError, TimeoutError) as exc:
         timed_out = isinstance(exc, TimeoutError) or str(exc).startswith("Timed out")
         why = "" if timed_out else f" ({one_line(exc)})"  # Dask's timeout says it again
-        raise ClusterError(
+        error = ClusterError(
             f"no Dask scheduler answered at {address} within {timeout:g} s{why}: start one "
             "with `dask scheduler` and give the address it prints, or leave --scheduler out "
             "to train on this machine"
-        ) from None
+        )
     finally:
         quiet.setLevel(level)
+    _collect_failed_clients()
+    raise error  # outside the handlers: no __context__ keeps the failed client alive
+
+
+def _collect_failed_clients() -> None:
+    """Collect the clients whose start failed, now, while none is starting.
+
+    A ``distributed.Client`` whose constructor raised is left in reference
+    cycles, so only the cyclic garbage collector frees it, at whatever
+    allocation comes next. Its ``__del__`` closes it, which takes the lock
+    that every ``LoopRunner`` of distributed shares (a class attribute, not
+    reentrant); collected while the next client's ``LoopRunner.start`` holds
+    that lock (making its IO-loop thread allocates), it waits for it for ever
+    in the same thread. Seen in this project's tests: a module's cluster
+    fixture hung after a test had failed to connect. Called after the failed
+    constructor's traceback is gone, a collection here runs ``__del__`` where
+    no such lock is held.
+    """
+    gc.collect()
 
 
 def _client(client_type: Any, address: str, timeout: float) -> Any:
@@ -161,6 +181,7 @@ def _client(client_type: Any, address: str, timeout: float) -> Any:
             return client_type(address, timeout=timeout, set_as_default=False)
         except AssertionError:
             pass
+        _collect_failed_clients()  # the failed one, before the next starts
     return client_type(address, timeout=timeout, set_as_default=False)  # the last: raises
 
 
