@@ -304,8 +304,8 @@ def first_compile_notice(native: bool, num_envs: int = 1) -> str | None:
     if cached_on_disk(entry) is not False:
         return None
     return (
-        "compiling ember_np's kernels for the first time: about a minute, on one core; "
-        "later runs load them from numba's cache in about a second"
+        "compiling ember_np's kernels for the first time: about a minute or two, on one "
+        "core; later runs load them from numba's cache in a second or two"
     )
 
 
