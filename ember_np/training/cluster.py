@@ -156,12 +156,12 @@ def _collect_failed_clients() -> None:
     cycles, so only the cyclic garbage collector frees it, at whatever
     allocation comes next. Its ``__del__`` closes it, which takes the lock
     that every ``LoopRunner`` of distributed shares (a class attribute, not
-    reentrant); collected while the next client's ``LoopRunner.start`` holds
-    that lock (making its IO-loop thread allocates), it waits for it for ever
-    in the same thread. Seen in this project's tests: a module's cluster
-    fixture hung after a test had failed to connect. Called after the failed
-    constructor's traceback is gone, a collection here runs ``__del__`` where
-    no such lock is held.
+    reentrant). Collected while the next client's ``LoopRunner.start`` holds
+    that lock (starting the IO-loop thread allocates, which can trigger a
+    collection), it waits for it for ever in the same thread. Seen in this
+    project's tests: a module's cluster fixture hung after a test had failed
+    to connect. Called after the failed constructor's traceback is gone, a
+    collection here runs ``__del__`` where no such lock is held.
     """
     gc.collect()
 
