@@ -607,6 +607,22 @@ def test_multi_seed_run_has_an_iqm_curve_with_a_band(tmp_path):
     assert all(lo < hi for lo, hi in zip(ev["lo"], ev["hi"]))
 
 
+def test_a_series_has_the_seeds_written_since_the_last_listing(tmp_path):
+    # the page lists runs every 2 s and fetches a series when a run is ticked: a seed that
+    # appeared in between must be in the series and its IQM (it once plotted seed 0 alone)
+    rewards = {s: [float(10 * s + k) for k in range(30)] for s in range(3)}
+    run_id = make_multi_seed(tmp_path, {0: rewards[0]}, {0: [(100, 1.0)]})
+    store = RunStore(tmp_path)
+    (listed,) = store.list_runs()
+    assert listed["seeds"] == [0]
+    make_multi_seed(tmp_path, {s: rewards[s] for s in (1, 2)}, {s: [(100, 1.0)] for s in (1, 2)})
+    page = store.series(run_id)
+    assert [m["seed"] for m in page["members"]] == [0, 1, 2]
+    assert page["iqm"] == RunStore(tmp_path).series(run_id)["iqm"]  # a store that never listed
+    assert page["iqm"]["train"]["steps"][0] == 12  # seed 2's first episode, not seed 0's
+    assert [r["seeds"] for r in store.list_runs()] == [[0, 1, 2]]
+
+
 # -- hostile numbers, big logs: finite JSON, pages after a cursor, no global lock ---------
 
 

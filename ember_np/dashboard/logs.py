@@ -475,24 +475,29 @@ class RunStore:
         except OSError:  # e.g. a directory we may not read
             return False
 
+    def _run_at(self, name: str, version: str, run_dir: Path) -> Run | None:
+        """The run in ``root/name/version/run_dir`` as it is on disk now (None: not a run)."""
+        rid = f"{name}/{version}/{run_dir.name}"
+        if self._is_run_dir(run_dir):
+            return Run(rid, name, version, run_dir.name, [self._seed_run(run_dir, None)], False)
+        seeds = []
+        for sub in self._subdirs(run_dir):
+            m = _SEED_DIR.match(sub.name)
+            if m and self._is_run_dir(sub):
+                seeds.append(self._seed_run(sub, int(m.group(1))))
+        if not seeds:
+            return None
+        seeds.sort(key=lambda s: s.seed)
+        return Run(rid, name, version, run_dir.name, seeds, True)
+
     def _scan(self) -> None:
         runs: dict[str, Run] = {}
         for name in self._subdirs(self.root):
             for version in self._subdirs(name):
                 for run_dir in self._subdirs(version):
-                    rid = f"{name.name}/{version.name}/{run_dir.name}"
-                    if self._is_run_dir(run_dir):
-                        runs[rid] = Run(rid, name.name, version.name, run_dir.name,
-                                        [self._seed_run(run_dir, None)], False)  # fmt: skip
-                        continue
-                    seeds = []
-                    for sub in self._subdirs(run_dir):
-                        m = _SEED_DIR.match(sub.name)
-                        if m and self._is_run_dir(sub):
-                            seeds.append(self._seed_run(sub, int(m.group(1))))
-                    if seeds:
-                        seeds.sort(key=lambda s: s.seed)
-                        runs[rid] = Run(rid, name.name, version.name, run_dir.name, seeds, True)
+                    run = self._run_at(name.name, version.name, run_dir)
+                    if run is not None:
+                        runs[run.id] = run
         live = {s.dir for r in runs.values() for s in r.seeds}
         self._seed_runs = {p: s for p, s in self._seed_runs.items() if p in live}
         self._runs = runs
@@ -524,6 +529,10 @@ class RunStore:
             if run is None:  # not seen yet: a run created since the last listing
                 self._scan()
                 run = self._runs.get(run_id)
+            elif run.multi_seed:  # seeds written since the last listing count too
+                fresh = self._run_at(run.name, run.version, self.root / run_id)
+                if fresh is not None:
+                    run = self._runs[run_id] = fresh
         if run is None:
             return None
         page = run.page(_parse_cursor(cursor))
