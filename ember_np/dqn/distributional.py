@@ -236,33 +236,46 @@ def qr_grad(
     inv_b = 1.0 / batch_size
     inv_n = 1.0 / n
     loss = 0.0
+    # The pair loop runs over j innermost, each j's sums kept in lj / gj: it
+    # vectorises without a horizontal sum per j (j' innermost, two per j, took
+    # 1.3x the time), and each sum is still taken over j' in order.
+    tau = np.empty(n, dtype=out.dtype)
+    for j in range(n):
+        tau[j] = dt((2.0 * j + 1.0) * 0.5 * inv_n)
+    lj = np.empty(n, dtype=out.dtype)
+    gj = np.empty(n, dtype=out.dtype)
+    aj = np.empty(n, dtype=out.dtype)
     for i in range(batch_size):
         o = actions[i] * n
         ti = t[i]
-        sample = 0.0
-        spread = 0.0
+        theta = out[i, o : o + n]
         w = per.weights[i] if weighted else 1.0
         scale = -w * inv_b * inv_n
+        lj[:] = zero
+        gj[:] = zero
+        for jp in range(n):
+            target = ti[jp]
+            for j in range(n):
+                u = target - theta[j]
+                c = u if u > -k else -k  # (selects: min and max stop the loop vectorising)
+                c = c if c < k else k
+                wgt = one - tau[j] if u < zero else tau[j]
+                lj[j] += wgt * c * (u - half * c)
+                gj[j] += wgt * c
+        sample = 0.0
         for j in range(n):
-            theta = out[i, o + j]
-            tau = dt((2.0 * j + 1.0) * 0.5 * inv_n)
-            lj = zero
-            gj = zero
-            for jp in range(n):
-                u = ti[jp] - theta
-                c = min(max(u, -k), k)
-                wgt = one - tau if u < zero else tau
-                lj += wgt * c * (u - half * c)
-                gj += wgt * c
-            if write_td:  # (its own loop: without priorities the pair loop does less)
-                aj = zero
-                for jp in range(n):
-                    aj += abs(ti[jp] - theta)
-                spread += aj
-            sample += lj
-            dq[i, o + j] = scale * (gj * inv_k)
+            sample += lj[j]
+            dq[i, o + j] = scale * (gj[j] * inv_k)
         sample *= inv_n / kappa
-        if write_td:
+        if write_td:  # (its own loop: without priorities the pair loop does less)
+            aj[:] = zero
+            for jp in range(n):
+                target = ti[jp]
+                for j in range(n):
+                    aj[j] += abs(target - theta[j])
+            spread = 0.0
+            for j in range(n):
+                spread += aj[j]
             per.td_errors[i] = spread * inv_n * inv_n
         loss += w * sample
     return loss * inv_b
