@@ -144,10 +144,11 @@ def test_c51_projection_matches_slow_reference():
     # negative discount, which no buffer writes, makes it fall, and must still add up)
     rewards = [0.3, -7.0, 9.0, -2.0, 3.0, 0.5, 1.25, 0.0, 0.4, -0.2, 1.0]
     discounts = [0.99, 0.99, 0.5, 0.0, 0.0, 0.0, 0.97**3, 1.0, 0.1, -0.5, -2.0]
+    parts = np.empty((3, 11))  # the kernel's scratch
     for r, d in zip(rewards, discounts):
         p = rng.dirichlet(np.ones(11))
         m = np.empty(11)
-        c51_project(p, r, d, -2.0, 3.0, m)
+        c51_project(p, r, d, -2.0, 3.0, m, parts)
         np.testing.assert_allclose(m, naive.c51_project(p, r, d, -2.0, 3.0), atol=1e-12)
         assert m.sum() == pytest.approx(1.0, abs=1e-12) and m.min() >= 0.0
         if d == 0.0:  # terminal: all the mass at the clipped reward's two atoms
@@ -155,9 +156,9 @@ def test_c51_projection_matches_slow_reference():
             assert m @ np.linspace(-2.0, 3.0, 11) == pytest.approx(z, abs=1e-12)
             assert np.count_nonzero(m) <= 2
     m = np.empty(11)
-    c51_project(np.full(11, 1 / 11), 100.0, 0.9, -2.0, 3.0, m)  # far above: all at v_max
+    c51_project(np.full(11, 1 / 11), 100.0, 0.9, -2.0, 3.0, m, parts)  # far above: all at v_max
     np.testing.assert_allclose(m, np.eye(11)[-1], atol=1e-12)
-    c51_project(np.full(11, 1 / 11), -100.0, 0.9, -2.0, 3.0, m)
+    c51_project(np.full(11, 1 / 11), -100.0, 0.9, -2.0, 3.0, m, parts)
     np.testing.assert_allclose(m, np.eye(11)[0], atol=1e-12)
 
 

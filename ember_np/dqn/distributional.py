@@ -83,38 +83,55 @@ def next_actions(
 
 @kernel
 def c51_project(
-    p: np.ndarray, reward: float, discount: float, v_min: float, v_max: float, m: np.ndarray
-) -> None:
+    p: np.ndarray, reward: float, discount: float, v_min: float, v_max: float, m: np.ndarray,
+    parts: np.ndarray,
+) -> None:  # fmt: skip
     """The categorical projection of C51 (Bellemare et al. 2017, Algorithm 1).
 
     p : float (n_atoms,), the next state's probabilities; reward, discount >= 0 :
     float (discount = gamma^m * mask: 0 for a terminal transition, which puts
     all the mass at the clipped reward); v_min < v_max : float, the support's
-    ends (:func:`support_bounds`); m : float64 (n_atoms,), written.
+    ends (:func:`support_bounds`); m : float64 (n_atoms,), written; parts :
+    float64 (3, n_atoms), scratch.
 
     Each atom's return Tz_j = clip(r + discount * z_j, v_min, v_max) sits at
     b_j = (Tz_j - v_min) / dz; its mass p_j goes to the atoms l = floor(b_j)
     and l + 1, in proportion to the nearness: (1 - f) p_j and f p_j, f = b_j - l
     (all of it to l when b_j is an atom).
 
-    b_j never decreases with j (discount >= 0), so the masses of l and l + 1
-    are carried in registers and added to ``m`` when j moves past them: the
-    same sums, in the same order, as adding each p_j's parts to ``m`` at once
-    (whose store-to-load round trips cost twice the time).
+    Two passes: every atom's l, (1 - f) p_j and f p_j first, in a loop that
+    vectorises (clipped by selects: min and max kept it scalar), then the
+    sums. b_j never decreases with j (discount >= 0), so the masses of l and
+    l + 1 are carried in registers and added to ``m`` when j moves past them:
+    the same sums, in the same order, as adding each p_j's parts to ``m`` at
+    once (whose store-to-load round trips cost twice the time). One pass with
+    both took 10.1 us for 64 samples of 51 atoms, the two 6.3.
     """
     n = m.shape[0]
     dz = (v_max - v_min) / (n - 1)  # as support_step
     inv_dz = 1.0 / dz
     top = n - 1.0
+    lows = parts[0]
+    ups = parts[1]
+    atoms = parts[2]  # l, as a float
+    for j in range(n):
+        tz = reward + discount * (v_min + j * dz)
+        tz = tz if tz > v_min else v_min
+        tz = tz if tz < v_max else v_max
+        b = (tz - v_min) * inv_dz
+        b = b if b > 0.0 else 0.0  # (rounding may step past the ends)
+        b = b if b < top else top
+        lo = np.floor(b)
+        frac = b - lo
+        atoms[j] = lo
+        lows[j] = p[j] * (1.0 - frac)
+        ups[j] = p[j] * frac  # frac = 0 at the last atom
     m[:] = 0.0
     cur = 0  # the atom l being filled, and the masses of l and l + 1 so far
     at_cur = 0.0
     at_next = 0.0
     for j in range(n):
-        tz = min(max(reward + discount * (v_min + j * dz), v_min), v_max)
-        b = min(max((tz - v_min) * inv_dz, 0.0), top)  # (rounding may step past the ends)
-        lo = int(b)  # b >= 0: floor
-        frac = b - lo
+        lo = int(atoms[j])
         if lo != cur:  # store the atoms left behind (any order is right; j's is rising)
             m[cur] += at_cur
             if lo == cur + 1:
@@ -124,8 +141,8 @@ def c51_project(
                 at_cur = 0.0
             at_next = 0.0
             cur = lo
-        at_cur += p[j] * (1.0 - frac)
-        at_next += p[j] * frac  # frac = 0 at the last atom
+        at_cur += lows[j]
+        at_next += ups[j]
     m[cur] += at_cur
     m[min(cur + 1, n - 1)] += at_next
 
@@ -140,10 +157,11 @@ def c51_targets(
     batch_size, n = m.shape
     e = exp_blocks(target_out, best, n)[0]
     p = np.empty(n, dtype=np.float64)
+    parts = np.empty((3, n), dtype=np.float64)
     v_min, v_max = support_bounds(sizes)
     for i in range(batch_size):
         normalized(e[i * n : (i + 1) * n], p)
-        c51_project(p, batch.rewards[i], batch.discounts[i], v_min, v_max, m[i])
+        c51_project(p, batch.rewards[i], batch.discounts[i], v_min, v_max, m[i], parts)
 
 
 @kernel
