@@ -380,7 +380,7 @@ def backward(
             nxt = spare[: batch * n_in].reshape((batch, n_in))
             if n_in * n_out <= SMALL_TRANSPOSE:  # dh_l = delta W_l^T
                 w_t = w_t_small[: n_out * n_in].reshape((n_out, n_in))
-                columns_transposed(w, 0, w_t)
+                columns_transposed(w, np.int64(0), w_t)  # (a Literal 0 would compile it again)
                 gemm(delta, w_t, nxt, False, False, 0.0)
             else:
                 gemm(delta, w, nxt, False, True, 0.0)
