@@ -36,12 +36,6 @@ from ember_np.dqn.head_kernels import (
 LN_EPS = 1e-5  # torch.nn.LayerNorm's default eps
 
 
-# ---------------------------------------------------------------------------
-# Kernels. Parameter layout, layer l (0-based) mapping sizes[l] -> sizes[l+1]:
-#   W_l: sizes[l] * sizes[l+1] values, row-major (in, out); then b_l: sizes[l+1].
-# ---------------------------------------------------------------------------
-
-
 @kernel
 def layer(params: np.ndarray, sizes: np.ndarray, offset: int, l: int):  # noqa: ANN202
     """Views (W, b) of layer ``l`` whose weights start at ``offset``.
@@ -162,17 +156,17 @@ def layer_norm_relu(
     z : float (B, n), the pre-activation h W + b on entry, ReLU(gain * xhat + beta)
     on return. gain, beta : float (n,). xhat : float (B, n) and rstd : float (B,),
     written for the backward pass: xhat = (z - mean) * rstd, rstd = 1 / sqrt(var + eps),
-    mean and (biased) var over the row. Sums run in float64.
+    mean and (biased) var over the row: sums in float64, the normalisation in z's
+    dtype (in float64, each value converted twice, it took 2x the time).
 
-    The float32 passes (forward.py's NumPy pass, the ONNX graph of export.py) first
-    divide the row by a power of two s (forward.ln_scales) so that no square
-    overflows float32 (|z| from 1.8e19), and use eps / s^2. Dividing by 2^k commutes
-    with rounding, so that is this very formula, bit for bit, wherever it is finite;
-    here the float64 sums cannot overflow for any float32 z, so the scale would
-    change no bit and is skipped (it cost 15% of a LayerNorm update).
+    The float32 passes (forward.py's NumPy pass, export.py's ONNX graph) divide the
+    row by a power of two s (forward.ln_scales) so no square overflows float32, with
+    eps / s^2: the same formula wherever finite. The float64 sums here cannot
+    overflow, so the scale is skipped (it cost 15% of a LayerNorm update).
     """
     n = z.shape[1]
     inv_n = 1.0 / n
+    dt = z.dtype.type
     for i in range(z.shape[0]):
         mean = 0.0
         for k in range(n):
@@ -184,11 +178,12 @@ def layer_norm_relu(
             var += d * d
         r = 1.0 / math.sqrt(var * inv_n + LN_EPS)
         rstd[i] = r
+        mean_z, r_z, zero = dt(mean), dt(r), dt(0.0)  # (the docstring says why)
         for k in range(n):
-            xh = (z[i, k] - mean) * r
+            xh = (z[i, k] - mean_z) * r_z
             xhat[i, k] = xh
             v = gain[k] * xh + beta[k]
-            z[i, k] = v if v > 0.0 else 0.0
+            z[i, k] = v if v > zero else zero
 
 
 @kernel
