@@ -202,6 +202,7 @@ def layer_norm_backward(
     """
     n = dy.shape[1]
     inv_n = 1.0 / n
+    dt = dy.dtype.type
     g_gain[:] = 0.0
     g_beta[:] = 0.0
     for i in range(dy.shape[0]):
@@ -214,11 +215,10 @@ def layer_norm_backward(
             g = d * gain[k]
             s1 += g
             s2 += g * xhat[i, k]
-        s1 *= inv_n
-        s2 *= inv_n
+        s1_z, s2_z = dt(s1 * inv_n), dt(s2 * inv_n)  # (in dy's dtype: as the forward)
         r = rstd[i]
         for k in range(n):
-            dy[i, k] = r * (dy[i, k] * gain[k] - s1 - xhat[i, k] * s2)
+            dy[i, k] = r * (dy[i, k] * gain[k] - s1_z - xhat[i, k] * s2_z)
 
 
 @kernel
