@@ -39,8 +39,9 @@ def rows_by_action(actions: np.ndarray, n_act: int, order: np.ndarray, starts: n
 #: The largest hidden layer (n_in x n_out weights) whose dh = delta W^T runs as
 #: an NN product on a copy of W^T (:func:`columns_transposed`): 64 x 64, batch
 #: 64, took 6.1 us against the NT product's 7.8 (batch 128: 10.6 against
-#: 13.3); from 64 x 128 up the copy costs more than it saves (128 x 128: 52.7
-#: against 49.0), one thread, OpenBLAS 0.3.31's Haswell kernels.
+#: 13.3); at 128 x 128 the copy costs more than it saves (batch 64: 32.6
+#: against 28.3; batch 128: 52.7 against 49.0), one thread, OpenBLAS 0.3.31's
+#: SkylakeX kernels (2026-12-03).
 SMALL_TRANSPOSE = 64 * 64
 
 
@@ -54,7 +55,7 @@ def columns_transposed(w: np.ndarray, col: int, out: np.ndarray) -> None:
     :func:`head_backward` copies each action's block of W_eff this way and
     takes dh = dQ_a W_a^T as an NN product: OpenBLAS 0.3.31's NT path (B
     transposed) took 1.4-2x the time of its NN one at a distributional head's
-    sizes (32 x 51 by 51 x 64: 4.6 us against 2.3, one thread, Haswell
+    sizes (32 x 51 by 51 x 64: 4.6 us against 2.3, one thread, SkylakeX
     kernels), and the block is copied either way; :func:`backward` does the
     same for hidden layers up to ``SMALL_TRANSPOSE`` weights. The result can
     differ from the NT product's in the last float32 bits (another order of
