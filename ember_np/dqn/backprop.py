@@ -188,34 +188,21 @@ def head_backward(
 
 
 @kernel
-def backward(
-    params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, acts: np.ndarray, dq: np.ndarray,
-    actions: np.ndarray, grads: np.ndarray,
-) -> None:  # fmt: skip
-    """MLP backward pass from any gradient of the output layer.
+def backward_layout(n_params: int, sizes: np.ndarray, batch: int) -> tuple:
+    """Where the backward pass finds each layer, for ``batch`` rows.
 
-    params : float (num_params,); sizes : int64 (n_layers + 1,), or with a head's suffix.
-    obs : float (B, obs_size), the input of the forward pass.
-    acts : the workspace :func:`forward_into` filled for ``obs`` with these params.
-    dq : float (B, n_out), d loss / d(output layer), n_out = n_actions * n_atoms
-        (n_atoms 1 for a plain Q head: d loss / d Q); rows may be sparse (zeros
-        are skipped). A dueling network (:func:`layout`) gets its two heads'
-        gradients from the same ``dq``, per atom (see the comment inside).
-    actions : int (B,), or (0,)
-        For a distributional head: the action whose atoms hold row i's
-        nonzeros in ``dq`` (the loss's a_i), which lets the output layer
-        skip the zeros; length 0: ``dq`` may be dense. A plain head finds its
-        rows' nonzeros itself.
-    grads : float (num_params,), written with d loss / d params (same layout).
+    n_params : ``len(params)``; sizes : int64, as :func:`~ember_np.dqn.mlp.layout`.
+    Returns (p_offs, a_offs, ln_p, ln_a, v_off, width): layer l's parameters
+    start at p_offs[l] and its activation at a_offs[l] in ``acts``
+    (:func:`~ember_np.dqn.mlp.forward_into`'s workspace); with LayerNorm,
+    hidden layer l's gain and bias start at ln_p[l] in params and its saved
+    xhat and rstd at ln_a[l] in acts (ln_p[0] < 0 without LayerNorm); v_off
+    is the dueling value head's offset or -1; width the widest layer.
     """
-    batch = obs.shape[0]
     n_layers = n_layers_of(sizes)
-    n_act = sizes[n_layers]  # the output layer's width: actions x atoms
-    atoms = n_atoms(sizes)
     width = 0
     for l in range(1, n_layers + 1):
         width = max(width, sizes[l])
-    # Offsets of each layer's parameters and of its activation in ``acts``.
     p_offs = np.empty(n_layers, dtype=np.int64)
     a_offs = np.empty(n_layers, dtype=np.int64)
     p = 0
@@ -225,27 +212,48 @@ def backward(
         a_offs[l] = a
         p += sizes[l] * sizes[l + 1] + sizes[l + 1]
         a += batch * sizes[l + 1]
-    # LayerNorm (see layout, forward_into): hidden layer l's gain and bias
-    # start at ln_p[l] in params, its saved xhat and rstd at ln_a[l] in acts.
-    v_off, ln_off = layout(params.shape[0], sizes)
-    layer_norm = ln_off >= 0
-    ln_p = np.empty(n_layers, dtype=np.int64)
+    v_off, ln_off = layout(n_params, sizes)
+    ln_p = np.full(n_layers, -1, dtype=np.int64)
     ln_a = np.empty(n_layers, dtype=np.int64)
-    for l in range(n_layers - 1):
-        ln_p[l] = ln_off
-        ln_a[l] = a
-        ln_off += 2 * sizes[l + 1]
-        a += batch * (sizes[l + 1] + 1)
+    if ln_off >= 0:
+        for l in range(n_layers - 1):
+            ln_p[l] = ln_off
+            ln_a[l] = a
+            ln_off += 2 * sizes[l + 1]
+            a += batch * (sizes[l + 1] + 1)
+    return p_offs, a_offs, ln_p, ln_a, v_off, width
 
+
+@kernel
+def backward(
+    params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, acts: np.ndarray, dq: np.ndarray,
+    actions: np.ndarray, grads: np.ndarray,
+) -> None:  # fmt: skip
+    """MLP backward pass from the gradient of a plain Q head's output layer.
+
+    params : float (num_params,); sizes : int64 (n_layers + 1,), a plain head's.
+    obs : float (B, obs_size), the input of the forward pass.
+    acts : the workspace :func:`forward_into` filled for ``obs`` with these params.
+    dq : float (B, n_actions), d loss / d Q; rows may be sparse (zeros are
+        skipped). A dueling network (:func:`layout`) gets its two heads'
+        gradients from the same ``dq`` (see the comment inside).
+    actions : int (B,), or (0,): not read (each row's nonzeros are found in dq).
+    grads : float (num_params,), written with d loss / d params (same layout).
+
+    A distributional head's output layer is :func:`distributional_backward`'s:
+    the two share the hidden layers (:func:`hidden_backward`), and a plain
+    network's kernels never compile the distributional one.
+    """
+    batch = obs.shape[0]
+    n_layers = n_layers_of(sizes)
+    n_act = sizes[n_layers]
+    p_offs, a_offs, _, _, v_off, width = backward_layout(params.shape[0], sizes, batch)
     delta_a = np.empty(batch * width, dtype=params.dtype)
     delta_b = np.empty(batch * width, dtype=params.dtype)
-    w_t_small = np.empty(SMALL_TRANSPOSE, dtype=params.dtype)  # a small hidden layer's W^T
-
     # Output layer: dW_L = h^T dQ, db_L = column sums of dQ, dh = dQ W_L^T.
     # dQ is mostly zeros for DQN (only Q(s_i, a_i) enters the loss), so loop
     # over its nonzeros, on transposed (n_actions, n_in) copies so the inner
-    # loops are contiguous and vectorise. A distributional head's rows hold
-    # n_atoms nonzeros each: :func:`head_backward` takes them with BLAS.
+    # loops are contiguous and vectorise.
     last = n_layers - 1
     n_in = sizes[last]
     w_last, _ = layer(params, sizes, p_offs[last], last)
@@ -255,95 +263,139 @@ def backward(
         h_in = obs
     else:
         h_in = acts[a_offs[last - 1] : a_offs[last - 1] + batch * n_in].reshape((batch, n_in))
-    if atoms > 1:
-        delta = delta_a[: batch * n_in].reshape((batch, n_in))
-        head_backward(params, grads, v_off, atoms, h_in, dq, actions, w_last, gw, gb, delta,
-                      last > 0)  # fmt: skip
-        if last == 0:
-            return
-    else:
-        gw_t = np.zeros((n_act, n_in), dtype=params.dtype)
-        for i in range(batch):
-            for j in range(n_act):
-                gij = dq[i, j]
-                if gij != 0.0:
-                    gb[j] += gij
-                    row = gw_t[j]
-                    for k in range(n_in):
-                        row[k] += h_in[i, k] * gij
-        # Dueling head (params longer than the plain MLP; the last layer is A and
-        # V's W_V (n_in,), b_V follow at ``p``): Q_j = V + A_j - mean(A). With g a
-        # row of dQ, dLoss/dA_j = g_j - mean(g) and dLoss/dV = sum(g), so from the
-        # sums above (taken as if A were Q): dW_V = sum_j dW[:, j], db_V = sum_j db_j,
-        # dW_A[:, j] = dW[:, j] - dW_V / n and db_A = db - db_V / n. And Q is linear
-        # in h through W_eff[:, j] = W_A[:, j] - mean_j(W_A) + W_V, which gives dh
-        # below from the same sparse dQ (no dense dA rows).
-        dueling = v_off >= 0
-        if dueling:
-            gw_v = grads[p : p + n_in]
-            gw_v[:] = 0.0
-            gb_v = gb[0]
-            for j in range(1, n_act):
-                gb_v += gb[j]
-            for j in range(n_act):
+    gw_t = np.zeros((n_act, n_in), dtype=params.dtype)
+    for i in range(batch):
+        for j in range(n_act):
+            gij = dq[i, j]
+            if gij != 0.0:
+                gb[j] += gij
                 row = gw_t[j]
                 for k in range(n_in):
-                    gw_v[k] += row[k]
-            grads[p + n_in] = gb_v
-            inv_n = params.dtype.type(1.0 / n_act)
-            for j in range(n_act):
-                gb[j] -= gb_v * inv_n
-                row = gw_t[j]
-                for k in range(n_in):
-                    row[k] -= gw_v[k] * inv_n
-        for k in range(n_in):
-            for j in range(n_act):
-                gw[k, j] = gw_t[j, k]
-        if last == 0:
-            return
-        w_t = gw_t  # reuse the scratch for W_L transposed (W_eff for a dueling head)
-        for k in range(n_in):
-            if dueling:
-                mean = w_last[k, 0]
-                for j in range(1, n_act):
-                    mean += w_last[k, j]
-                shift = params[p + k] - mean / n_act
-                for j in range(n_act):
-                    w_t[j, k] = w_last[k, j] + shift
-            else:
-                for j in range(n_act):
-                    w_t[j, k] = w_last[k, j]
-        delta = delta_a[: batch * n_in].reshape((batch, n_in))
-        for i in range(batch):
-            # dh_i = sum_j dQ[i, j] W_L[:, j]; DQN's rows have one nonzero, taken
-            # in one pass (with the ReLU below) as before the split.
-            nonzero = 0
-            j_last = 0
-            for j in range(n_act):
-                if dq[i, j] != 0.0:
-                    nonzero += 1
-                    j_last = j
-            row = delta[i]
-            if nonzero <= 1:
-                gij = dq[i, j_last]
-                w_row = w_t[j_last]
-                for k in range(n_in):
-                    # dh through ReLU: zero where the activation was clipped at 0.
-                    v = gij * w_row[k]
-                    row[k] = v if h_in[i, k] > 0.0 else 0.0
-                continue
-            row[:] = 0.0
-            for j in range(n_act):
-                gij = dq[i, j]
-                if gij != 0.0:
-                    w_row = w_t[j]
-                    for k in range(n_in):
-                        row[k] += gij * w_row[k]
+                    row[k] += h_in[i, k] * gij
+    # Dueling head (params longer than the plain MLP; the last layer is A and
+    # V's W_V (n_in,), b_V follow at ``v_off``): Q_j = V + A_j - mean(A). With g a
+    # row of dQ, dLoss/dA_j = g_j - mean(g) and dLoss/dV = sum(g), so from the
+    # sums above (taken as if A were Q): dW_V = sum_j dW[:, j], db_V = sum_j db_j,
+    # dW_A[:, j] = dW[:, j] - dW_V / n and db_A = db - db_V / n. And Q is linear
+    # in h through W_eff[:, j] = W_A[:, j] - mean_j(W_A) + W_V, which gives dh
+    # below from the same sparse dQ (no dense dA rows).
+    dueling = v_off >= 0
+    if dueling:
+        gw_v = grads[v_off : v_off + n_in]
+        gw_v[:] = 0.0
+        gb_v = gb[0]
+        for j in range(1, n_act):
+            gb_v += gb[j]
+        for j in range(n_act):
+            row = gw_t[j]
             for k in range(n_in):
-                row[k] = row[k] if h_in[i, k] > 0.0 else 0.0
+                gw_v[k] += row[k]
+        grads[v_off + n_in] = gb_v
+        inv_n = params.dtype.type(1.0 / n_act)
+        for j in range(n_act):
+            gb[j] -= gb_v * inv_n
+            row = gw_t[j]
+            for k in range(n_in):
+                row[k] -= gw_v[k] * inv_n
+    for k in range(n_in):
+        for j in range(n_act):
+            gw[k, j] = gw_t[j, k]
+    if last == 0:
+        return
+    w_t = gw_t  # reuse the scratch for W_L transposed (W_eff for a dueling head)
+    for k in range(n_in):
+        if dueling:
+            mean = w_last[k, 0]
+            for j in range(1, n_act):
+                mean += w_last[k, j]
+            shift = params[v_off + k] - mean / n_act
+            for j in range(n_act):
+                w_t[j, k] = w_last[k, j] + shift
+        else:
+            for j in range(n_act):
+                w_t[j, k] = w_last[k, j]
+    delta = delta_a[: batch * n_in].reshape((batch, n_in))
+    for i in range(batch):
+        # dh_i = sum_j dQ[i, j] W_L[:, j]; DQN's rows have one nonzero, taken
+        # in one pass (with the ReLU below) as before the split.
+        nonzero = 0
+        j_last = 0
+        for j in range(n_act):
+            if dq[i, j] != 0.0:
+                nonzero += 1
+                j_last = j
+        row = delta[i]
+        if nonzero <= 1:
+            gij = dq[i, j_last]
+            w_row = w_t[j_last]
+            for k in range(n_in):
+                # dh through ReLU: zero where the activation was clipped at 0.
+                v = gij * w_row[k]
+                row[k] = v if h_in[i, k] > 0.0 else 0.0
+            continue
+        row[:] = 0.0
+        for j in range(n_act):
+            gij = dq[i, j]
+            if gij != 0.0:
+                w_row = w_t[j]
+                for k in range(n_in):
+                    row[k] += gij * w_row[k]
+        for k in range(n_in):
+            row[k] = row[k] if h_in[i, k] > 0.0 else 0.0
+    hidden_backward(params, sizes, obs, acts, grads, delta_a, delta_b)
 
-    # Hidden layers, from the top down: delta is dLoss/d(pre-activation)
-    # (with LayerNorm, first taken back through it from dLoss/d(its output)).
+
+@kernel
+def distributional_backward(
+    params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, acts: np.ndarray, dq: np.ndarray,
+    actions: np.ndarray, grads: np.ndarray,
+) -> None:  # fmt: skip
+    """:func:`backward` for a distributional head (C51, QR-DQN): the same
+    arguments, with sizes having the head's suffix, dq (B, n_actions * n_atoms)
+    and ``actions`` int (B,), the action whose atoms hold row i's nonzeros in
+    ``dq`` (the loss's a_i, so that the output layer skips the zeros), or (0,)
+    for a dense dq. The output layer is :func:`head_backward` (BLAS, per action).
+    """
+    batch = obs.shape[0]
+    last = n_layers_of(sizes) - 1
+    n_in = sizes[last]
+    p_offs, a_offs, _, _, v_off, width = backward_layout(params.shape[0], sizes, batch)
+    delta_a = np.empty(batch * width, dtype=params.dtype)
+    delta_b = np.empty(batch * width, dtype=params.dtype)
+    w_last, _ = layer(params, sizes, p_offs[last], last)
+    gw, gb = layer(grads, sizes, p_offs[last], last)
+    gb[:] = 0.0
+    if last == 0:
+        h_in = obs
+    else:
+        h_in = acts[a_offs[last - 1] : a_offs[last - 1] + batch * n_in].reshape((batch, n_in))
+    delta = delta_a[: batch * n_in].reshape((batch, n_in))
+    head_backward(params, grads, v_off, n_atoms(sizes), h_in, dq, actions, w_last, gw, gb, delta,
+                  last > 0)  # fmt: skip
+    if last > 0:
+        hidden_backward(params, sizes, obs, acts, grads, delta_a, delta_b)
+
+
+@kernel
+def hidden_backward(
+    params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, acts: np.ndarray,
+    grads: np.ndarray, delta_a: np.ndarray, delta_b: np.ndarray,
+) -> None:  # fmt: skip
+    """The hidden layers' part of :func:`backward`, from the top down.
+
+    params, sizes, obs, acts, grads : as :func:`backward`; delta_a : float
+    (>= B * width,), its first B * sizes[-2] values d loss / d(pre-activation)
+    of the last hidden layer's output (through its ReLU); delta_b : float, the
+    same length, scratch (the two take turns, layer by layer).
+    """
+    batch = obs.shape[0]
+    last = n_layers_of(sizes) - 1
+    p_offs, a_offs, ln_p, ln_a, _, _ = backward_layout(params.shape[0], sizes, batch)
+    layer_norm = ln_p[0] >= 0
+    w_t_small = np.empty(SMALL_TRANSPOSE, dtype=params.dtype)  # a small hidden layer's W^T
+    delta = delta_a[: batch * sizes[last]].reshape((batch, sizes[last]))
+    # From the top down: delta is dLoss/d(pre-activation) (with LayerNorm,
+    # first taken back through it from dLoss/d(its output)).
     for l in range(last - 1, -1, -1):
         n_in = sizes[l]
         n_out = sizes[l + 1]

@@ -12,7 +12,7 @@ when ``sizes`` has a head), in call order::
       forward_into          online forward, every activation kept (dueling: per atom)
       c51_grad              cross-entropy -sum_k m_k log p_k(s, a); d/dx_k = p_k - m_k
       | qr_grad             quantile Huber loss (kappa = huber_delta), pairs of quantiles
-      backward              backprop.py, from the output layer's gradient
+      distributional_backward   backprop.py, from the output layer's gradient
 
 Per-sample weights (PER's importance weights) scale each sample's loss; the
 priorities written to ``per.td_errors`` are the cross-entropy for C51 (as
@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from ember_np._jit import kernel
-from ember_np.dqn.backprop import backward
+from ember_np.dqn.backprop import distributional_backward
 from ember_np.dqn.head import C51
 from ember_np.dqn.head_kernels import (
     exp_blocks,
@@ -331,7 +331,7 @@ def distributional_loss_and_grads(
         loss = c51_grad(out, batch.actions, m, per, dq)
     else:
         loss = qr_grad(out, batch.actions, t, hp.huber_delta, per, dq)
-    backward(params, sizes, obs, acts, dq, batch.actions, net.grads)
+    distributional_backward(params, sizes, obs, acts, dq, batch.actions, net.grads)
     return loss
 
 
