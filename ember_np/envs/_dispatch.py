@@ -1,8 +1,13 @@
-"""One entry point for every native environment, selected by an integer kind.
+"""One entry point for every native environment, selected by its kind.
 
-The fused trainer and the vectorised stepper call :func:`env_reset` and
-:func:`env_step`; the ``kind`` argument picks the dynamics at run time, so a
-single compiled (and cached) kernel serves every environment. The time limit
+:func:`env_reset` and :func:`env_step` take the kind as an integer and pick the
+dynamics at run time (the vectorised stepper and the rollout benchmark: one
+compiled kernel serves every environment). The fused trainer and a single env
+stepped from Python take an :class:`EnvState` of the env's own class
+(:data:`ENV_STATES`) instead, and :func:`reset_of` / :func:`step_of` pick the
+dynamics by that class when they compile: a CartPole run then never compiles
+Acrobot's or MountainCar's dynamics (each of those kernels compiles for the
+class it is given). The time limit
 lives here, as gymnasium's ``TimeLimit`` wrapper: ``counters[0]`` counts the
 steps of the episode and ``truncated`` is set once it reaches ``max_steps``
 (even on a terminal step, as ``TimeLimit`` does).
@@ -16,9 +21,11 @@ that dispatches on every step).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+from numba.extending import overload
 
 from ember_np._jit import exact_kernel, inlined_exact_kernel
 from ember_np.envs._acrobot import acrobot_reset, acrobot_step
@@ -47,6 +54,24 @@ class EnvState(NamedTuple):
     max_steps: int
 
 
+class CartPoleState(EnvState):
+    """An :class:`EnvState` of native CartPole: kernels taking it compile CartPole alone."""
+
+    __slots__ = ()
+
+
+class AcrobotState(EnvState):
+    """An :class:`EnvState` of native Acrobot (see :class:`CartPoleState`)."""
+
+    __slots__ = ()
+
+
+class MountainCarState(EnvState):
+    """An :class:`EnvState` of native MountainCar (see :class:`CartPoleState`)."""
+
+    __slots__ = ()
+
+
 class VecEnvState(NamedTuple):
     """N native envs of one kind as kernels see them (one value).
 
@@ -60,6 +85,30 @@ class VecEnvState(NamedTuple):
     counters: np.ndarray
     rngs: np.ndarray
     max_steps: int
+
+
+class CartPoleVecState(VecEnvState):
+    """A :class:`VecEnvState` of native CartPole copies (see :class:`CartPoleState`)."""
+
+    __slots__ = ()
+
+
+class AcrobotVecState(VecEnvState):
+    """A :class:`VecEnvState` of native Acrobot copies (see :class:`CartPoleState`)."""
+
+    __slots__ = ()
+
+
+class MountainCarVecState(VecEnvState):
+    """A :class:`VecEnvState` of native MountainCar copies (see :class:`CartPoleState`)."""
+
+    __slots__ = ()
+
+
+#: The EnvState and VecEnvState class of each kind.
+ENV_STATES = {CARTPOLE: CartPoleState, ACROBOT: AcrobotState, MOUNTAINCAR: MountainCarState}
+VEC_ENV_STATES = {CARTPOLE: CartPoleVecState, ACROBOT: AcrobotVecState,
+                  MOUNTAINCAR: MountainCarVecState}  # fmt: skip
 
 
 @inlined_exact_kernel
@@ -215,3 +264,104 @@ def random_rollout(
                                   n_actions, n_steps)  # fmt: skip
     return _random_rollout_of(MOUNTAINCAR, state, counters, rng_state, obs, max_steps,
                               n_actions, n_steps)  # fmt: skip
+
+
+# reset_of / step_of: the dynamics chosen by the class of the env state when a
+# kernel compiles (numba types a NamedTuple subclass by its class).
+_EXACT_OPTIONS = {"fastmath": False, "error_model": "numpy", "nogil": True}  # as exact_kernel
+
+
+def _kind_of_class(env: object) -> int | None:
+    """The kind an EnvState or VecEnvState class names, None for the base classes."""
+    cls = getattr(env, "instance_class", None)
+    for table in (ENV_STATES, VEC_ENV_STATES):
+        for kind, known in table.items():
+            if cls is known:
+                return kind
+    return None
+
+
+def reset_of(env, state, counters, rng_state, obs):  # noqa: ANN001, ANN201
+    """:func:`env_reset` for the kind of ``env`` (an EnvState or VecEnvState,
+    whose class names it; the base classes: its ``kind`` field, at run time) on
+    one env's arrays. Called by kernels only."""
+    raise TypeError("reset_of is dispatched inside compiled kernels only")
+
+
+def step_of(env, state, counters, action, obs):  # noqa: ANN001, ANN201
+    """:func:`env_step` for the kind of ``env`` (as :func:`reset_of`), with
+    ``env.max_steps``; returns (reward, terminated, truncated). Called by kernels only."""
+    raise TypeError("step_of is dispatched inside compiled kernels only")
+
+
+def _resetter(reset: Callable) -> Callable:
+    def impl(env, state, counters, rng_state, obs):  # noqa: ANN001, ANN202
+        counters[0] = 0
+        reset(state, rng_state, obs)
+
+    return impl
+
+
+def _stepper(step: Callable) -> Callable:
+    def impl(env, state, counters, action, obs):  # noqa: ANN001, ANN202
+        reward, terminated = step(state, action, obs)
+        counters[0] += 1
+        return reward, terminated, env.max_steps > 0 and counters[0] >= env.max_steps
+
+    return impl
+
+
+# One implementation object per kind, made once: numba compiles an overload's
+# implementation again for every new function object it is handed.
+_RESETS = {CARTPOLE: _resetter(cartpole_reset), ACROBOT: _resetter(acrobot_reset),
+           MOUNTAINCAR: _resetter(mountaincar_reset)}  # fmt: skip
+_STEPS = {CARTPOLE: _stepper(cartpole_step), ACROBOT: _stepper(acrobot_step),
+          MOUNTAINCAR: _stepper(mountaincar_step)}  # fmt: skip
+
+
+def _reset_any(env, state, counters, rng_state, obs):  # noqa: ANN001, ANN202
+    env_reset(env.kind, state, counters, rng_state, obs)
+
+
+def _step_any(env, state, counters, action, obs):  # noqa: ANN001, ANN202
+    return env_step(env.kind, state, counters, action, obs, env.max_steps)
+
+
+@overload(reset_of, jit_options=_EXACT_OPTIONS, strict=False)
+def _reset_of(env, state, counters, rng_state, obs):  # noqa: ANN001, ANN202
+    kind = _kind_of_class(env)
+    return _reset_any if kind is None else _RESETS[kind]
+
+
+@overload(step_of, jit_options=_EXACT_OPTIONS, strict=False)
+def _step_of(env, state, counters, action, obs):  # noqa: ANN001, ANN202
+    kind = _kind_of_class(env)
+    return _step_any if kind is None else _STEPS[kind]
+
+
+# The kernels the fused loops and NativeEnv call (each compiled once per class,
+# shared by the compiled and the Python callers).
+
+
+@exact_kernel
+def reset_env(env: EnvState, obs: np.ndarray) -> None:
+    """Start an episode of ``env`` (an EnvState; :func:`env_reset`), its observation to ``obs``."""
+    reset_of(env, env.state, env.counters, env.rng, obs)
+
+
+@exact_kernel
+def step_env(env: EnvState, action: int, obs: np.ndarray) -> tuple:
+    """One step of ``env`` (an EnvState; :func:`env_step`): (reward, terminated, truncated)."""
+    return step_of(env, env.state, env.counters, action, obs)
+
+
+@exact_kernel
+def reset_copy(env: VecEnvState, e: int, obs: np.ndarray) -> None:
+    """:func:`reset_env` for copy ``e`` of ``env`` (a VecEnvState)."""
+    reset_of(env, env.states[e], env.counters[e], env.rngs[e], obs)
+
+
+@exact_kernel
+def step_copy(env: VecEnvState, e: int, action: int, obs: np.ndarray) -> tuple:
+    """:func:`step_env` for copy ``e`` of ``env`` (a VecEnvState)."""
+    return step_of(env, env.states[e], env.counters[e], action, obs)

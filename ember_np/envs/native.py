@@ -76,8 +76,8 @@ class NativeEnv(gym.Env):
     @property
     def kernel_state(self) -> d.EnvState:
         """This env's live arrays as one :class:`~ember_np.envs._dispatch.EnvState`."""
-        return d.EnvState(int(self.KIND), self.state, self.counters, self._rng.state,
-                          int(self.max_steps))  # fmt: skip
+        return d.ENV_STATES[self.KIND](int(self.KIND), self.state, self.counters,
+                                       self._rng.state, int(self.max_steps))  # fmt: skip
 
     @property
     def rng(self) -> Rng:
@@ -90,7 +90,7 @@ class NativeEnv(gym.Env):
         super().reset(seed=seed)
         if seed is not None:
             self._rng.state = Rng(seed).state  # same stream as gymnasium's np_random
-        d.env_reset(self.KIND, self.state, self.counters, self._rng.state, self._obs)
+        d.reset_env(self.kernel_state, self._obs)
         self._has_reset = True
         return self._obs.copy(), {}
 
@@ -105,9 +105,7 @@ class NativeEnv(gym.Env):
             raise ValueError(f"action must be an integer in [0, {self.n_actions}), got {action!r}")
         if not self._has_reset:
             raise ValueError("call reset() before step()")
-        reward, terminated, truncated = d.env_step(
-            self.KIND, self.state, self.counters, a, self._obs, self.max_steps
-        )
+        reward, terminated, truncated = d.step_env(self.kernel_state, a, self._obs)
         return self._obs.copy(), float(reward), bool(terminated), bool(truncated), {}
 
 
@@ -216,8 +214,8 @@ class NativeVecEnv:
     @property
     def kernel_state(self) -> d.VecEnvState:
         """The copies' live arrays as one :class:`~ember_np.envs._dispatch.VecEnvState`."""
-        return d.VecEnvState(int(self.kind), self.states, self.counters, self.rng_states,
-                             int(self.max_steps))  # fmt: skip
+        return d.VEC_ENV_STATES[self.kind](int(self.kind), self.states, self.counters,
+                                           self.rng_states, int(self.max_steps))  # fmt: skip
 
     @property
     def spec(self) -> Any:

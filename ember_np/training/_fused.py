@@ -31,7 +31,14 @@ from ember_np.dqn.agent_kernels import (
 )
 from ember_np.dqn.learn import copy_into
 from ember_np.dqn.noisy import acting_params
-from ember_np.envs._dispatch import EnvState, VecEnvState, env_reset, env_step
+from ember_np.envs._dispatch import (
+    EnvState,
+    VecEnvState,
+    reset_copy,
+    reset_env,
+    step_copy,
+    step_env,
+)
 
 # loop.ints[]: the trainer's episode bookkeeping, read and written in place.
 INDEX, EPISODE_STEP, EPISODE, N_RECORDS = range(4)
@@ -81,8 +88,7 @@ def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState)
     all_legal = np.zeros(0, dtype=np.bool_)  # native envs have no action masks
     for _ in range(n_steps):
         index = ints[INDEX]
-        reward, terminated, truncated = env_step(env.kind, env.state, env.counters, index, nx,
-                                                 env.max_steps)  # fmt: skip
+        reward, terminated, truncated = step_env(env, index, nx)
         code = 1 if terminated else (2 if truncated else 0)
         next_index = agent_step(agent, x, index, reward, nx, code, code == 0, all_legal)
         if next_index < 0:
@@ -102,7 +108,7 @@ def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState)
         loop.rec_ints[r, 3] = ints[EPISODE]
         ints[N_RECORDS] = r + 1
         ints[EPISODE] += 1
-        env_reset(env.kind, env.state, env.counters, env.rng, x)
+        reset_env(env, x)
         ints[EPISODE_STEP] = 0
         episode_reward[0] = 0.0
         net = agent.net
@@ -177,10 +183,7 @@ def fused_vec_steps(until: int, env: VecEnvState, loop: FusedVecLoop, agent: Age
     while counters[0] < until:
         before = counters[0]
         for e in range(n_envs):
-            reward, terminated, truncated = env_step(
-                env.kind, env.states[e], env.counters[e], step.actions[e], step.next_obs[e],
-                env.max_steps,
-            )  # fmt: skip
+            reward, terminated, truncated = step_copy(env, e, step.actions[e], step.next_obs[e])
             code = 1 if terminated else (2 if truncated else 0)
             step.rewards[e] = reward
             step.statuses[e] = code
@@ -189,7 +192,7 @@ def fused_vec_steps(until: int, env: VecEnvState, loop: FusedVecLoop, agent: Age
             if code == 0:
                 copy_rows(step.act_obs, step.next_obs, e, e + 1)
             else:
-                env_reset(env.kind, env.states[e], env.counters[e], env.rngs[e], step.act_obs[e])
+                reset_copy(env, e, step.act_obs[e])
         result = agent_vec_step(agent, step)
         if result < 0:
             return result
