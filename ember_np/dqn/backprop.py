@@ -225,6 +225,27 @@ def backward_layout(n_params: int, sizes: np.ndarray, batch: int) -> tuple:
 
 
 @kernel
+def output_layer(
+    params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, acts: np.ndarray,
+    grads: np.ndarray, p_offs: np.ndarray, a_offs: np.ndarray,
+) -> tuple:  # fmt: skip
+    """The output layer's (W, dW, db, input h) for the backward pass, db zeroed.
+
+    Arguments as :func:`backward` takes them, and :func:`backward_layout`'s offsets.
+    """
+    batch = obs.shape[0]
+    last = n_layers_of(sizes) - 1
+    n_in = sizes[last]
+    w_last, _ = layer(params, sizes, p_offs[last], last)
+    gw, gb = layer(grads, sizes, p_offs[last], last)
+    gb[:] = 0.0
+    if last == 0:
+        return w_last, gw, gb, obs
+    return w_last, gw, gb, acts[a_offs[last - 1] : a_offs[last - 1] + batch * n_in].reshape(
+        (batch, n_in))  # fmt: skip
+
+
+@kernel
 def backward(
     params: np.ndarray, sizes: np.ndarray, obs: np.ndarray, acts: np.ndarray, dq: np.ndarray,
     actions: np.ndarray, grads: np.ndarray,
@@ -256,13 +277,7 @@ def backward(
     # loops are contiguous and vectorise.
     last = n_layers - 1
     n_in = sizes[last]
-    w_last, _ = layer(params, sizes, p_offs[last], last)
-    gw, gb = layer(grads, sizes, p_offs[last], last)
-    gb[:] = 0.0
-    if last == 0:
-        h_in = obs
-    else:
-        h_in = acts[a_offs[last - 1] : a_offs[last - 1] + batch * n_in].reshape((batch, n_in))
+    w_last, gw, gb, h_in = output_layer(params, sizes, obs, acts, grads, p_offs, a_offs)
     gw_t = np.zeros((n_act, n_in), dtype=params.dtype)
     for i in range(batch):
         for j in range(n_act):
@@ -362,13 +377,7 @@ def distributional_backward(
     p_offs, a_offs, _, _, v_off, width = backward_layout(params.shape[0], sizes, batch)
     delta_a = np.empty(batch * width, dtype=params.dtype)
     delta_b = np.empty(batch * width, dtype=params.dtype)
-    w_last, _ = layer(params, sizes, p_offs[last], last)
-    gw, gb = layer(grads, sizes, p_offs[last], last)
-    gb[:] = 0.0
-    if last == 0:
-        h_in = obs
-    else:
-        h_in = acts[a_offs[last - 1] : a_offs[last - 1] + batch * n_in].reshape((batch, n_in))
+    w_last, gw, gb, h_in = output_layer(params, sizes, obs, acts, grads, p_offs, a_offs)
     delta = delta_a[: batch * n_in].reshape((batch, n_in))
     head_backward(params, grads, v_off, n_atoms(sizes), h_in, dq, actions, w_last, gw, gb, delta,
                   last > 0)  # fmt: skip
