@@ -151,9 +151,15 @@ def env_step(
         reward, terminated = acrobot_step(state, action, obs)
     else:
         reward, terminated = mountaincar_step(state, action, obs)
+    return reward, terminated, counted_step(counters, max_steps)
+
+
+@inlined_exact_kernel
+def counted_step(counters: np.ndarray, max_steps: int) -> bool:
+    """Count a step of the episode in ``counters[0]``; whether it reached the time
+    limit ``max_steps`` (0: none), gymnasium's ``TimeLimit`` truncation."""
     counters[0] += 1
-    truncated = max_steps > 0 and counters[0] >= max_steps
-    return reward, terminated, truncated
+    return max_steps > 0 and counters[0] >= max_steps
 
 
 @inlined_exact_kernel
@@ -271,14 +277,13 @@ def random_rollout(
 _EXACT_OPTIONS = {"fastmath": False, "error_model": "numpy", "nogil": True}  # as exact_kernel
 
 
+_KIND_OF_CLASS = {cls: kind for table in (ENV_STATES, VEC_ENV_STATES)
+                  for kind, cls in table.items()}  # fmt: skip
+
+
 def _kind_of_class(env: object) -> int | None:
     """The kind an EnvState or VecEnvState class names, None for the base classes."""
-    cls = getattr(env, "instance_class", None)
-    for table in (ENV_STATES, VEC_ENV_STATES):
-        for kind, known in table.items():
-            if cls is known:
-                return kind
-    return None
+    return _KIND_OF_CLASS.get(getattr(env, "instance_class", None))
 
 
 def reset_of(env, state, counters, rng_state, obs):  # noqa: ANN001, ANN201
@@ -305,8 +310,7 @@ def _resetter(reset: Callable) -> Callable:
 def _stepper(step: Callable) -> Callable:
     def impl(env, state, counters, action, obs):  # noqa: ANN001, ANN202
         reward, terminated = step(state, action, obs)
-        counters[0] += 1
-        return reward, terminated, env.max_steps > 0 and counters[0] >= env.max_steps
+        return reward, terminated, counted_step(counters, env.max_steps)
 
     return impl
 
