@@ -214,6 +214,53 @@ def test_every_block_declares_what_it_is():
     assert counts["run"] > counts["skipped"]
 
 
+# ------------------------------------------------- pages that read as documentation
+
+#: The project's own tracker, cited as "issue 26" / "Issue 26's" / "issues 14 and 26": a
+#: reader has no such issues. Not preceded by "/" or a word character, so a link to another
+#: project's tracker (``github.com/o/r/issues/12``) is not a citation.
+INTERNAL_ISSUE = re.compile(r"(?<![/\w])issues?\s+#?\d+", re.I)
+#: A "bar" in the sense of an internal acceptance target ("bar 0.2 s: met", "issue 14's
+#: bars", "(bar: >= 1.3x)"). A progress bar, an error bar or a bar chart is not one.
+INTERNAL_BAR = re.compile(r"(?<!progress )(?<!error )\bbars?\b(?! charts?\b)", re.I)
+SNIPPET = re.compile(r'^--8<-- "([^"]+)"$', re.M)
+
+
+def reader_facing_text(page: Path) -> str:
+    """The page's Markdown with the files its ``--8<--`` lines include in their place
+    (they show on the site as part of the page)."""
+    text = page.read_text()
+    return SNIPPET.sub(lambda m: (ROOT / m.group(1)).read_text(), text)
+
+
+def test_internal_references_pattern_is_precise():
+    """The patterns catch the project's internal citations and nothing else."""
+    cited = ["Issue 25's bars, as measured here", "issue 26's bar, >= -72, met",
+             "(bar 0.2 s: met)", "bar (issue 14)", "Bars: S1 >= 20x", "issues 14 and 26",
+             "the 60 s bar of `--seeds 20`", "issue #7"]  # fmt: skip
+    fine = ["a progress bar", "error bars", "a bar chart", "barrier", "crowbar",
+            "https://github.com/numba/numba/issues/4321", "tissue 3", "foobar"]  # fmt: skip
+    for text in cited:
+        assert INTERNAL_ISSUE.search(text) or INTERNAL_BAR.search(text), text
+    for text in fine:
+        assert not (INTERNAL_ISSUE.search(text) or INTERNAL_BAR.search(text)), text
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_page_cites_no_internal_issue_or_bar(page):
+    """A reader has no access to the project's issues and their acceptance bars: a
+    figure stands on its own with its command and machine, and a limit is explained
+    in the reader's terms. Included files (``--8<--``) count as part of the page."""
+    found = []
+    for number, line in enumerate(reader_facing_text(page).splitlines(), 1):
+        for pattern in (INTERNAL_ISSUE, INTERNAL_BAR):
+            found += [f"line {number}: {m.group(0)!r} in {line.strip()[:100]!r}"
+                      for m in pattern.finditer(line)]  # fmt: skip
+    assert not found, f"{page.relative_to(ROOT)} cites internal issues or bars:\n" + "\n".join(
+        found
+    )
+
+
 # ---------------------------------------------------------------- the built site
 
 
@@ -307,6 +354,63 @@ def test_built_site_has_no_broken_internal_link(site):
             checked += 1
     assert checked > 1000
     assert not broken, "\n".join(broken)
+
+
+class _Article(html.parser.HTMLParser):
+    """The text of a built page's article (``md-content__inner``): its title
+    (the ``h1``) apart from the rest; permalink marks (``a.headerlink``) dropped."""
+
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
+            "source", "track", "wbr"}  # fmt: skip
+
+    def __init__(self):
+        super().__init__()
+        self.stack: list[str] = []  # per open element inside the article: "title", "skip" or ""
+        self.title: list[str] = []
+        self.body: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        classes = (dict(attrs).get("class") or "").split()
+        if not self.stack:
+            if tag == "article" and "md-content__inner" in classes:
+                self.stack.append("")
+            return
+        if tag in self.VOID:
+            return
+        kind = "title" if tag == "h1" else "skip" if "headerlink" in classes else ""
+        self.stack.append(kind)
+
+    def handle_endtag(self, tag):
+        if self.stack and tag not in self.VOID:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if not self.stack or "skip" in self.stack:
+            return
+        (self.title if "title" in self.stack else self.body).append(data)
+
+
+@pytest.mark.xdist_group("docs_site")
+def test_every_page_of_the_site_has_text_beyond_its_title(site):
+    """A page that shows its title and nothing else (as the home page once did:
+    ``# index`` alone) fails: every built page's article holds at least a
+    sentence's worth of words besides its ``h1``."""
+    out, log = site
+    assert log.startswith("exit 0"), log
+    empty, counted = [], 0
+    for path in sorted(out.rglob("*.html")):
+        name = path.relative_to(out).as_posix()
+        if name == "404.html":  # the theme's, not a page of docs/
+            continue
+        article = _Article()
+        article.feed(path.read_text())
+        words = " ".join(article.body).split()
+        counted += 1
+        if len(words) < 10:
+            empty.append(f"{name}: title {' '.join(''.join(article.title).split())!r}, "
+                         f"then {len(words)} words: {' '.join(words)!r}")
+    assert counted >= len(list((ROOT / "docs").rglob("*.md")))
+    assert not empty, "pages with no text beyond their title:\n" + "\n".join(empty)
 
 
 def public_names() -> dict[str, list[str]]:
