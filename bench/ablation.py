@@ -181,10 +181,10 @@ def report(results: Path, out: Path) -> str:
         "Each env's `rainbow` preset, then the preset with one component removed. Cells: IQM "
         f"[95% bootstrap CI] over seeds of each seed's final policy's mean return on "
         f"{FINAL_EPISODES} fresh greedy episodes (bench/learning.py's protocol); 'solved': "
-        "seeds at or above the env's bar. 'soft target off': tau 1 with a hard sync every "
+        "seeds at or above the env's threshold. 'soft target off': tau 1 with a hard sync every "
         f"{HARD_SYNC} steps.",
         "",
-        "| env (budget, seeds) | variant | final IQM [95% CI] | solved (final >= bar) | "
+        "| env (budget, seeds) | variant | final IQM [95% CI] | solved (final >= threshold) | "
         "change of IQM | wall time |",
         "|---|---|---|---|---|---|",
     ]

@@ -390,16 +390,16 @@ def report(results: Path, out: Path, plot_path: Path) -> str:
         f"IQM [95% stratified-bootstrap CI] over seeds of each seed's mean greedy return on "
         f"{FINAL_EPISODES} fresh episodes: 'final' is the policy at the end of the budget, "
         "'best' best.npz (the best of ten periodic 10-episode evaluations). 'solved': seeds "
-        "whose final policy reaches the env's bar. P(> SB3 zoo): probability that a random "
+        "whose final policy reaches the env's threshold. P(> SB3 zoo): probability that a random "
         "seed of the row's final policy beats a random SB3 seed's (ties count half), with its "
         "95% CI. ember_np's presets: `rainbow` (this project's, chosen on tuning seeds "
         "1000-1019, never on these), `zoo` (the RL Zoo's hyperparameters, as SB3 gets them). "
-        "Wall time: all seeds, on the workers shown. 'compiled env x N' (issue 25): the same "
+        "Wall time: all seeds, on the workers shown. 'compiled env x N': the same "
         "preset and transitions on ember_np's compiled env, N copies stepped together in the "
         "compiled vector loop (x 1: the compiled single env; the plain rows train on "
         "gymnasium's Python env), `--num-envs N`.",
         "",
-        "| env | library, preset (budget) | seeds | final | best | solved (final >= bar) "
+        "| env | library, preset (budget) | seeds | final | best | solved (final >= threshold) "
         "| P(> SB3 zoo), final | wall time |",
         "|---|---|---|---|---|---|---|---|",
     ]
