@@ -407,8 +407,10 @@ def test_every_page_of_the_site_has_text_beyond_its_title(site):
         words = " ".join(article.body).split()
         counted += 1
         if len(words) < 10:
-            empty.append(f"{name}: title {' '.join(''.join(article.title).split())!r}, "
-                         f"then {len(words)} words: {' '.join(words)!r}")
+            empty.append(
+                f"{name}: title {' '.join(''.join(article.title).split())!r}, "
+                f"then {len(words)} words: {' '.join(words)!r}"
+            )
     assert counted >= len(list((ROOT / "docs").rglob("*.md")))
     assert not empty, "pages with no text beyond their title:\n" + "\n".join(empty)
 
