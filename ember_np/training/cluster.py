@@ -55,10 +55,11 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ember_np.checkpoint import atomic_write_text
+from ember_np.checkpoint import atomic_write, atomic_write_text, fsync_dir
+from ember_np.training.run import LOCK_FILE
 from ember_np.training.seed_run import train_seed
 from ember_np.training.seeds import RESULT_FILE, SeedSpec
 from ember_np.training.setup import one_line
@@ -320,7 +321,7 @@ def seed_task(spec_data: dict[str, Any], seed: int, where: str, key: str) -> dic
         report.send()
         dirs = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_dir())
         files = {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
-                 if p.is_file() and p.name != RESULT_FILE}  # fmt: skip
+                 if p.is_file() and p.name not in (RESULT_FILE, LOCK_FILE)}  # fmt: skip
     report.event("trained")
     return {"seed": seed, "attempt": report.attempt, "result": result.to_dict(), "dirs": dirs,
             "files": files}  # fmt: skip
@@ -329,23 +330,94 @@ def seed_task(spec_data: dict[str, Any], seed: int, where: str, key: str) -> dic
 # -- on the client ----------------------------------------------------------------
 
 
-def write_seed(parent: Path, payload: dict[str, Any]) -> Path:
+def write_seed(
+    parent: Path, payload: dict[str, Any], seed: int | None = None, worker: str = "its worker"
+) -> Path:
     """Write a finished task's run directory as ``parent/seed_<s>/``, ``result.json`` last.
 
     The directory must not exist (a seed trained again was renamed
     ``seed_<s>.interrupted`` by resume). Until ``result.json`` is written the
     seed counts as unfinished, so a client that dies halfway leaves a seed
     that ``ember-np resume`` trains again.
+
+    What a worker returns is checked before anything is written: the seed must
+    be ``seed`` (the one the client submitted), and every relative path must
+    stay inside ``seed_<s>/`` (no absolute path, no ``..``); the worker's
+    ``.lock`` is not copied. Each file is written as every checkpoint is
+    (``atomic_write``: temporary file, fsync, rename, directory fsync), into
+    directories made here and checked to be directories, not links.
+
+    Parameters
+    ----------
+    parent : Path
+        The multi-seed run's parent directory.
+    payload : dict
+        What :func:`seed_task` returned.
+    seed : int, optional
+        The seed the client submitted (default: the payload's own).
+    worker : str
+        Who returned ``payload``, named in the errors.
+
+    Raises
+    ------
+    ClusterError
+        The payload names another seed, or a path outside the seed's directory.
+    OSError
+        A file could not be written (the seed then has no ``result.json``).
     """
-    target = parent / f"seed_{payload['seed']}"
+    if seed is None:
+        seed = payload.get("seed")
+    if payload.get("seed") != seed or not _is_int(seed):
+        raise ClusterError(f"{worker} returned the files of seed {payload.get('seed')!r} for "
+                           f"the task of seed {seed!r}; none were written")  # fmt: skip
+    dirs = [_checked_rel(rel, worker, seed) for rel in payload["dirs"]]
+    files = {_checked_rel(rel, worker, seed): data for rel, data in payload["files"].items()}
+    target = Path(parent) / f"seed_{seed}"
     target.mkdir()  # FileExistsError if taken: never mix two runs' files
-    for rel in payload["dirs"]:
-        (target / rel).mkdir(exist_ok=True)
-    for rel, data in payload["files"].items():
-        (target / rel).write_bytes(data)
+    fsync_dir(parent)
+    for rel in dirs:
+        _make_dirs(target, rel)
+    for rel, data in files.items():
+        if rel.parts == (LOCK_FILE,) or rel.parts == (RESULT_FILE,):
+            continue  # the worker's lock; result.json is written last, from "result"
+        if not isinstance(data, bytes):
+            raise ClusterError(f"{worker} returned {type(data).__name__} for {rel} of seed "
+                               f"{seed}, not bytes")  # fmt: skip
+        _make_dirs(target, rel.parent)
+        atomic_write(target / rel, lambda f, data=data: f.write(data))
     result = {**payload["result"], "run_dir": str(target)}  # the local run's result.json
     atomic_write_text(target / RESULT_FILE, json.dumps(result, indent=1))
     return target
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checked_rel(rel: Any, worker: str, seed: int) -> PurePosixPath:
+    """``rel`` as a relative path that stays inside the seed's directory; ClusterError if not."""
+    path = PurePosixPath(rel) if isinstance(rel, str) else None
+    if path is None or not path.parts or path.is_absolute() or ".." in path.parts:
+        raise ClusterError(
+            f"{worker} returned the path {rel!r} for seed {seed}, outside seed_{seed}/ (a "
+            "relative path without '..' was expected); nothing of the seed was written"
+        )
+    return path
+
+
+def _make_dirs(target: Path, rel: PurePosixPath) -> None:
+    """Make ``target/rel`` and its parents, each a directory here and not a link (ClusterError)."""
+    here = target
+    for part in rel.parts:
+        here = here / part
+        try:
+            here.mkdir()
+            fsync_dir(here.parent)
+        except FileExistsError:
+            pass
+        if here.is_symlink() or not here.is_dir():
+            raise ClusterError(f"{here} is a link or not a directory: the seed's files are "
+                               "written only into directories made for them")  # fmt: skip
 
 
 class _Progress:
@@ -436,9 +508,9 @@ def run_seeds(
                 try:
                     if future.status != "finished":
                         raise RuntimeError(_why(future))
-                    write_seed(parent, future.result())
+                    write_seed(parent, future.result(), seed, bar.where.get(seed, "its worker"))
                     done += 1
-                except (RuntimeError, OSError) as exc:
+                except (RuntimeError, OSError, ClusterError) as exc:
                     failed.append(seed)
                     bar.write(f"seed {seed} did not finish: {exc}; the other seeds go on "
                               f"(ember-np resume {parent} trains it again)")  # fmt: skip
