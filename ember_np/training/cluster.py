@@ -47,6 +47,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -105,12 +106,15 @@ def connect(address: str) -> Any:
     Raises
     ------
     ClusterError
-        Dask's distributed is not installed (naming the pip extra), or no
-        scheduler answered at ``address`` within :data:`CONNECT_TIMEOUT` seconds.
+        Dask's distributed is not installed (naming the pip extra), a port
+        outside 1..65535 or a ``tls://`` address without a TLS configuration
+        (at once, without waiting), or no scheduler answered at ``address``
+        within :data:`CONNECT_TIMEOUT` seconds.
     """
     if not isinstance(address, str) or not address.strip():
         raise ClusterError(f"expected a scheduler address such as tcp://HOST:8786, "
                            f"got {address!r}")  # fmt: skip
+    _check_port(address)
     try:
         import dask
         from dask.utils import parse_timedelta
@@ -118,6 +122,7 @@ def connect(address: str) -> Any:
     except ImportError as exc:
         raise ClusterError(f"a Dask scheduler needs Dask's distributed ({one_line(exc)}): "
                            "pip install 'ember-np[dask]'") from None  # fmt: skip
+    _check_tls(address)
     configured = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
     timeout = min(CONNECT_TIMEOUT, configured)
     import logging
@@ -148,6 +153,33 @@ def connect(address: str) -> Any:
         quiet.setLevel(level)
     _collect_failed_clients()
     raise error  # outside the handlers: no __context__ keeps the failed client alive
+
+
+def _check_port(address: str) -> None:
+    """ClusterError at once when ``address``'s port is outside 1..65535 (no connection can
+    reach it, and Dask would only say so after its connect timeout)."""
+    location = address.strip().partition("://")[2] or address.strip()
+    port = re.fullmatch(r"(?:\[[^\]]*\]|[^:\[\]/]*):(\d+)/?", location)
+    if port and not 1 <= int(port[1]) <= 65535:
+        raise ClusterError(f"the port of the scheduler address {address} is {int(port[1])}, "
+                           "outside 1..65535: give the address `dask scheduler` prints, "
+                           "e.g. tcp://HOST:8786")  # fmt: skip
+
+
+def _check_tls(address: str) -> None:
+    """ClusterError at once for a ``tls://`` address when Dask has no TLS configuration."""
+    from distributed.security import Security
+
+    if not address.strip().lower().startswith("tls://"):
+        return
+    if Security().get_connection_args("client")["ssl_context"] is None:
+        raise ClusterError(
+            f"{address} is a TLS scheduler address, but no TLS is configured for Dask's "
+            "client: set distributed.comm.tls.ca-file, .client.cert and .client.key in "
+            "Dask's configuration (e.g. the environment variables "
+            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT "
+            "and DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY naming PEM files), or use tcp://"
+        )
 
 
 def _collect_failed_clients() -> None:
