@@ -397,6 +397,10 @@ def write_seed(
     OSError
         A file could not be written (the seed then has no ``result.json``).
     """
+    shapes = (("result", dict), ("dirs", list), ("files", dict))
+    if not isinstance(payload, dict) or not all(isinstance(payload.get(k), t) for k, t in shapes):
+        raise ClusterError(f"{worker} returned {type(payload).__name__} for seed {seed}, not "
+                           "a seed's run (result, dirs, files); none was written")  # fmt: skip
     if seed is None:
         seed = payload.get("seed")
     if payload.get("seed") != seed or not _is_int(seed):
