@@ -44,7 +44,7 @@ from ember_np._npz import (
 from ember_np.dqn.head import DistributionalHead
 
 __all__ = [
-    "AgentKeys", "ArrayInfo", "CheckpointError", "atomic_write", "inspect_archive",
+    "AgentKeys", "ArrayInfo", "CheckpointError", "atomic_write", "fsync_dir", "inspect_archive",
     "load_arrays", "save_arrays",
 ]  # fmt: skip
 
@@ -168,7 +168,8 @@ class CheckpointError(ValueError):
         super().__init__(f"{self.path}: {problem}")
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """fsync ``directory``: the entries made or renamed in it survive a power loss."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory fds
@@ -205,7 +206,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
         if isinstance(exc, OSError):  # name the file the caller asked for, not the temporary
             raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from exc
         raise
-    _fsync_dir(os.path.dirname(target) or ".")
+    fsync_dir(os.path.dirname(target) or ".")
 
 
 def _create_temporary(target: str) -> tuple[int, str]:

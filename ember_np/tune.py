@@ -264,6 +264,7 @@ def settings_for(
     say: Callable[[str], None] = print,
     num_envs: int = 1,
     vectorization: str | None = None,
+    gymnasium_env: bool = False,
 ) -> TuneSettings:
     """The settings of a study on ``env_id``, as ``ember-np tune`` builds them.
 
@@ -282,8 +283,8 @@ def settings_for(
         ``key=value`` DqnConfig fields fixed (not searched).
     say : callable
         Gets the line saying action masks were turned on.
-    num_envs, vectorization
-        Envs each seed steps together: ``ember-np train``'s ``--num-envs``, ``--vectorization``.
+    num_envs, vectorization, gymnasium_env
+        ``ember-np train``'s ``--num-envs``, ``--vectorization`` and ``--gymnasium-env``.
 
     Raises
     ------
@@ -296,14 +297,13 @@ def settings_for(
 
     steps, n_seeds, evals, eval_episodes = budget
     make_env(env_id).close()
-    train_env_id = NATIVE_IDS.get(env_id, env_id)  # the compiled twin, as ember-np train
+    train_env_id = env_id if gymnasium_env else NATIVE_IDS.get(env_id, env_id)  # as train
     num_envs, vectorization = vector_settings(train_env_id, num_envs, vectorization)
     preset = default_preset(env_id.removeprefix("ember_np/"))
     base = preset.config if preset is not None else DqnConfig()
     fixed = parse_sets(sets)
     base = with_env_masks(base, train_env_id, fixed, say)  # as ember-np train: masks where given
-    if "hidden_sizes" in fixed and isinstance(fixed["hidden_sizes"], tuple):
-        fixed["hidden_sizes"] = list(fixed["hidden_sizes"])
+    fixed = {k: list(v) if isinstance(v, tuple) else v for k, v in fixed.items()}  # JSON's
     steps = steps or (preset.steps if preset is not None else DEFAULT_STEPS)
     if evals > steps:
         raise SetupError(f"--evals must be <= --steps (got {evals} > {steps})")

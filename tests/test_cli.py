@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -61,6 +63,7 @@ def test_resume_continues_steps_and_epsilon(tmp_path, capsys):
     assert main(["resume", str(run_dir), "--steps", "500", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert f"at step 1,500 (epsilon {before.epsilon:.3f}" in out
+    assert "500 more steps, to step 2,000" in out  # --steps: more steps, not a total
     after = DqnAgent.from_checkpoint(run_dir / "checkpoints" / "latest.npz")
     assert after.total_steps == 2000 and after.n_updates > before.n_updates
     run = TrainingRun.resume(run_dir)
@@ -68,6 +71,27 @@ def test_resume_continues_steps_and_epsilon(tmp_path, capsys):
     rows = run.read_train_episodes()
     assert [r["episode"] for r in rows] == list(range(len(rows)))
     assert len(rows) > episodes
+
+
+def test_resume_steps_means_more_steps_in_the_help_and_in_every_documented_example(capsys):
+    # `resume --steps N` trains N more steps. A guide once said "--steps 100000  # on to
+    # 100,000 steps" of a run already at 50,000 (it would have ended at 150,000).
+    with pytest.raises(SystemExit):
+        main(["resume", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--steps N N more env steps, on top of the run's own" in help_text
+    root = Path(__file__).resolve().parents[1]
+    examples = []
+    for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        if page.name == "changelog.md":  # history, not instructions
+            continue
+        for line in page.read_text(encoding="utf-8").splitlines():
+            found = re.search(r"ember-np resume \S+.*--steps (\d+)\s*#\s*(.*)", line)
+            if found:
+                examples.append((page.name, int(found[1]), found[2]))
+    assert examples  # the guide's first session resumes a run
+    for page, n, comment in examples:
+        assert f"{n:,} more steps" in comment, (page, n, comment)
 
 
 def test_plot_writes_a_png(tmp_path):
@@ -78,13 +102,18 @@ def test_plot_writes_a_png(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_plot_without_matplotlib_is_one_line(tmp_path, monkeypatch, capsys):
+def test_plot_without_matplotlib_is_one_line_exit_2_as_every_missing_extra(tmp_path,
+                                                                           monkeypatch, capsys):
     run_dir = train_run(tmp_path)
     capsys.readouterr()
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
-    assert main(["plot", str(run_dir), "-o", str(tmp_path / "x.png")]) == 1
-    err = capsys.readouterr().err.strip()
-    assert err == "ember-np plot needs matplotlib: pip install 'ember-np[plot]'"
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    assert main(["plot", str(run_dir), "-o", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert err == 'ember-np: error: ember-np plot needs matplotlib: pip install "ember-np[plot]"\n'
+    assert not (tmp_path / "x.png").exists()
+    monkeypatch.setitem(sys.modules, "onnx", None)  # the same style as export's missing extra
+    assert main(["export", str(run_dir), "-o", str(tmp_path / "x.onnx")]) == 2
+    assert capsys.readouterr().err.startswith('ember-np: error: ember-np export needs the onnx')
 
 
 @pytest.mark.parametrize(

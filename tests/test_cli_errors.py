@@ -370,3 +370,43 @@ def test_eval_env_normalizes_with_the_training_statistics_frozen():
     assert trainer.eval_env.obs_rms is train_env.obs_rms
     unfrozen = make_eval_env(train_env, frozen_stats=False)
     assert unfrozen.obs_rms is not train_env.obs_rms and unfrozen.update_running_mean
+
+
+# -- --set takes tuples as the messages write them ------------------------------------------
+
+
+def tuple_fields() -> list[str]:
+    import dataclasses
+
+    return [f.name for f in dataclasses.fields(DqnConfig)
+            if isinstance(getattr(DqnConfig(), f.name), tuple)]  # fmt: skip
+
+
+@pytest.mark.parametrize("text, value", [
+    ("(64, 64)", (64, 64)), ("(64,64)", (64, 64)), ("64,64", (64, 64)), ("(64,)", (64,)),
+    ("64,", (64,)), (" ( 32 , 16 ) ", (32, 16)), ("[64, 64]", (64, 64)),
+])  # fmt: skip
+def test_set_reads_a_tuple_as_python_writes_it_for_every_tuple_field(text, value):
+    from ember_np.training.setup import parse_sets
+
+    assert tuple_fields()  # hidden_sizes at least
+    for name in tuple_fields():
+        assert parse_sets([f"{name}={text}"]) == {name: value}
+
+
+def test_set_hidden_sizes_as_the_error_message_writes_it_trains(tmp_path, capsys):
+    for k, text in enumerate(["(16, 8)", "(16,)"]):
+        # this --set replaces SMALL's (argparse keeps the last), so hidden_sizes is ours
+        assert train(tmp_path / str(k), "--set", f"hidden_sizes={text}", steps=50) == 0
+        (config,) = (tmp_path / str(k)).rglob("config.json")
+        assert json.loads(config.read_text())["dqn"]["hidden_sizes"] == list(
+            json.loads(f"[{text[1:-1].rstrip(',')}]"))
+
+
+@pytest.mark.parametrize("text", ["garbage", "(64)", "(a, b)", ",", "(,)", "(1, [2])", "64,x"])
+def test_set_garbage_for_a_tuple_field_is_still_one_clear_line(tmp_path, capsys, text):
+    assert train(tmp_path, "--set", f"hidden_sizes={text}", steps=50) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ember-np: error: --set: hidden_sizes must be")
+    assert "e.g. (64, 64)" in err and repr(text) in err
+    assert not list(tmp_path.iterdir())

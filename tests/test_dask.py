@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -137,7 +138,9 @@ def assert_seeds_are_the_local_runs(parent: Path, local_runs: dict[int, Path], s
         assert_same_run(run, local_runs[seed])
         files = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
         local = sorted(str(p.relative_to(local_runs[seed])) for p in local_runs[seed].rglob("*"))
-        assert files == sorted([*local, "result.json"])  # every file came back, nothing else
+        # every file came back, nothing else; the worker's lock is not copied (the
+        # client's seed directory is not locked by a process that has ended)
+        assert files == sorted([*(f for f in local if f != ".lock"), "result.json"])
         data = json.loads((run / "result.json").read_text())
         assert data["run_dir"] == str(run) and data["seed"] == seed  # the client's path
 
@@ -283,6 +286,52 @@ def test_scheduler_options_that_cannot_work_are_one_line(args, message, tmp_path
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("address, port", [("tcp://127.0.0.1:99999", 99999),
+                                           ("tcp://127.0.0.1:0", 0), ("[::1]:65536", 65536)])
+def test_a_port_out_of_range_is_said_at_once(address, port, tmp_path, capsys, monkeypatch):
+    import distributed
+
+    def no_client(*args, **kwargs):  # "at once": no connection is even tried
+        raise AssertionError("a client was made")
+
+    monkeypatch.setattr(distributed, "Client", no_client)
+    assert main([*ARGS, "--seeds", "2", "--scheduler", address, "--root",
+                 str(tmp_path / "runs")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"is {port}, outside 1..65535" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_tls_without_a_tls_configuration_says_what_tls_needs(tmp_path, capsys, monkeypatch):
+    import dask
+    import distributed
+
+    monkeypatch.setattr(distributed, "Client", lambda *a, **k: pytest.fail("a client was made"))
+    address = "tls://127.0.0.1:8786"
+    assert main([*ARGS, "--seeds", "2", "--scheduler", address, "--root",
+                 str(tmp_path / "runs")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a scheduler address" not in err, err
+    assert f"{address} is a TLS scheduler address, but no TLS is configured" in err
+    assert "distributed.comm.tls.ca-file" in err and "DASK_DISTRIBUTED__COMM__TLS__CA_FILE" in err
+    monkeypatch.undo()
+    # Configured as the line says, the address is tried (and nothing listens there).
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)  # fmt: skip
+    tls = {"distributed.comm.tls.ca-file": str(cert), "distributed.comm.tls.client.cert":
+           str(cert), "distributed.comm.tls.client.key": str(key),
+           "distributed.comm.timeouts.connect": "1s"}  # fmt: skip
+    address = f"tls://127.0.0.1:{free_port()}"
+    with dask.config.set(tls):
+        assert main([*ARGS, "--seeds", "2", "--scheduler", address, "--root",
+                     str(tmp_path / "runs")]) == 2  # fmt: skip
+    assert f"no Dask scheduler answered at {address}" in capsys.readouterr().err
 
 
 def test_without_a_scheduler_dask_is_not_imported(tmp_path):

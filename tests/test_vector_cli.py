@@ -182,3 +182,19 @@ def test_tune_with_num_envs_trains_trials_on_n_envs(tmp_path, capsys):
     tune_json = json.loads((tmp_path / "t" / "tune.json").read_text())
     assert tune_json["settings"]["num_envs"] == 4
     assert "on ember_np/CartPole-v1 (4 envs)" in capsys.readouterr().out
+
+
+def test_tune_takes_gymnasium_env_and_its_trials_train_on_gymnasiums_env(tmp_path, capsys):
+    # The refusal of --vectorization on a compiled env says "add --gymnasium-env": tune
+    # takes it as train does, and every trial then steps gymnasium's own env's copies.
+    optuna = pytest.importorskip("optuna")
+    assert main(["tune", "CartPole-v1", "--trials", "1", "--seeds", "1", "--steps", "200",
+                 "--evals", "1", "--eval-episodes", "1", "--workers", "1", "--num-envs", "2",
+                 "--vectorization", "async", "--gymnasium-env", "--dir", str(tmp_path / "t"),
+                 "--set", "hidden_sizes=[8]", "min_replay_size=64", "--quiet"]) == 0  # fmt: skip
+    settings = json.loads((tmp_path / "t" / "tune.json").read_text())["settings"]
+    assert settings["train_env_id"] == "CartPole-v1" and settings["vectorization"] == "async"
+    assert "on CartPole-v1 (2 envs)" in capsys.readouterr().out
+    study = optuna.load_study(study_name="CartPole-v1",
+                              storage=f"sqlite:///{tmp_path / 't' / 'study.db'}")  # fmt: skip
+    assert [t.state.name for t in study.trials] == ["COMPLETE"]

@@ -14,6 +14,7 @@ Subcommands::
     ember-np export RUN_PATH_OR_CHECKPOINT [--checkpoint best|latest|step_N] -o FILE.onnx
     ember-np tune ENV_ID [--trials N] [--seeds K] [--steps N] [--workers W] [--storage URL]
                   [--study NAME] [--sampler tpe|random] [--pruner median|none] [--timeout S]
+                  [--gymnasium-env] [--num-envs N [--vectorization sync|async]]
                   (needs the tune extra)
 
 Bad arguments print one line and exit with status 2.

@@ -7,7 +7,6 @@ directory), evaluate, summarise, draw, serve or convert what it holds.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from ember_np.cli import common
@@ -23,6 +22,7 @@ from ember_np.cli.common import (
 from ember_np.training.setup import check_checkpoint_env
 
 __all__ = [
+    "PLOT_INSTALL_HINT",
     "add_dashboard_parser",
     "add_eval_parser",
     "add_export_parser",
@@ -81,16 +81,19 @@ def smooth(values: list[float], window: int) -> list[float]:
     return out
 
 
+#: The one line (exit status 2, as every missing extra) when matplotlib is missing.
+PLOT_INSTALL_HINT = 'ember-np plot needs matplotlib: pip install "ember-np[plot]"'
+
+
 def pyplot() -> Any:
-    """matplotlib.pyplot on the Agg backend, or None (after saying so) without matplotlib."""
+    """matplotlib.pyplot on the Agg backend; UsageError (:data:`PLOT_INSTALL_HINT`) without it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("ember-np plot needs matplotlib: pip install 'ember-np[plot]'", file=sys.stderr)
-        return None
+        raise UsageError(PLOT_INSTALL_HINT) from None
     return plt
 
 
@@ -102,8 +105,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
         return plot_multiseed(args)
     runs = [open_run(p) for p in args.run_paths]
     plt = pyplot()
-    if plt is None:
-        return 1
     fig, ax = plt.subplots(figsize=(8, 4.5))
     out = plot_output(args.output, fig)
     for run in runs:
@@ -152,8 +153,6 @@ def plot_multiseed(args: argparse.Namespace) -> int:
 
     results = load_results(args.run_paths)
     plt = pyplot()
-    if plt is None:
-        return 1
     fig, (curves, profiles) = plt.subplots(1, 2, figsize=(11, 4.2))
     out = plot_output(args.output, fig)  # as the single-run plot: checked before drawing
     finals = [np.array(r.scores("final")) for r in results]

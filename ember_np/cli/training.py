@@ -267,7 +267,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if num_envs > 1:
         say_env_state(trainer, num_envs, vectorization)
     print(f"resuming {run.dir} at step {agent.total_steps:,} (epsilon {agent.epsilon:.3f}, "
-          f"{len(agent.buffer):,} transitions in the replay buffer)")  # fmt: skip
+          f"{len(agent.buffer):,} transitions in the replay buffer): {args.steps:,} more "
+          f"steps, to step {agent.total_steps + args.steps:,}")  # fmt: skip
     train_loop(trainer, args.steps, eval_every, eval_episodes, args.quiet)
     return 0
 
@@ -523,7 +524,9 @@ def add_resume_parser(sub: Any) -> None:
         "resume", help="continue a run from latest.npz, or finish a multi-seed run's seeds"
     )
     p.add_argument("run_path")
-    p.add_argument("--steps", type=positive, help="more env steps (a single run)")
+    p.add_argument("--steps", type=positive, metavar="N",
+                   help="N more env steps, on top of the run's own (a single run): a run at "
+                   "step 50,000 resumed with --steps 100000 ends at 150,000")  # fmt: skip
     p.add_argument("--workers", type=positive, help="processes (a multi-seed run)")
     p.add_argument("--scheduler", metavar="ADDRESS", help=SCHEDULER_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -67,6 +67,9 @@ def add_tune_parser(sub: Any) -> None:
         help="seconds between heartbeats; a silent trial is failed and retried after 3x",
     )  # fmt: skip
     add_vector_arguments(p)
+    p.add_argument("--gymnasium-env", action="store_true",
+                   help="train on gymnasium's own env, not ember_np's compiled twin of "
+                   "CartPole-v1, Acrobot-v1 or MountainCar-v0 (as train's)")  # fmt: skip
     p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="fix DqnConfig fields")
     p.add_argument("--show", action="store_true", help="only print the study's results")
     p.add_argument("--quiet", action="store_true", help="no line per trial")
@@ -77,7 +80,8 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
     """``tune``'s options as the study's :class:`~ember_np.tune.TuneSettings`."""
     return settings_for(args.env_id, (args.steps, args.seeds, args.evals, args.eval_episodes),
                         args.seed, args.set or [], num_envs=args.num_envs,
-                        vectorization=args.vectorization)  # fmt: skip
+                        vectorization=args.vectorization,
+                        gymnasium_env=args.gymnasium_env)  # fmt: skip
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

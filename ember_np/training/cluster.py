@@ -47,6 +47,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -55,10 +56,11 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ember_np.checkpoint import atomic_write_text
+from ember_np.checkpoint import atomic_write, atomic_write_text, fsync_dir
+from ember_np.training.run import LOCK_FILE
 from ember_np.training.seed_run import train_seed
 from ember_np.training.seeds import RESULT_FILE, SeedSpec
 from ember_np.training.setup import one_line
@@ -104,12 +106,15 @@ def connect(address: str) -> Any:
     Raises
     ------
     ClusterError
-        Dask's distributed is not installed (naming the pip extra), or no
-        scheduler answered at ``address`` within :data:`CONNECT_TIMEOUT` seconds.
+        Dask's distributed is not installed (naming the pip extra), a port
+        outside 1..65535 or a ``tls://`` address without a TLS configuration
+        (at once, without waiting), or no scheduler answered at ``address``
+        within :data:`CONNECT_TIMEOUT` seconds.
     """
     if not isinstance(address, str) or not address.strip():
         raise ClusterError(f"expected a scheduler address such as tcp://HOST:8786, "
                            f"got {address!r}")  # fmt: skip
+    _check_port(address)
     try:
         import dask
         from dask.utils import parse_timedelta
@@ -117,6 +122,7 @@ def connect(address: str) -> Any:
     except ImportError as exc:
         raise ClusterError(f"a Dask scheduler needs Dask's distributed ({one_line(exc)}): "
                            "pip install 'ember-np[dask]'") from None  # fmt: skip
+    _check_tls(address)
     configured = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
     timeout = min(CONNECT_TIMEOUT, configured)
     import logging
@@ -147,6 +153,33 @@ def connect(address: str) -> Any:
         quiet.setLevel(level)
     _collect_failed_clients()
     raise error  # outside the handlers: no __context__ keeps the failed client alive
+
+
+def _check_port(address: str) -> None:
+    """ClusterError at once when ``address``'s port is outside 1..65535 (no connection can
+    reach it, and Dask would only say so after its connect timeout)."""
+    location = address.strip().partition("://")[2] or address.strip()
+    port = re.fullmatch(r"(?:\[[^\]]*\]|[^:\[\]/]*):(\d+)/?", location)
+    if port and not 1 <= int(port[1]) <= 65535:
+        raise ClusterError(f"the port of the scheduler address {address} is {int(port[1])}, "
+                           "outside 1..65535: give the address `dask scheduler` prints, "
+                           "e.g. tcp://HOST:8786")  # fmt: skip
+
+
+def _check_tls(address: str) -> None:
+    """ClusterError at once for a ``tls://`` address when Dask has no TLS configuration."""
+    from distributed.security import Security
+
+    if not address.strip().lower().startswith("tls://"):
+        return
+    if Security().get_connection_args("client")["ssl_context"] is None:
+        raise ClusterError(
+            f"{address} is a TLS scheduler address, but no TLS is configured for Dask's "
+            "client: set distributed.comm.tls.ca-file, .client.cert and .client.key in "
+            "Dask's configuration (e.g. the environment variables "
+            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT "
+            "and DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY naming PEM files), or use tcp://"
+        )
 
 
 def _collect_failed_clients() -> None:
@@ -320,7 +353,7 @@ def seed_task(spec_data: dict[str, Any], seed: int, where: str, key: str) -> dic
         report.send()
         dirs = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_dir())
         files = {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
-                 if p.is_file() and p.name != RESULT_FILE}  # fmt: skip
+                 if p.is_file() and p.name not in (RESULT_FILE, LOCK_FILE)}  # fmt: skip
     report.event("trained")
     return {"seed": seed, "attempt": report.attempt, "result": result.to_dict(), "dirs": dirs,
             "files": files}  # fmt: skip
@@ -329,23 +362,98 @@ def seed_task(spec_data: dict[str, Any], seed: int, where: str, key: str) -> dic
 # -- on the client ----------------------------------------------------------------
 
 
-def write_seed(parent: Path, payload: dict[str, Any]) -> Path:
+def write_seed(
+    parent: Path, payload: dict[str, Any], seed: int | None = None, worker: str = "its worker"
+) -> Path:
     """Write a finished task's run directory as ``parent/seed_<s>/``, ``result.json`` last.
 
     The directory must not exist (a seed trained again was renamed
     ``seed_<s>.interrupted`` by resume). Until ``result.json`` is written the
     seed counts as unfinished, so a client that dies halfway leaves a seed
     that ``ember-np resume`` trains again.
+
+    What a worker returns is checked before anything is written: the seed must
+    be ``seed`` (the one the client submitted), and every relative path must
+    stay inside ``seed_<s>/`` (no absolute path, no ``..``); the worker's
+    ``.lock`` is not copied. Each file is written as every checkpoint is
+    (``atomic_write``: temporary file, fsync, rename, directory fsync), into
+    directories made here and checked to be directories, not links.
+
+    Parameters
+    ----------
+    parent : Path
+        The multi-seed run's parent directory.
+    payload : dict
+        What :func:`seed_task` returned.
+    seed : int, optional
+        The seed the client submitted (default: the payload's own).
+    worker : str
+        Who returned ``payload``, named in the errors.
+
+    Raises
+    ------
+    ClusterError
+        The payload names another seed, or a path outside the seed's directory.
+    OSError
+        A file could not be written (the seed then has no ``result.json``).
     """
-    target = parent / f"seed_{payload['seed']}"
+    shapes = (("result", dict), ("dirs", list), ("files", dict))
+    if not isinstance(payload, dict) or not all(isinstance(payload.get(k), t) for k, t in shapes):
+        raise ClusterError(f"{worker} returned {type(payload).__name__} for seed {seed}, not "
+                           "a seed's run (result, dirs, files); none was written")  # fmt: skip
+    if seed is None:
+        seed = payload.get("seed")
+    if payload.get("seed") != seed or not _is_int(seed):
+        raise ClusterError(f"{worker} returned the files of seed {payload.get('seed')!r} for "
+                           f"the task of seed {seed!r}; none were written")  # fmt: skip
+    dirs = [_checked_rel(rel, worker, seed) for rel in payload["dirs"]]
+    files = {_checked_rel(rel, worker, seed): data for rel, data in payload["files"].items()}
+    target = Path(parent) / f"seed_{seed}"
     target.mkdir()  # FileExistsError if taken: never mix two runs' files
-    for rel in payload["dirs"]:
-        (target / rel).mkdir(exist_ok=True)
-    for rel, data in payload["files"].items():
-        (target / rel).write_bytes(data)
+    fsync_dir(parent)
+    for rel in dirs:
+        _make_dirs(target, rel)
+    for rel, data in files.items():
+        if rel.parts == (LOCK_FILE,) or rel.parts == (RESULT_FILE,):
+            continue  # the worker's lock; result.json is written last, from "result"
+        if not isinstance(data, bytes):
+            raise ClusterError(f"{worker} returned {type(data).__name__} for {rel} of seed "
+                               f"{seed}, not bytes")  # fmt: skip
+        _make_dirs(target, rel.parent)
+        atomic_write(target / rel, lambda f, data=data: f.write(data))
     result = {**payload["result"], "run_dir": str(target)}  # the local run's result.json
     atomic_write_text(target / RESULT_FILE, json.dumps(result, indent=1))
     return target
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checked_rel(rel: Any, worker: str, seed: int) -> PurePosixPath:
+    """``rel`` as a relative path that stays inside the seed's directory; ClusterError if not."""
+    path = PurePosixPath(rel) if isinstance(rel, str) else None
+    if path is None or not path.parts or path.is_absolute() or ".." in path.parts:
+        raise ClusterError(
+            f"{worker} returned the path {rel!r} for seed {seed}, outside seed_{seed}/ (a "
+            "relative path without '..' was expected); nothing of the seed was written"
+        )
+    return path
+
+
+def _make_dirs(target: Path, rel: PurePosixPath) -> None:
+    """Make ``target/rel`` and its parents, each a directory here and not a link (ClusterError)."""
+    here = target
+    for part in rel.parts:
+        here = here / part
+        try:
+            here.mkdir()
+            fsync_dir(here.parent)
+        except FileExistsError:
+            pass
+        if here.is_symlink() or not here.is_dir():
+            raise ClusterError(f"{here} is a link or not a directory: the seed's files are "
+                               "written only into directories made for them")  # fmt: skip
 
 
 class _Progress:
@@ -436,9 +544,9 @@ def run_seeds(
                 try:
                     if future.status != "finished":
                         raise RuntimeError(_why(future))
-                    write_seed(parent, future.result())
+                    write_seed(parent, future.result(), seed, bar.where.get(seed, "its worker"))
                     done += 1
-                except (RuntimeError, OSError) as exc:
+                except (RuntimeError, OSError, ClusterError) as exc:
                     failed.append(seed)
                     bar.write(f"seed {seed} did not finish: {exc}; the other seeds go on "
                               f"(ember-np resume {parent} trains it again)")  # fmt: skip

@@ -175,7 +175,9 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
     """``["key=value", ...]`` as DqnConfig overrides (``--set``).
 
     A value is read as JSON (``64``, ``[64, 64]``, ``true``), as ``A ** B``
-    for an integer power, else as the string itself; a list becomes a tuple.
+    for an integer power, as a tuple of JSON values written as Python does
+    (``(64, 64)``, ``(64,64)``, ``(64,)``, ``64,64``), else as the string
+    itself (the config then names what it expected); a list becomes a tuple.
 
     Raises
     ------
@@ -196,11 +198,33 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
         try:
             value = int(power[1]) ** int(power[2]) if power else json.loads(raw)
         except json.JSONDecodeError:
-            value = raw
+            value = _tuple_value(raw)
         if isinstance(value, list):
             value = tuple(value)
         out[key] = value
     return out
+
+
+def _tuple_value(raw: str) -> Any:
+    """``(64, 64)``, ``(64,)``, ``()`` or ``64,64`` as a tuple of JSON values; else ``raw``.
+
+    Parentheses hold a tuple only with a comma inside (``(64)`` is not one, as
+    in Python) or nothing; without them, a comma makes the tuple.
+    """
+    text = raw.strip()
+    inner = text[1:-1].strip() if text.startswith("(") and text.endswith(")") else None
+    if inner is None and "," not in text or inner is not None and inner and "," not in inner:
+        return raw
+    body = (text if inner is None else inner).removesuffix(",")
+    if not body.strip() and "," in text:  # "," or "(,)": no tuple in Python either
+        return raw
+    try:
+        items = json.loads(f"[{body}]")
+    except json.JSONDecodeError:
+        return raw
+    if any(isinstance(item, (list, dict)) for item in items):
+        return raw
+    return tuple(items)
 
 
 def gives_masks(env_id: str, make: Callable[[str], Any] = make_env) -> bool:
