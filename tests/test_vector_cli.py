@@ -318,3 +318,28 @@ def test_tune_stretches_end_at_their_marks_not_past_the_overshoot(monkeypatch):
     monkeypatch.setattr(loop, "train_and_evaluate", recording)
     evaluate_config(settings, DqnConfig(hidden_sizes=(8,), min_replay_size=64), [0])
     assert ends == [336, 668, 1004]
+
+
+def make_async_copies(queue) -> None:
+    """In a daemonic process: what make_train_env says for async copies."""
+    from ember_np.training.setup import SetupError, make_train_env
+
+    try:
+        make_train_env("CartPole-v1", 2, "async").close()
+        queue.put("made")
+    except SetupError as exc:
+        queue.put(str(exc))
+
+
+def test_async_copies_in_a_daemonic_process_are_one_line_naming_the_setting():
+    """A Dask nanny's worker is daemonic: one line saying how to start it, not a traceback."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    process = ctx.Process(target=make_async_copies, args=(queue,), daemon=True)
+    process.start()
+    said = queue.get(timeout=120)
+    process.join()
+    assert said.startswith("--vectorization async starts a process per env copy")
+    assert "DASK_DISTRIBUTED__WORKER__DAEMON=False" in said and "\n" not in said

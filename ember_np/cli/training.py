@@ -201,6 +201,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     name = args.name or run_name(args.env_id)
     version = args.version or (preset.name if preset else "default")
     if args.seeds is not None:
+        if callable(getattr(env, "close", None)):  # (async copies: their processes go now)
+            env.close()  # made for the checks above; each seed makes its own
         return train_many(args, env_id, preset.name if preset else None, config,
                           (steps, name, version))  # fmt: skip
     try:
