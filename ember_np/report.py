@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ember_np.training.seeds import MultiSeedResult, is_multiseed, load_multiseed
+from ember_np.training.loop import eval_mark
+from ember_np.training.seeds import MultiSeedResult, SeedSpec, is_multiseed, load_multiseed
 
 __all__ = ["ReportError", "curve_matrix", "improvement_lines", "load_results"]
 
@@ -71,15 +72,20 @@ def improvement_lines(results: list[MultiSeedResult]) -> list[str]:
 def curve_matrix(result: MultiSeedResult) -> tuple[np.ndarray, np.ndarray]:
     """Evaluation steps (points,) and rewards (seeds, points) at the steps every seed has.
 
-    Where a step has two evaluations (the last periodic one and the final
-    one), the final one counts. ValueError when the curves share no step.
+    Each evaluation stands at the step it was asked for: a multiple of
+    ``eval_every``, and ``--steps`` for the final one. With N envs the
+    evaluation itself ran at the first vector-step boundary at or past it
+    (up to N - 1 steps later; with gymnasium's envs a different step per
+    seed), so the seeds' curves line up. Where a step has two evaluations
+    (the last periodic one and the final one), the final one counts.
+    ValueError when the curves share no step.
 
     Returns
     -------
     steps : ndarray of int64, shape (points,)
     rewards : ndarray of float64, shape (seeds, points)
     """
-    per_seed = [{step: reward for step, reward, _ in r.curve} for r in result.runs]
+    per_seed = [_at_marks(r.curve, result.spec) for r in result.runs]
     steps = sorted(set.intersection(*(set(c) for c in per_seed)))
     if not steps:
         raise ValueError(
@@ -87,3 +93,16 @@ def curve_matrix(result: MultiSeedResult) -> tuple[np.ndarray, np.ndarray]:
             f"result.json ends at step {result.spec.steps:,}, its final evaluation)"
         )
     return np.array(steps), np.array([[c[s] for s in steps] for c in per_seed])
+
+
+def _at_marks(curve: list[tuple[int, float, float]], spec: SeedSpec) -> dict[int, float]:
+    """A seed's curve keyed by the step each evaluation was asked for (see :func:`curve_matrix`)."""
+    stops = spec.stop_steps()
+    out = {}
+    for k, (step, reward, _) in enumerate(curve):
+        if k == len(curve) - 1 and step in stops:
+            out[spec.steps] = reward
+            continue
+        mark = eval_mark(step, spec.eval_every, spec.num_envs)
+        out[step if mark is None else min(mark, spec.steps)] = reward
+    return out

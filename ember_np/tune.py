@@ -369,16 +369,15 @@ def evaluate_config(
         env = make_train_env(settings.train_env_id, settings.num_envs, settings.vectorization)
         trainers.append(DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed))
     marks = [settings.steps * (i + 1) // settings.evals for i in range(settings.evals)]
-    done = 0
     scores: list[float] = []
     for mark in marks:
+        # on to the mark from where each agent is (N envs: a stretch ends at the first
+        # vector step at or past its mark; the overshoot is not added to later marks)
         scores = [
-            float(
-                train_and_evaluate(trainer, mark - done, None, settings.eval_episodes).mean_reward
-            )
+            float(train_and_evaluate(trainer, max(mark - trainer.agent.total_steps, 0), None,
+                                     settings.eval_episodes).mean_reward)
             for trainer in trainers
-        ]
-        done = mark
+        ]  # fmt: skip
         if report is not None and mark < settings.steps and report(mark, iqm(scores)):
             import optuna
 

@@ -181,3 +181,49 @@ def test_latest_every_chunk_off_saves_at_checkpoints_and_the_end_into_the_same_f
     assert seen[True] == [1_000, 2_000, 3_000, 3_500]
     assert seen[False] == [None, 2_000, 2_000, 3_500]
     assert files_of(dirs[False]) == files_of(dirs[True])
+
+
+class VectorSteps:
+    """A stand-in trainer whose ``train(n)`` takes whole vector steps of N envs until n
+    more transitions are counted: N each (``whole``) or 0..N each (gymnasium's
+    NEXT_STEP, where a resetting copy adds none)."""
+
+    def __init__(self, n_envs: int, whole: bool, seed: int) -> None:
+        self.agent = type("Agent", (), {"total_steps": 0})()
+        self.n_envs, self.whole = n_envs, whole
+        self.rng = np.random.default_rng(seed)
+        self.evals: list[int] = []
+
+    def train(self, n: int, save_latest: bool = True) -> None:
+        assert n >= 1  # the loop never asks for an empty or negative chunk
+        end = self.agent.total_steps + n
+        while self.agent.total_steps < end:
+            add = self.n_envs if self.whole else int(self.rng.integers(0, self.n_envs + 1))
+            self.agent.total_steps += add
+
+    def eval(self, k: int):
+        from ember_np.stats import EvalReport
+
+        self.evals.append(self.agent.total_steps)
+        return EvalReport(self.agent.total_steps, k, {"episode_reward": 1.0})
+
+
+@pytest.mark.parametrize("n_envs", [1, 3, 4, 7])
+@pytest.mark.parametrize("whole", [True, False])
+@pytest.mark.parametrize("steps, every", [(2002, 1000), (600, 100), (20, 2), (1001, 1)])
+def test_the_loop_stops_and_evaluates_where_the_rule_says(n_envs, whole, steps, every):
+    """The run ends in stop_steps; each periodic evaluation stands for a multiple of
+    eval_every (eval_mark), one per multiple, every multiple up to --steps covered."""
+    from ember_np.training.loop import eval_mark, stop_steps
+
+    for seed in range(3):
+        trainer = VectorSteps(n_envs, whole, seed)
+        train_and_evaluate(trainer, steps, every, 1)
+        *periodic, final = trainer.evals
+        assert final == trainer.agent.total_steps
+        assert final in stop_steps(steps, n_envs, whole or n_envs == 1)
+        marks = [eval_mark(s, every, n_envs) for s in periodic]
+        assert None not in marks and marks == sorted(set(marks))
+        # every multiple of eval_every up to --steps was reached by some evaluation
+        reached = {m for s in periodic for m in range(every, s + 1, every)}
+        assert reached >= set(range(every, steps + 1, every))

@@ -16,6 +16,7 @@ from naive import SMALL_ARGS_16, saved_state
 
 from ember_np import DqnAgent, TrainingRun
 from ember_np.cli import main
+from ember_np.training.multiseed import load_multiseed
 
 SMALL = SMALL_ARGS_16
 
@@ -198,3 +199,163 @@ def test_tune_takes_gymnasium_env_and_its_trials_train_on_gymnasiums_env(tmp_pat
     study = optuna.load_study(study_name="CartPole-v1",
                               storage=f"sqlite:///{tmp_path / 't' / 'study.db'}")  # fmt: skip
     assert [t.state.name for t in study.trials] == ["COMPLETE"]
+
+
+# -- where a run of N envs stops: the first vector-step boundary at or past --steps -------
+
+
+SEEDS = ["--eval-every", "100", "--eval-episodes", "1", "--checkpoint-freq", "100",
+         "--workers", "1", *SMALL]  # fmt: skip
+
+
+def train_parent(root: Path, steps: int, *extra: str) -> Path:
+    assert main(["train", "CartPole-v1", "--seeds", "0-1", "--steps", str(steps),
+                 "--root", str(root), *SEEDS, *extra]) == 0  # fmt: skip
+    (parent,) = (root / "CartPole-v1" / "ember").iterdir()
+    return parent
+
+
+def last_steps(parent: Path) -> list[int]:
+    return [json.loads((parent / f"seed_{s}" / "result.json").read_text())["curve"][-1][0]
+            for s in (0, 1)]  # fmt: skip
+
+
+def assert_reported_and_resumed(parent: Path, capsys) -> str:
+    """report prints the IQM table, resume has nothing to train, plot draws: the seeds' own
+    result.json files are accepted. Returns report's output."""
+    capsys.readouterr()
+    assert main(["report", str(parent)]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 seeds finished" in out and "IQM [95% CI]" in out
+    assert main(["resume", str(parent), "--quiet"]) == 0
+    assert "all 2 seeds already finished" in capsys.readouterr().out
+    return out
+
+
+def test_seeds_of_native_envs_with_steps_not_a_multiple_of_n_finish_and_report(tmp_path,
+                                                                              capsys):  # fmt: skip
+    """--steps 202 with 4 compiled envs: every seed stops at 204 (51 whole vector steps),
+    its curve says so, and the parent is reported and resumed rather than refused."""
+    parent = train_parent(tmp_path / "m", 202, "--num-envs", "4")
+    assert last_steps(parent) == [204, 204]
+    for s in (0, 1):
+        meta = json.loads((parent / f"seed_{s}" / "metadata.json").read_text())
+        assert meta["total_steps"] == 204
+    out = assert_reported_and_resumed(parent, capsys)
+    assert "202 steps each (trained 204: whole steps of 4 envs)" in out
+    pytest.importorskip("matplotlib")
+    assert main(["plot", str(parent), "-o", str(tmp_path / "c.png")]) == 0
+
+
+def test_seeds_of_gymnasium_next_step_envs_finish_and_report(tmp_path, capsys):
+    """gymnasium's NEXT_STEP autoreset: a reset row adds no transition, so a seed stops
+    anywhere in steps..steps+N-1; here one of the two seeds stops past --steps."""
+    parent = train_parent(tmp_path / "m", 300, "--num-envs", "2", "--gymnasium-env",
+                          "--vectorization", "sync")  # fmt: skip
+    ends = last_steps(parent)
+    assert all(300 <= e <= 301 for e in ends) and max(ends) == 301, ends
+    assert_reported_and_resumed(parent, capsys)
+    from ember_np.report import curve_matrix
+
+    steps, rewards = curve_matrix(load_multiseed(parent))  # lined up at the steps asked for
+    assert steps.tolist() == [100, 200, 300] and rewards.shape == (2, 3)
+
+
+def test_seeds_with_async_vectorization_run_in_the_seed_workers(tmp_path, capsys):
+    """AsyncVectorEnv starts a process per copy, inside each seed's worker process."""
+    parent = train_parent(tmp_path / "m", 200, "--num-envs", "2", "--gymnasium-env",
+                          "--vectorization", "async")  # fmt: skip
+    assert all(200 <= e <= 201 for e in last_steps(parent))
+    assert_reported_and_resumed(parent, capsys)
+
+
+@pytest.mark.parametrize(
+    ("n", "vectorization", "last", "ok"),
+    [(4, None, 204, True), (4, None, 202, False), (4, None, 208, False),
+     (2, "sync", 202, True), (2, "sync", 203, True), (2, "sync", 201, False),
+     (2, "sync", 204, False)],
+)  # fmt: skip
+def test_result_json_is_accepted_exactly_where_the_rule_stops(tmp_path, n, vectorization, last,
+                                                              ok):  # fmt: skip
+    """--steps 202: native copies stop at 204 only; 2 gymnasium copies at 202 or 203."""
+    from ember_np.dqn.config import DqnConfig
+    from ember_np.training.seeds import SPEC_FILE, SeedSpec
+
+    spec = SeedSpec("ember_np/CartPole-v1" if vectorization is None else "CartPole-v1",
+                    DqnConfig(), 202, "x", "v", eval_every=100, num_envs=n,
+                    vectorization=vectorization)  # fmt: skip
+    (tmp_path / SPEC_FILE).write_text(json.dumps({"spec": spec.to_dict(), "seeds": [0]}))
+    (tmp_path / "seed_0").mkdir()
+    curve = [[100, 1.0, 0.1], [200, 2.0, 0.2], [last, 3.0, 0.3]]
+    (tmp_path / "seed_0" / "result.json").write_text(json.dumps(
+        {"seed": 0, "final_reward": 3.0, "best_eval_reward": 3.0, "curve": curve,
+         "train_seconds": 1.0}))  # fmt: skip
+    if ok:
+        assert load_multiseed(tmp_path).runs[0].curve[-1][0] == last
+    else:
+        with pytest.raises(ValueError, match="'curve' (must end at the run's last step|steps)"):
+            load_multiseed(tmp_path)
+
+
+def test_the_closing_line_says_the_steps_trained(tmp_path, capsys):
+    """--steps 401 on 3 envs: 134 vector steps, 402 transitions, said so."""
+    run_dir = train(tmp_path, 401, "--num-envs", "3")
+    out = capsys.readouterr().out
+    assert "trained 402 steps (401 asked; a step of 3 envs is never cut)" in out
+    assert "Eval at step 402" in out and latest(run_dir).total_steps == 402
+
+
+def test_a_vector_step_past_several_evaluation_steps_evaluates_once(tmp_path, capsys):
+    """eval_every 2 with 4 envs: each vector step passes two multiples of 2 and is
+    evaluated once (one episode each), then the final evaluation at 20."""
+    run_dir = train(tmp_path / "r", 20, "--num-envs", "4", "--eval-every", "2")
+    steps = [r["total_steps_at_eval"] for r in TrainingRun.resume(run_dir).read_eval_episodes()]
+    assert steps == [4, 8, 12, 16, 20, 20]
+
+
+def test_tune_stretches_end_at_their_marks_not_past_the_overshoot(monkeypatch):
+    """3 evaluations of 1,002 steps on 4 envs: the stretches end at 336, 668 and 1,004
+    (each mark's first vector-step boundary), not at 336, 672 and 1,008."""
+    pytest.importorskip("optuna")
+    import ember_np.training.loop as loop
+    from ember_np.dqn.config import DqnConfig
+    from ember_np.tune import evaluate_config, settings_for
+
+    settings = settings_for("CartPole-v1", (1002, 1, 3, 1), 0, ["hidden_sizes=[8]"],
+                            num_envs=4)  # fmt: skip
+    ends = []
+    real = loop.train_and_evaluate
+
+    def recording(trainer, *args, **kwargs):
+        report = real(trainer, *args, **kwargs)
+        ends.append(trainer.agent.total_steps)
+        return report
+
+    monkeypatch.setattr(loop, "train_and_evaluate", recording)
+    evaluate_config(settings, DqnConfig(hidden_sizes=(8,), min_replay_size=64), [0])
+    assert ends == [336, 668, 1004]
+
+
+def make_async_copies(queue) -> None:
+    """In a daemonic process: what make_train_env says for async copies."""
+    from ember_np.training.setup import SetupError, make_train_env
+
+    try:
+        make_train_env("CartPole-v1", 2, "async").close()
+        queue.put("made")
+    except SetupError as exc:
+        queue.put(str(exc))
+
+
+def test_async_copies_in_a_daemonic_process_are_one_line_naming_the_setting():
+    """A Dask nanny's worker is daemonic: one line saying how to start it, not a traceback."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    process = ctx.Process(target=make_async_copies, args=(queue,), daemon=True)
+    process.start()
+    said = queue.get(timeout=120)
+    process.join()
+    assert said.startswith("--vectorization async starts a process per env copy")
+    assert "DASK_DISTRIBUTED__WORKER__DAEMON=False" in said and "\n" not in said

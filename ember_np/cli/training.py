@@ -78,6 +78,7 @@ class ProgressCallback(LoopCallback):
         trainer.stats.add("recent_reward", "reward", self.recent)
         self.progress = Progress(steps, trainer.agent.total_steps, disable=quiet)
         self.steps = steps
+        self.start = trainer.agent.total_steps
         self.t0 = time.perf_counter()
         self.ended = False
 
@@ -98,8 +99,11 @@ class ProgressCallback(LoopCallback):
         self.ended = True
         self.progress.close()
         elapsed = time.perf_counter() - self.t0
-        print(f"trained {self.steps:,} steps in {elapsed:.1f} s "
-              f"({self.steps / max(elapsed, 1e-9):,.0f} steps/s)")  # fmt: skip
+        trained = trainer.agent.total_steps - self.start  # N envs: whole vector steps
+        past = "" if trained == self.steps else (
+            f" ({self.steps:,} asked; a step of {trainer.num_envs} envs is never cut)")
+        print(f"trained {trained:,} steps{past} in {elapsed:.1f} s "
+              f"({trained / max(elapsed, 1e-9):,.0f} steps/s)")  # fmt: skip
 
 
 def train_loop(trainer: Any, steps: int, eval_every: int, eval_episodes: int, quiet: bool) -> None:
@@ -197,6 +201,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     name = args.name or run_name(args.env_id)
     version = args.version or (preset.name if preset else "default")
     if args.seeds is not None:
+        if callable(getattr(env, "close", None)):  # (async copies: their processes go now)
+            env.close()  # made for the checks above; each seed makes its own
         return train_many(args, env_id, preset.name if preset else None, config,
                           (steps, name, version))  # fmt: skip
     try:

@@ -29,7 +29,14 @@ from typing import Any
 
 from ember_np.stats import EvalReport
 
-__all__ = ["TRAIN_CHUNK", "LoopCallback", "first_eval_step", "train_and_evaluate"]
+__all__ = [
+    "TRAIN_CHUNK",
+    "LoopCallback",
+    "eval_mark",
+    "first_eval_step",
+    "stop_steps",
+    "train_and_evaluate",
+]
 
 #: Env steps per ``trainer.train`` call: between two calls the progress bar is
 #: redrawn and other threads (Optuna's heartbeat) get the interpreter. The
@@ -44,7 +51,8 @@ class LoopCallback:
     """
 
     def on_chunk(self, trainer: Any, steps: int) -> None:
-        """After ``trainer.train(steps)``: ``steps`` more env steps were trained."""
+        """After a ``trainer.train`` call: ``steps`` more env steps were trained
+        (with N envs, up to N - 1 more than the chunk asked for)."""
 
     def on_eval(self, trainer: Any, report: EvalReport, final: bool) -> None:
         """After a greedy evaluation; ``final`` for the one after the last chunk."""
@@ -56,6 +64,57 @@ class LoopCallback:
 def first_eval_step(total_steps: int, eval_every: int) -> int:
     """The first multiple of ``eval_every`` after ``total_steps`` (a resumed run keeps its grid)."""
     return (total_steps // eval_every + 1) * eval_every
+
+
+# Where a run of N envs stops. A vector step is never cut (its N transitions are
+# stored, trained on and counted together), so every stop the loop asks for (the end
+# of the run, an evaluation, a checkpoint) happens at the first vector-step boundary
+# at or past it, and the step counts recorded there (metadata.json, the logs, each
+# evaluation's step, a seed's result.json curve) are the ones actually reached. The
+# two functions below say which counts those are; the validators of result.json use
+# them, so a run is never refused for where it stopped.
+
+
+def stop_steps(steps: int, num_envs: int = 1, whole: bool = True) -> range:
+    """The total step counts at which a run asked for ``steps`` env steps from 0 stops.
+
+    Parameters
+    ----------
+    steps : int
+        Env steps asked for (``--steps``), >= 1.
+    num_envs : int
+        Envs stepped together (``--num-envs``).
+    whole : bool
+        Every vector step adds ``num_envs`` transitions (one env, or a native
+        env's copies, or gymnasium's SAME_STEP autoreset): the run stops at
+        exactly the first multiple of ``num_envs`` at or past ``steps``. False
+        (gymnasium's NEXT_STEP autoreset, where a copy's reset row adds no
+        transition): anywhere from ``steps`` to ``steps + num_envs - 1``.
+
+    Returns
+    -------
+    range
+        The possible final totals; one value when ``whole`` (``steps`` itself
+        for one env, or when ``steps`` is a multiple of ``num_envs``).
+    """
+    if whole:
+        last = -(-steps // num_envs) * num_envs
+        return range(last, last + 1)
+    return range(steps, steps + num_envs)
+
+
+def eval_mark(step: int, eval_every: int, num_envs: int = 1) -> int | None:
+    """The multiple of ``eval_every`` a periodic evaluation at total ``step`` stands for.
+
+    The loop evaluates after the vector step that reaches or passes a multiple
+    of ``eval_every``, so that evaluation's step is at most ``num_envs - 1``
+    past the largest multiple at or below it (one env: exactly on it).
+    Returns that multiple, or None when no evaluation can fall at ``step``.
+    """
+    mark = step // eval_every * eval_every
+    if mark < eval_every or step - mark >= num_envs:
+        return None
+    return mark
 
 
 def train_and_evaluate(
@@ -73,6 +132,11 @@ def train_and_evaluate(
     ``trainer.eval(eval_episodes)`` runs; after the last chunk a final
     evaluation runs (also when the last periodic one was at the same step:
     both are logged, as since the first release).
+
+    With N envs stepped together a vector step is never cut: each chunk,
+    evaluation and the run itself end at the first vector-step boundary at
+    or past their step (:func:`stop_steps`, :func:`eval_mark`), up to N - 1
+    steps later, and the steps recorded are those reached.
 
     Parameters
     ----------
@@ -108,13 +172,15 @@ def train_and_evaluate(
         if next_eval is not None:
             chunk = min(chunk, next_eval - total)
         trainer.train(chunk, save_latest=latest_every_chunk or total + chunk >= end)
-        for callback in callbacks:
-            callback.on_chunk(trainer, chunk)
+        for callback in callbacks:  # the steps trained: a vector step may pass the chunk
+            callback.on_chunk(trainer, agent.total_steps - total)
         if next_eval is not None and eval_every and agent.total_steps >= next_eval:
             report = trainer.eval(eval_episodes)
             for callback in callbacks:
                 callback.on_eval(trainer, report, False)
-            next_eval += eval_every
+            # the next multiple not yet reached: a vector step of more envs than
+            # eval_every may pass several, and they get one evaluation
+            next_eval = first_eval_step(agent.total_steps, eval_every)
     for callback in callbacks:
         callback.on_training_end(trainer)
     report = trainer.eval(eval_episodes)

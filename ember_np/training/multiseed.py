@@ -408,8 +408,12 @@ class _Pool:
         saved = {var: os.environ.get(var) for var in WORKER_THREADS}
         os.environ.update(WORKER_THREADS)  # the child starts with them, before NumPy loads
         try:
+            # Not daemonic: a daemonic process may not start processes, and a seed with
+            # --vectorization async starts one per env copy. The workers are stopped
+            # all the same: run()'s finally terminates them whatever ends it, and a
+            # worker whose parent was killed sees its pipe close and returns.
             process = ctx.Process(target=_worker_main, args=(child, self.spec.to_dict()),
-                                  daemon=True)  # fmt: skip
+                                  daemon=False)  # fmt: skip
             process.start()
         finally:
             for var, value in saved.items():

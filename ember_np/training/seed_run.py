@@ -44,17 +44,22 @@ def train_seed(
 
     t0 = time.perf_counter()
     env = make_train_env(spec.env_id, spec.num_envs, spec.vectorization)
-    agent = DqnAgent.for_env(env, spec.config, seed=seed)
-    run = TrainingRun.create_in(run_dir, spec.name, spec.version)
-    run.write_config(spec.run_config(seed))
-    trainer = DqnTrainer(env, agent, seed=seed, run=run, checkpoint_freq=spec.checkpoint_freq,
-                         keep_checkpoints=spec.keep)  # fmt: skip
-    curve = CurveCallback(t0, on_steps)
-    # A seed that does not finish is trained again from the start (resume_seeds), so
-    # its latest.npz is written with the numbered checkpoints and at its end only
-    # (each write, replay buffer included, cost about a tenth of a chunk's training).
-    report = train_and_evaluate(trainer, spec.steps, spec.eval_every, spec.eval_episodes,
-                                [curve], latest_every_chunk=False)  # fmt: skip
+    try:  # closed at the end: an async vector env's processes stop with the seed
+        agent = DqnAgent.for_env(env, spec.config, seed=seed)
+        run = TrainingRun.create_in(run_dir, spec.name, spec.version)
+        run.write_config(spec.run_config(seed))
+        trainer = DqnTrainer(env, agent, seed=seed, run=run,
+                             checkpoint_freq=spec.checkpoint_freq,
+                             keep_checkpoints=spec.keep)  # fmt: skip
+        curve = CurveCallback(t0, on_steps)
+        # A seed that does not finish is trained again from the start (resume_seeds), so
+        # its latest.npz is written with the numbered checkpoints and at its end only
+        # (each write, replay buffer included, cost about a tenth of a chunk's training).
+        report = train_and_evaluate(trainer, spec.steps, spec.eval_every, spec.eval_episodes,
+                                    [curve], latest_every_chunk=False)  # fmt: skip
+    finally:
+        if callable(getattr(env, "close", None)):  # (a NativeVecEnv holds only arrays)
+            env.close()
     result = SeedResult(seed, run.dir, report.mean_reward, trainer.best_eval_reward, curve.curve,
                         time.perf_counter() - t0)  # fmt: skip
     atomic_write_text(run.dir / RESULT_FILE, json.dumps(result.to_dict(), indent=1))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ember_np.dqn.config import DqnConfig
+from ember_np.training.loop import eval_mark, stop_steps
 from ember_np.training.setup import one_line
 
 __all__ = [
@@ -79,6 +80,14 @@ class SeedSpec:
             **(vector if self.num_envs > 1 else {}),
             "dqn": self.config.to_dict(),
         }
+
+    def stop_steps(self) -> range:
+        """The total steps a seed's run can end at (:func:`~ember_np.training.loop.stop_steps`):
+        ``steps``, or with N envs the first vector-step boundary at or past it
+        (a native env's copies: exactly the first multiple of N; a gymnasium
+        vector env, whose reset rows add no transition: up to N - 1 past it)."""
+        whole = self.num_envs == 1 or self.vectorization is None
+        return stop_steps(self.steps, self.num_envs, whole)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -145,7 +154,7 @@ class MultiSeedResult:
 
         n = len(self.runs) + len(self.failed)
         head = (f"{self.spec.env_id}: {len(self.runs)} of {n} seeds finished, "
-                f"{self.spec.steps:,} steps each")  # fmt: skip
+                f"{self.spec.steps:,} steps each{self._trained_text()}")  # fmt: skip
         if math.isfinite(self.wall_seconds):
             head += f", {self.wall_seconds:.1f} s"
         lines = [head]
@@ -163,6 +172,16 @@ class MultiSeedResult:
             )
         lines.append(f"  runs: {self.parent}/seed_<s>/")
         return "\n".join(lines)
+
+
+    def _trained_text(self) -> str:
+        """``" (trained 2,004: whole steps of 4 envs)"`` when the seeds stopped past
+        ``spec.steps`` (a vector step is never cut); empty otherwise."""
+        trained = sorted({r.curve[-1][0] for r in self.runs if r.curve})
+        if not trained or trained == [self.spec.steps]:
+            return ""
+        span = f"{trained[0]:,}" if len(trained) == 1 else f"{trained[0]:,} to {trained[-1]:,}"
+        return f" (trained {span}: whole steps of {self.spec.num_envs} envs)"
 
 
 def _median(x: Sequence[float]) -> float:
@@ -281,8 +300,11 @@ def _spec_problem(data: Any) -> str | None:
             return f"'{key}' must be a string, found {_short(spec.get(key))}"
     if spec.get("preset") is not None and not isinstance(spec["preset"], str):
         return f"'preset' must be a string or null, found {_short(spec['preset'])}"
+    if spec.get("vectorization") not in (None, "sync", "async"):
+        found = _short(spec["vectorization"])
+        return f"'vectorization' must be null, 'sync' or 'async', found {found}"
     for key, least in (("steps", 1), ("eval_every", 1), ("eval_episodes", 1),
-                       ("checkpoint_freq", 1), ("keep", 0)):  # fmt: skip
+                       ("checkpoint_freq", 1), ("keep", 0), ("num_envs", 1)):  # fmt: skip
         if key in spec and not (_is_int(spec[key]) and spec[key] >= least):
             return f"'{key}' must be an integer >= {least}, found {_short(spec[key])}"
     seeds = data.get("seeds")
@@ -308,7 +330,7 @@ def read_spec(parent: Path) -> tuple[SeedSpec, list[int]]:
     raise ValueError(f"{path} is not a valid multi-seed description: {problem}") from None
 
 
-def _result_problem(data: Any, seed: int, steps: int) -> str | None:
+def _result_problem(data: Any, seed: int, spec: SeedSpec) -> str | None:
     """What is wrong with the contents of seed ``seed``'s ``result.json``, or None."""
     if not isinstance(data, dict):
         return f"holds a JSON {type(data).__name__}, expected an object"
@@ -330,15 +352,37 @@ def _result_problem(data: Any, seed: int, steps: int) -> str | None:
                    and _is_finite(p[2]) for p in curve)
     ):  # fmt: skip
         return f"'curve' must be a non-empty list of [step, reward, seconds], found {_short(curve)}"
-    points = [p[0] for p in curve]
-    if not all(1 <= a <= steps for a in points) or points != sorted(points):
-        return f"'curve' steps must be integers in 1..{steps}, in order, found {_short(points)}"
-    if points[-1] != steps:  # the final evaluation: a step every seed's curve has
-        return f"'curve' must end at the run's last step {steps}, found {points[-1]}"
+    return _curve_problem([p[0] for p in curve], spec)
+
+
+def _curve_problem(points: list[int], spec: SeedSpec) -> str | None:
+    """What is wrong with a result's curve steps ``points`` for a run of ``spec``, or None.
+
+    Exactly the steps the loop evaluates at: periodic evaluations each at
+    most N - 1 steps past a multiple of ``eval_every`` (N envs; one env: on
+    it), one per multiple, then the final one where the run stopped
+    (:meth:`SeedSpec.stop_steps`).
+    """
+    stops = spec.stop_steps()
+    last = stops[-1]
+    if not all(1 <= a <= last for a in points) or points != sorted(points):
+        return f"'curve' steps must be integers in 1..{last}, in order, found {_short(points)}"
+    if points[-1] not in stops:  # the final evaluation: a step every seed's curve has
+        where = (f"{last}" if len(stops) == 1 else
+                 f"(one of {stops[0]}..{last}: whole steps of {spec.num_envs} envs)")
+        return f"'curve' must end at the run's last step {where}, found {points[-1]}"
+    n = spec.num_envs
+    whole = len(stops) == 1
+    marks = [eval_mark(a, spec.eval_every, n) for a in points[:-1]]
+    for a, mark, before in zip(points, marks, [None, *marks]):
+        if mark is None or (whole and a % n) or (before is not None and mark <= before):
+            return (f"'curve' has an evaluation at step {a}, where the run does not evaluate "
+                    f"(once per multiple of eval_every {spec.eval_every}"
+                    f"{f', at most {n - 1} steps past it' if n > 1 else ''})")
     return None
 
 
-def _read_result(parent: Path, seed: int, steps: int) -> SeedResult | None:
+def _read_result(parent: Path, seed: int, spec: SeedSpec) -> SeedResult | None:
     """Seed ``seed``'s result, or None when it has no ``result.json`` (it did not finish).
 
     ValueError naming the file, what is wrong and the fix when the file is
@@ -356,7 +400,7 @@ def _read_result(parent: Path, seed: int, steps: int) -> SeedResult | None:
         data = json.loads(text)
     except ValueError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc}); {fix}") from None
-    problem = _result_problem(data, seed, steps)
+    problem = _result_problem(data, seed, spec)
     if problem is not None:
         raise ValueError(f"{path}: {problem}; {fix}")
     return SeedResult.from_dict(data, path.parent)
@@ -374,7 +418,7 @@ def load_multiseed(parent: str | os.PathLike[str]) -> MultiSeedResult:
     spec, seeds = read_spec(parent)
     runs, failed = [], []
     for seed in seeds:
-        result = _read_result(parent, seed, spec.steps)
+        result = _read_result(parent, seed, spec)
         if result is None:
             failed.append(seed)
         else:

@@ -116,6 +116,13 @@ def make_train_env(env_id: str, num_envs: int = 1, vectorization: str | None = N
         return NativeVecEnv(env_id.rpartition(":")[2], n)
     import gymnasium as gym
 
+    if mode == "async" and mp.current_process().daemon:
+        raise SetupError(
+            f"--vectorization async starts a process per env copy, and this process "
+            f"({mp.current_process().name}) is daemonic, which may not start processes: on a "
+            "Dask cluster start the workers with DASK_DISTRIBUTED__WORKER__DAEMON=False, or use "
+            "--vectorization sync"
+        )
     try:
         kwargs = {"context": ASYNC_START_METHOD} if mode == "async" else {}
         return gym.make_vec(env_id, n, vectorization_mode=mode, vector_kwargs=kwargs)
