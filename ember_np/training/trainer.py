@@ -31,7 +31,7 @@ stopped.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -544,19 +544,25 @@ class DqnTrainer:
             episode += code != 0
         return out
 
-    def _log_ends(self, ends: list[Any]) -> None:
-        """Record the episodes a vector step ended (stats, ``train_episodes.jsonl``)."""
+    def _log_ends(self, ends: Iterable[tuple[float, int, int, int, int, float]]) -> None:
+        """Record the episodes vector steps ended (stats, ``train_episodes.jsonl``).
+
+        ``ends``: rows of :class:`~ember_np.training.vector.EpisodeEnd`'s fields.
+        Without a run nothing outlives its episode (no record kept per chunk).
+        """
         vec = self._vec
         assert vec is not None
+        many, run = vec.num_envs > 1, self.run
+        update, extras = self.stats.update, self._episode_extras
         entries = []
-        for end in ends:
-            record = vec.record(end, self._episode_extras(end.total_steps, end.loss))
-            self.stats.update(record)
-            env = end.env if vec.num_envs > 1 else None
-            entries.append((record, self._episode, end.total_steps, env))
+        for reward, length, status, steps, env, loss in ends:
+            record = EpisodeRecord(reward, length, _STATUSES[status], extras(steps, loss))
+            update(record)
+            if run is not None:
+                entries.append((record, self._episode, steps, env if many else None))
             self._episode += 1
-        if self.run is not None:
-            self.run.log_train_episodes(entries)  # a chunk's or a vector step's: one fsync
+        if run is not None:
+            run.log_train_episodes(entries)  # a chunk's or a vector step's: one fsync
 
     def _checkpoint_if_passed(self, before: int) -> None:
         """A numbered checkpoint when the last vector step reached a multiple of checkpoint_freq."""

@@ -33,17 +33,15 @@ Reading map, in call order::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ember_np.dqn.agent_kernels import NO_TRANSITION
-from ember_np.stats import EpisodeRecord
-from ember_np.types import EpisodeStatus
 
 __all__ = ["EpisodeEnd", "VectorDriver", "is_vector_env", "make_single_env", "vector_agent_error"]
 
-_STATUSES = tuple(EpisodeStatus)  # indexed by value
 #: Members the trainer needs of an agent for a vector env (besides LearningAgent's).
 VECTOR_AGENT_MEMBERS = ("set_num_envs", "new_vec_step", "observe_vector", "encode_batch",
                         "indices_to_actions")  # fmt: skip
@@ -275,10 +273,14 @@ class VectorDriver:
         return ends
 
     # -- the fused path ---------------------------------------------------------
-    def run_fused(self, until: int, episode: int) -> list[EpisodeEnd]:
+    def run_fused(
+        self, until: int, episode: int
+    ) -> Iterator[tuple[float, int, int, int, int, float]]:
         """Vector steps of a NativeVecEnv in the agent's compiled loop until the
         agent has counted ``until`` transitions; ``episode`` is the index the
-        next finished episode gets. Returns the episodes that ended."""
+        next finished episode gets. Returns the episodes that ended, as rows
+        of :class:`EpisodeEnd`'s fields (plain Python numbers, read from the
+        record arrays column by column: no NumPy scalar, no tuple kept per episode)."""
         from ember_np.training._fused import VEC_N_RECORDS, FusedVecLoop
 
         agent = self.agent
@@ -290,15 +292,12 @@ class VectorDriver:
         )  # fmt: skip
         code = agent.run_fused_vector(self.env, until, loop)
         self.env.obs[:] = self.step_arrays.obs  # the env object shows where its copies are
-        ends = [
-            EpisodeEnd(float(loop.rec_floats[r, 0]), int(loop.rec_ints[r, 0]),
-                       int(loop.rec_ints[r, 1]), int(loop.rec_ints[r, 2]),
-                       int(loop.rec_ints[r, 4]), float(loop.rec_floats[r, 1]))
-            for r in range(int(loop.ints[VEC_N_RECORDS]))
-        ]  # fmt: skip
         if code < 0:
             agent.raise_vec_error(code, self.step_arrays)
-        return ends
+        ended = int(loop.ints[VEC_N_RECORDS])
+        floats, ints = loop.rec_floats[:ended].T, loop.rec_ints[:ended].T
+        return zip(floats[0].tolist(), ints[0].tolist(), ints[1].tolist(), ints[2].tolist(),
+                   ints[4].tolist(), floats[1].tolist())  # fmt: skip
 
     # -- saving the envs (native only) --------------------------------------------
     def state_arrays(self) -> dict[str, np.ndarray]:
@@ -343,7 +342,3 @@ class VectorDriver:
         self.episode_steps[:] = arrays["episode_steps"]
         self.episode_rewards[:] = arrays["episode_rewards"]
         self.ended[:] = False
-
-    def record(self, end: EpisodeEnd, extras: dict[str, float]) -> EpisodeRecord:
-        """The EpisodeRecord of an ended episode (``extras``: the trainer's log fields)."""
-        return EpisodeRecord(end.reward, end.length, _STATUSES[end.status], extras)
