@@ -120,6 +120,14 @@ def test_multiseed_scaling_bench_runs(tmp_path):
         assert cells[3].endswith("x") and len(cells[4].split(", ")) == 2
 
 
+def test_vector_stages_bench_prints_the_side_by_side_split_and_every_stage():
+    out = run("bench/vector_stages.py", "--quick")
+    rows = {line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")}
+    assert {"1", "16"} <= rows and "N=16 / N=1:" in out
+    for stage in ("env steps", "acting, 16 obs", "acting, 16 x one obs", "pushes", "one update"):
+        assert any(row.startswith(stage) for row in rows), stage
+
+
 @pytest.mark.parametrize("lib", ["ember_np", "ember_np-fused"])
 def test_compare_sb3_speed_worker(lib):
     result = json.loads(
