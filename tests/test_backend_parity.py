@@ -68,9 +68,19 @@ def outcome(call, x):
 
 
 def policies_of(config_kwargs, tmp_path, seed=3):
-    config = DqnConfig(hidden_sizes=(32, 32), min_replay_size=32, buffer_capacity=64,
-                       **config_kwargs)  # fmt: skip
-    agent = DqnAgent(VecEncoder(4), IndexActionMapper(2), config, seed=seed)
+    """A CartPole agent trained 600 steps (weights grown past their initialisation, as
+    the agents on which the backends once disagreed), loaded by each backend."""
+    import gymnasium as gym
+
+    import ember_np.envs  # noqa: F401  (registers ember_np/CartPole-v1)
+    from ember_np import DqnTrainer
+
+    config = DqnConfig(hidden_sizes=(32, 32), min_replay_size=64, buffer_capacity=1000,
+                       batch_size=32, learning_rate=1e-3, **config_kwargs)  # fmt: skip
+    env = gym.make("ember_np/CartPole-v1")
+    agent = DqnAgent.for_env(env, config, seed=seed)
+    DqnTrainer(env, agent, seed=seed).train(600)
+    assert agent.n_updates > 0
     path = agent.save(tmp_path / "agent.npz")
     numpy_policy = DqnPolicy.load(path, backend="numpy")
     compiled = DqnPolicy.load(path, backend="numba")
@@ -97,8 +107,9 @@ def test_every_backend_gives_one_answer_over_the_extreme_grid(name, tmp_path):
         q = [outcome(lambda r, p=p: p.q_values(r).argmax(), row)
              for p in (numpy_policy, compiled)]  # fmt: skip
         assert q == got[:2], (row.tolist(), q, got)
-    assert 0 < refused < len(x)  # the grid has both sides of the limit
     ok = np.abs(x).max(axis=1) <= numpy_policy.max_abs_obs
+    assert refused == (~ok).sum() and 0 < refused < len(x)  # both sides of the limit
+    assert (~ok == (np.abs(x).max(axis=1) > 1e38)).all()  # beyond it: the rows with +-3e38
     for policy in (numpy_policy, compiled):
         expected = [compiled.act(row) for row in x[ok]]
         np.testing.assert_array_equal(policy.act_batch(x[ok]), expected)
@@ -195,3 +206,18 @@ def test_act_refuses_nan_q_values_instead_of_returning_action_0():
         agent.act(x, action_mask=np.array([True, True, False]))
     with pytest.raises(ValueError, match=r"not finite"):
         agent.online.greedy_action(x)
+
+
+@pytest.mark.parametrize("bad", [[np.nan, 1.0, 2.0, 3.0], [1.0, np.nan, 2.0, 3.0],
+                                 [1.0, 2.0, 3.0, -np.inf], [3e38, np.nan, 0.0, 0.0]])  # fmt: skip
+def test_nan_or_inf_anywhere_is_one_error_before_the_limit_is_said(bad, tmp_path):
+    from ember_np import QNetwork
+
+    net = QNetwork((4, 16, 2), seed=0)
+    x = np.array(bad, np.float32)
+    for backend in ("numpy", "numba"):
+        policy = DqnPolicy(net.layer_sizes, net.params.copy(), VecEncoder(4),
+                           IndexActionMapper(2), backend)  # fmt: skip
+        for call in (policy.act, policy.q_values):
+            with pytest.raises(ValueError, match=r"observation must be finite"):
+                call(x)
