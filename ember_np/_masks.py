@@ -11,11 +11,34 @@ The replay buffer keeps them as packed bits (``np.packbits``: action j is bit
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
-__all__ = ["check_action_mask", "check_action_masks", "packed_mask_bytes"]
+__all__ = [
+    "IGNORED_MASKS",
+    "check_action_mask",
+    "check_action_masks",
+    "packed_mask_bytes",
+    "warn_if_masks_ignored",
+]
+
+#: The warning (once per trainer) for an env's masks that an agent without masks ignores.
+IGNORED_MASKS = (
+    "the env puts an action_mask in info, but the agent's config has action_masks=False: "
+    "the masks are ignored and any action may be chosen; DqnConfig(action_masks=True) uses them"
+)
+
+
+def warn_if_masks_ignored(info: Any) -> bool:
+    """Warn (UserWarning, :data:`IGNORED_MASKS`) when ``info`` (a reset's or step's,
+    single or vector env) holds an ``action_mask``; return whether it did. Trainers
+    whose agent has masks off call it until it returns True: one warning each."""
+    if isinstance(info, dict) and info.get("action_mask") is not None:
+        warnings.warn(IGNORED_MASKS, UserWarning, stacklevel=4)
+        return True
+    return False
 
 _BOOL = np.dtype(np.bool_)
 

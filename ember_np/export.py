@@ -10,7 +10,12 @@ A distributional head (C51, QR-DQN) ends in its outputs per action (dueling:
 per atom), reshaped to ``(batch, n_actions, n_atoms)``, then a second output
 ``distribution`` (C51: ``Softmax`` over the atoms; QR: the quantiles) and
 ``q_values`` its expected value (C51: ``MatMul`` with the support; QR:
-``ReduceMean``); the head is in the ``distributional`` metadata.
+``ReduceMean``, in float64); the head is in the ``distributional`` metadata.
+
+The ``max_abs_obs`` metadata (``DqnPolicy.max_abs_obs``) bounds the
+observations: rows with a larger max |value| (where float32 could overflow
+inside the network) must not be fed; :func:`onnx_greedy_actions` checks them
+and raises ``DqnPolicy``'s ValueError.
 
 ``batch`` is a dynamic dimension. The greedy action is
 ``action_offset + argmax(q_values)`` (the first maximum on ties, as
@@ -39,12 +44,18 @@ import numpy as np
 
 from ember_np._files import check_output, write_output
 from ember_np.checkpoint import CheckpointError
-from ember_np.dqn.forward import LN_EPS
+from ember_np.dqn.forward import LN_EPS, refused_row
 from ember_np.dqn.policy import DqnPolicy
 from ember_np.encoding import IndexActionMapper, describe
 from ember_np.training.run import checkpoint_file_name
 
-__all__ = ["INSTALL_HINT", "export_onnx", "policy_to_onnx", "resolve_checkpoint"]
+__all__ = [
+    "INSTALL_HINT",
+    "export_onnx",
+    "onnx_greedy_actions",
+    "policy_to_onnx",
+    "resolve_checkpoint",
+]
 
 #: The one line printed when the onnx package is missing.
 INSTALL_HINT = 'ember-np export needs the onnx package: pip install "ember-np[onnx]"'
@@ -179,6 +190,8 @@ def policy_to_onnx(
             "encoder": json.dumps(encoder, sort_keys=True),
             "action_mapper": json.dumps(describe(mapper), sort_keys=True),
             "greedy_action": "action_offset + argmax(q_values, axis=1), first maximum on ties",
+            # obs rows with max |value| beyond it are refused (see onnx_greedy_actions)
+            "max_abs_obs": repr(policy.max_abs_obs),
             "source": source,
         },
     )
@@ -209,11 +222,17 @@ def _head_nodes(helper: Any, numpy_helper: Any, policy: DqnPolicy) -> tuple[list
     else:
         nodes = [helper.make_node("Reshape", ["outputs", "head_shape"], ["head_outputs"],
                                   name="head_outputs")]  # fmt: skip
-    if head.kind == "qr":
+    if head.kind == "qr":  # the mean in float64, as the kernels: quantiles near float32's
+        # max (each finite) have a finite mean that a float32 sum would overflow
+        double, single = onnx_types()
         nodes += [
             helper.make_node("Identity", ["head_outputs"], ["distribution"], name="quantiles"),
-            helper.make_node("ReduceMean", ["head_outputs"], ["q_values"], axes=[2], keepdims=0,
-                             name="expected_value"),
+            helper.make_node("Cast", ["head_outputs"], ["head_outputs_f64"], to=double,
+                             name="quantiles_f64"),
+            helper.make_node("ReduceMean", ["head_outputs_f64"], ["q_values_f64"], axes=[2],
+                             keepdims=0, name="expected_value"),
+            helper.make_node("Cast", ["q_values_f64"], ["q_values"], to=single,
+                             name="q_values_f32"),
         ]  # fmt: skip
         return nodes, inits
     inits.append(numpy_helper.from_array(head.support(), "support"))
@@ -223,6 +242,36 @@ def _head_nodes(helper: Any, numpy_helper: Any, policy: DqnPolicy) -> tuple[list
                          name="expected_value"),
     ]  # fmt: skip
     return nodes, inits
+
+
+def onnx_types() -> tuple[int, int]:
+    """ONNX's codes of float64 and float32 (``TensorProto.DOUBLE``, ``FLOAT``)."""
+    from onnx import TensorProto
+
+    return TensorProto.DOUBLE, TensorProto.FLOAT
+
+
+def onnx_greedy_actions(session: Any, obs: Any) -> np.ndarray:
+    """Greedy actions of an exported policy for a batch, checked as ``DqnPolicy`` checks.
+
+    ``session``: an ``onnxruntime.InferenceSession`` of a model written by
+    :func:`policy_to_onnx`; ``obs``: float32 (batch, obs_size), encoded as the
+    model's ``obs`` input. ONNX cannot raise, so the check runs here first:
+    a row holding NaN or inf or with max |value| beyond the ``max_abs_obs``
+    metadata raises the ValueError ``DqnPolicy`` raises (nothing is run).
+
+    Returns
+    -------
+    ndarray of int64, shape (batch,)
+        ``action_offset + argmax(q_values)`` (the first maximum on ties).
+    """
+    meta = session.get_modelmeta().custom_metadata_map
+    x = np.ascontiguousarray(obs, dtype=np.float32)
+    err = refused_row(x, float(meta.get("max_abs_obs", "inf")), "obs")
+    if err is not None:
+        raise err
+    (q,) = session.run(["q_values"], {"obs": x})
+    return np.argmax(q, axis=1) + int(meta["action_offset"])
 
 
 def _trained_with_masks(source: str) -> bool:

@@ -12,6 +12,7 @@ of these heads are tests/test_distributional_agent.py's.
 from __future__ import annotations
 
 import pickle
+import re
 
 import naive
 import numpy as np
@@ -71,6 +72,32 @@ def test_config_fields_and_errors():
     ]:
         with pytest.raises(ValueError, match=msg):
             DqnConfig(**kw)
+
+
+@pytest.mark.parametrize(
+    "v_min, v_max, n_atoms",
+    [(0.0, 1e-45, 51), (1e7, 1e7 + 1, 51), (0.0, 1e-36, 2**20), (-1e30, -1e30 + 1e23, 11)],
+)
+def test_a_support_float32_cannot_resolve_is_refused_at_config_time(v_min, v_max, n_atoms):
+    """Every atom a distinct float32, the spacing a normal float32 (else every Q is 0,
+    or atoms merge); the message names v_min, v_max, n_atoms and the fix."""
+    dz = (v_max - v_min) / (n_atoms - 1)
+    z32 = (v_min + np.arange(n_atoms) * dz).astype(np.float32)
+    assert dz < np.finfo(np.float32).tiny or not (np.diff(z32) > 0).all()  # truly degenerate
+    kwargs = dict(distributional="c51", v_min=v_min, v_max=v_max, n_atoms=n_atoms)
+    named = re.escape(f"C51's support v_min {v_min!r} to v_max {v_max!r} in n_atoms {n_atoms} "
+                      "has atoms float32 cannot tell apart")  # fmt: skip
+    with pytest.raises(ValueError, match=named + ".*fewer n_atoms"):
+        DqnConfig(**kwargs)
+    with pytest.raises(ValueError, match="float32 cannot tell apart"):
+        DistributionalHead("c51", n_atoms, v_min, v_max)
+
+
+@pytest.mark.parametrize("v_min, v_max, n_atoms", [(-10.0, 10.0, 51), (1e7, 1e7 + 64, 51),
+                                                   (-1e30, 1e30, 2**20), (0.0, 1e-30, 51)])
+def test_a_support_float32_resolves_is_accepted(v_min, v_max, n_atoms):
+    head = DistributionalHead("c51", n_atoms, v_min, v_max)
+    assert (np.diff(head.support()) > 0).all()
 
 
 @pytest.mark.parametrize("head", HEADS, ids=HEAD_IDS)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 
 import gymnasium as gym
 import naive
@@ -381,6 +382,9 @@ def rainbow_net():
 
 @pytest.mark.parametrize("scale", EXTREMES, ids=EXTREME_IDS)
 def test_every_backend_agrees_with_float64_at_the_float32_extremes(rainbow_net, scale):
+    """Within the policy's ``max_abs_obs`` (1e19, 1e30, 1e-38, denormals) every backend
+    matches float64; at 3e38, beyond it, every backend refuses every row (the training
+    forward, which sums LayerNorm in float64, still matches)."""
     from ember_np import IndexActionMapper, VecEncoder
 
     net = rainbow_net
@@ -392,6 +396,29 @@ def test_every_backend_agrees_with_float64_at_the_float32_extremes(rainbow_net, 
     policies = [DqnPolicy(net.layer_sizes, net.params.copy(), VecEncoder(4), IndexActionMapper(2),
                           backend, dueling=True, layer_norm=True)
                 for backend in ("numpy", "numba")]  # fmt: skip
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from ember_np.export import onnx_greedy_actions, policy_to_onnx
+
+    model = policy_to_onnx(policies[0])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    limit = policies[0].max_abs_obs
+    assert policies[1].max_abs_obs == limit
+    within = np.abs(x).max(axis=1) <= limit
+    if scale == 3e38:  # beyond the limit: one error everywhere, never NaN or a wrong value
+        assert not within.any()
+        beyond = re.escape(f"beyond {limit:.6g}, the largest this network computes")
+        for policy in policies:
+            for call in (policy.act, policy.q_values):
+                with pytest.raises(ValueError, match=rf"obs=.*{beyond}"):
+                    call(x[0])
+            for call in (policy.act_batch, policy.q_values_batch):
+                with pytest.raises(ValueError, match=rf"obs_batch\[0\]=.*{beyond}"):
+                    call(x)
+        with pytest.raises(ValueError, match=rf"obs\[0\]=.*{beyond}"):
+            onnx_greedy_actions(session, x)
+        return
+    assert within.all()
     actions = net.greedy_actions(x)
     np.testing.assert_array_equal(actions, np.argmax(expected, axis=1))
     for policy in policies:
@@ -401,16 +428,11 @@ def test_every_backend_agrees_with_float64_at_the_float32_extremes(rainbow_net, 
         np.testing.assert_array_equal(policy.act_batch(x), actions)
         assert [policy.act(row) for row in x[:20]] == actions[:20].tolist()
         np.testing.assert_allclose(policy.q_values(x[0]), expected[0], **tol)
-    ort = pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnx")
-    from ember_np.export import policy_to_onnx
-
-    model = policy_to_onnx(policies[0])
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (q,) = session.run(["q_values"], {"obs": x})
     assert np.isfinite(q).all()
     np.testing.assert_allclose(q, expected, **tol)
     np.testing.assert_array_equal(np.argmax(q, axis=1), actions)
+    np.testing.assert_array_equal(onnx_greedy_actions(session, x), actions)
     np.testing.assert_allclose(q, policies[0].q_values_batch(x), rtol=2e-6, atol=2e-6)
 
 
@@ -420,13 +442,17 @@ def test_a_row_of_equal_huge_values_normalises_to_zero_everywhere(rainbow_net):
     net.weights[0][...] = 1.0
     net.biases[0][...] = 0.0
     randomize_norms(net, 2)
-    x = np.array([[3e38, 0.0], [1e30, 0.0], [0.0, 0.0]], np.float32)
+    x = np.array([[3e38, 0.0], [1e36, 0.0], [1e30, 0.0], [0.0, 0.0]], np.float32)
     expected = naive.network_forward(net.params, net.layer_sizes, False, True, x)
     assert np.isfinite(expected).all()
     np.testing.assert_allclose(net.forward(x), expected, rtol=1e-5, atol=1e-5)
     for backend in ("numpy", "numba"):
         policy = net_policy(net, backend)
-        np.testing.assert_allclose(policy.q_values_batch(x), expected, rtol=1e-5, atol=1e-5)
+        assert 1e36 < policy.max_abs_obs < 3e38  # the policies refuse the first row
+        with pytest.raises(ValueError, match=r"obs_batch\[0\].*beyond"):
+            policy.q_values_batch(x)
+        np.testing.assert_allclose(policy.q_values_batch(x[1:]), expected[1:], rtol=1e-5,
+                                   atol=1e-5)  # fmt: skip
 
 
 def net_policy(net, backend):

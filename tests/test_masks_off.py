@@ -61,6 +61,42 @@ def test_an_agent_without_masks_trains_and_evaluates_ignoring_the_envs_masks():
     assert any(a != 0 for _, a in eval_env.seen)
 
 
+def test_an_agent_without_masks_warns_once_that_the_envs_masks_are_ignored():
+    import warnings
+
+    from ember_np import DqnConfig
+
+    agent = DqnAgent.for_env(OnlyFirstLegal(gym.make(taxi_id())), SMALL, seed=2)
+    trainer = DqnTrainer(OnlyFirstLegal(gym.make(taxi_id())), agent, seed=2)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        trainer.train(250)  # a Taxi episode is 200 steps: two resets, 250 steps with masks
+    ignored = [w for w in said if "action_masks=False" in str(w.message)]
+    assert len(ignored) == 1, [str(w.message) for w in said]
+    assert ignored[0].category is UserWarning
+    assert "the env puts an action_mask in info" in str(ignored[0].message)
+    assert "DqnConfig(action_masks=True)" in str(ignored[0].message)
+    # masks on, or an env without masks: no such warning
+    masked = DqnAgent.for_env(gym.make(taxi_id()), SMALL.replace(action_masks=True), seed=2)
+    plain = DqnAgent.for_env(gym.make("CartPole-v1"), DqnConfig(hidden_sizes=(8,)), seed=2)
+    for env_id, other in ((taxi_id(), masked), ("CartPole-v1", plain)):
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            DqnTrainer(gym.make(env_id), other, seed=2).train(50)
+        assert not [w for w in said if "action_masks=False" in str(w.message)]
+
+
+def test_a_vector_trainer_without_masks_warns_once_too():
+    import warnings
+
+    env = gym.make_vec(taxi_id(), 2, vectorization_mode="sync", wrappers=[OnlyFirstLegal])
+    agent = DqnAgent.for_env(gym.make(taxi_id()), SMALL, seed=2)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        DqnTrainer(env, agent, seed=2).train(100)
+    assert len([w for w in said if "action_masks=False" in str(w.message)]) == 1
+
+
 def test_cli_train_with_masks_off_trains_and_evaluates_taxi(tmp_path, capsys):
     env_id = taxi_id()
     assert main(["train", env_id, "--steps", "300", "--eval-every", "300", "--eval-episodes",

@@ -15,6 +15,7 @@ stream and each exploring action's from the exploration stream.
 
 from __future__ import annotations
 
+import math
 import operator
 import os
 import warnings
@@ -64,6 +65,7 @@ from ember_np.dqn.agent_kernels import (
 from ember_np.dqn.agent_vec import VectorMethods
 from ember_np.dqn.circular import CircularBuffer
 from ember_np.dqn.config import DqnConfig
+from ember_np.dqn.forward import refused_observation
 from ember_np.dqn.mlp import greedy_action, greedy_action_legal
 from ember_np.dqn.network import QNetwork, UpdateOptions
 from ember_np.dqn.policy import DqnPolicy
@@ -296,17 +298,18 @@ class DqnAgent(VectorMethods):
         gymnasium's ``info["action_mask"]``) the argmax runs over the legal
         actions only. Raises ValueError for an observation holding NaN or inf
         (the rule of every method that reads observations; see
-        :class:`~ember_np.DqnPolicy`) and for a mask of the wrong shape or
-        dtype or without a legal action.
+        :class:`~ember_np.DqnPolicy`), when the Q-values come out NaN or inf
+        (float32 overflow), and for a mask of the wrong shape or dtype or
+        without a legal action.
         """
         x = self.encode(obs)
         if action_mask is None:
-            index = greedy_action(self.online.mean_params, self._net.sizes, x)
+            index = greedy_action(self.online.mean_params, self._net.sizes, math.inf, x)
         else:
             legal = self._legal(action_mask)
             index = greedy_action_legal(self.online.mean_params, self._net.sizes, x, legal)
-        if index < 0:
-            raise nonfinite_observation(x)
+        if index < 0:  # NaN or inf in x, or Q-values not finite: never action 0 from NaN
+            raise refused_observation(x, index, math.inf)
         return self.action_mapper.index_to_action(index)
 
     def _legal(self, mask: Any, name: str = "action_mask") -> np.ndarray:

@@ -20,6 +20,11 @@ Q-values up to float32 rounding (the sums run in a different order), and on
 observations holding NaN or inf: ``greedy_one`` returns -1, ``q_one`` None,
 and the batch methods the first such row beside their result (-1 if none),
 so that :class:`~ember_np.DqnPolicy` raises one error for all four methods.
+
+Both also hold ``limit`` (:func:`obs_limit`): the largest max|x| for which no
+float32 value inside the network can overflow. Beyond it the passes (and the
+ONNX graph) could overflow differently, so every acting method refuses such
+an observation with one ValueError (:func:`refused_observation`).
 """
 
 from __future__ import annotations
@@ -32,10 +37,15 @@ from typing import Any
 import numpy as np
 
 from ember_np.dqn.head import DistributionalHead, kernel_sizes
+from ember_np.encoding import nonfinite_observation, nonfinite_row
 
 __all__ = [
+    "BEYOND_LIMIT",
+    "NONFINITE_OBS",
+    "NONFINITE_Q",
     "CompiledForward",
     "NumpyForward",
+    "check_observation",
     "expected_values",
     "first_nonfinite_row",
     "greedy_index",
@@ -44,10 +54,16 @@ __all__ = [
     "layer_views",
     "ln_scales",
     "norm_views",
+    "obs_limit",
+    "refused_observation",
+    "refused_row",
 ]
 
 LN_EPS = 1e-5  # network.LN_EPS, torch.nn.LayerNorm's default (not imported: no numba here)
 _F32_TINY = np.float32(np.finfo(np.float32).tiny)
+_F32_MAX = float(np.finfo(np.float32).max)
+#: Codes of the acting kernels (``mlp.greedy_action``) and :meth:`NumpyForward.greedy_one`.
+NONFINITE_OBS, BEYOND_LIMIT, NONFINITE_Q = -1, -2, -3
 
 
 def ln_scales(z: np.ndarray) -> np.ndarray:
@@ -147,12 +163,129 @@ def norm_views(
     return out
 
 
+def obs_limit(
+    layer_sizes: Sequence[int], params: np.ndarray, dueling: bool = False,
+    layer_norm: bool = False, head: DistributionalHead | None = None,
+) -> float:  # fmt: skip
+    """The largest max|x| for which no float32 value inside the network can overflow.
+
+    Returns a float32 value (as a Python float; ``inf`` when nothing grows
+    with x). For every observation with ``max|x| <= limit`` every partial sum
+    of every layer, in any order, stays below float32's max / 8, so the three
+    forward passes (NumPy, compiled, ONNX) compute finite values that differ
+    only by float32 rounding; beyond it they may overflow, each differently,
+    and every backend refuses the observation (:func:`refused_observation`).
+
+    The bound is affine in X = max|x| per unit: |h_j| <= a_j X + c_j with
+    a = |W|^T a_prev and c = |W|^T c_prev + |b| (a sum of absolute values
+    bounds every partial sum); ReLU keeps it; LayerNorm resets it to
+    |gain| sqrt(n) + |bias| (|xhat| <= sqrt(n - 1)) and needs 2 (a X + c)
+    (the compiled pass's z - mean); a dueling head adds the mean over actions
+    (n_actions max|A|) and V + A - mean(A); C51's softmax subtracts the row's
+    maximum (2 max|out|). QR-DQN's mean is taken in float64 (no bound).
+    """
+    atoms = 1 if head is None else head.n_atoms
+    layers = layer_views(layer_sizes, params, dueling, atoms)
+    norms = norm_views(layer_sizes, params, dueling, atoms) if layer_norm else []
+    budget = _F32_MAX / 8.0
+    limit = np.inf
+
+    def cap(a: np.ndarray, c: np.ndarray) -> None:  # every a_j X + c_j <= budget
+        nonlocal limit
+        if (c > budget).any():
+            limit = -1.0  # even x = 0 could overflow: weights this large diverged
+            return
+        grows = a > 0
+        if grows.any():
+            limit = min(limit, float(((budget - c[grows]) / a[grows]).min()))
+
+    a = np.ones(layer_sizes[0])
+    c = np.zeros(layer_sizes[0])
+    n_dense = len(layer_sizes) - 1
+    last_hidden = (a, c)
+    for l in range(n_dense):
+        w, b = layers[l]
+        aw = np.abs(w.astype(np.float64))
+        a, c = a @ aw, c @ aw + np.abs(b.astype(np.float64))
+        if l < n_dense - 1 and norms:
+            cap(2.0 * a, 2.0 * c)
+            gain, beta = (np.abs(v.astype(np.float64)) for v in norms[l])
+            a, c = np.zeros_like(a), gain * np.sqrt(gain.shape[0]) + beta
+        else:
+            cap(a, c)
+        if l == n_dense - 2:
+            last_hidden = (a, c)
+    if dueling:  # A (n_actions, atoms) from (a, c); V (atoms,) from the last hidden layer
+        w, b = layers[-1]
+        aw = np.abs(w.astype(np.float64))
+        a_v = last_hidden[0] @ aw
+        c_v = last_hidden[1] @ aw + np.abs(b.astype(np.float64))
+        cap(a_v, c_v)
+        a_a, c_a = a.reshape(-1, atoms), c.reshape(-1, atoms)
+        cap(a_a.sum(axis=0), c_a.sum(axis=0))  # the sum behind mean_a A
+        a = a_v + 2.0 * a_a.max(axis=0)
+        c = c_v + 2.0 * c_a.max(axis=0)
+        cap(a, c)
+    if head is not None and head.kind == "c51":
+        cap(2.0 * a, 2.0 * c)  # out - max(out)
+    if limit >= _F32_MAX:
+        return float("inf") if np.isinf(limit) else _F32_MAX
+    low = np.float32(limit)
+    if float(low) > limit:  # round down: the limit is a float32 value, compared exactly
+        low = np.nextafter(low, np.float32(-np.inf))
+    return float(low)
+
+
+def refused_observation(x: np.ndarray, code: int, limit: float, name: str = "obs") -> ValueError:
+    """The error for an observation an acting method refused (``code``: the
+    kernels' :data:`NONFINITE_OBS`, :data:`BEYOND_LIMIT` or :data:`NONFINITE_Q`)."""
+    if code == NONFINITE_OBS:
+        return nonfinite_observation(x, name)
+    if code == BEYOND_LIMIT:
+        return ValueError(
+            f"observation {name}={x.tolist()} has max |value| {float(np.abs(x).max()):.6g}, "
+            f"beyond {limit:.6g}, the largest this network computes without float32 "
+            "overflow (DqnPolicy.max_abs_obs, from its weights); scale the observations "
+            "down (e.g. normalise them in the encoder)"
+        )
+    return ValueError(
+        f"the Q-values of observation {name}={x.tolist()} are not finite: the network "
+        "overflowed float32 (its weights or the observation are too large); scale the "
+        "observations down, or use an earlier checkpoint if the run diverged"
+    )
+
+
+def refused_row(x: np.ndarray, limit: float, name: str = "obs_batch") -> ValueError | None:
+    """The error for the first row of ``x`` (batch, n) holding NaN or inf or with
+    max |value| beyond ``limit`` (the same rule, and checks, as one observation's), or None."""
+    m = np.abs(x).max(axis=1) if x.size else np.zeros(x.shape[0])
+    bad = ~(m <= limit)  # NaN and inf fail too
+    if not bad.any():
+        return None
+    row = int(bad.argmax())
+    if not np.isfinite(x[row]).all():
+        return nonfinite_row(x, row, name)
+    err = refused_observation(x[row], BEYOND_LIMIT, limit, f"{name}[{row}]")
+    return ValueError(f"{err} (row {row} of {x.shape[0]}); nothing was computed")
+
+
+def check_observation(x: np.ndarray, limit: float, name: str = "obs") -> None:
+    """Raise the error of :func:`refused_observation` unless ``x`` (n,) is finite
+    with max |value| <= ``limit`` (exact: a float32 maximum against a float32 limit)."""
+    if not abs(x).max() <= limit:
+        code = NONFINITE_OBS if not np.isfinite(x).all() else BEYOND_LIMIT
+        raise refused_observation(x, code, limit, name)
+
+
 def expected_values(head: DistributionalHead, out: np.ndarray) -> np.ndarray:
     """Q-values from a distributional head's outputs ``out`` (..., n_actions, n_atoms):
     C51's sum_k softmax(out)_k z_k, QR-DQN's mean_k out_k; float32 (..., n_actions).
-    (The kernels' ``expected_q``, in NumPy: the same values up to float32 rounding.)"""
+    (The kernels' ``expected_q``, in NumPy: the same values up to float32 rounding.)
+    QR's mean is summed in float64 as the kernel's: quantiles near float32's max
+    (each finite) have a finite mean, which a float32 sum would overflow."""
     if head.kind == "qr":
-        return out.mean(axis=-1, dtype=np.float32)
+        total = out.sum(axis=-1, dtype=np.float64)
+        return (total * (1.0 / out.shape[-1])).astype(np.float32)
     e = np.exp(out - out.max(axis=-1, keepdims=True))
     return (np.dot(e, head.support()) / e.sum(axis=-1)).astype(np.float32, copy=False)
 
@@ -177,6 +310,8 @@ class NumpyForward:
         [h, 1] @ [[W, 0],    = [h @ W + b, 1]      (ReLU keeps the 1)
                   [b, 1]]
 
+    (:meth:`greedy_one` checks max|x| against :attr:`limit` first, which also
+    refuses NaN and inf; the batch methods rely on the carried unit.)
     That extra unit also checks the observation for free: it is
     ``x @ 0 + 1``, which is NaN when ``x`` holds NaN or inf (``inf * 0`` is
     NaN) and then makes every Q-value NaN. So a finite Q means a finite
@@ -207,6 +342,9 @@ class NumpyForward:
     ) -> None:  # fmt: skip
         self._dist = head
         self._atoms = atoms = 1 if head is None else head.n_atoms
+        #: max |x| this network computes without float32 overflow (:func:`obs_limit`)
+        self.limit = obs_limit(layer_sizes, params, dueling, layer_norm, head)
+        self._few_inputs = layer_sizes[0] <= 64
         layers = layer_views(layer_sizes, params, dueling, atoms)
         self._dueling = dueling
         self._norm_layers: list[tuple[np.ndarray, ...]] = []
@@ -314,16 +452,22 @@ class NumpyForward:
         return q, (-1 if np.isfinite(q).all() else first_nonfinite_row(x))
 
     def greedy_one(self, x: np.ndarray) -> int:
-        """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf (callers raise)."""
-        if self._head_w is None and not np.isfinite(x).all():
-            return -1  # no carried unit to flag a non-finite x
+        """argmax_a Q(x, a), or (callers raise) :data:`NONFINITE_OBS` when ``x`` holds
+        NaN or inf, :data:`BEYOND_LIMIT` when max|x| > :attr:`limit`, :data:`NONFINITE_Q`
+        (which the limit rules out) rather than an action from NaN Q-values."""
+        if self._few_inputs:  # Python's max and min of a short list: 0.5 us, abs().max() 2
+            v = x.tolist()
+            within = max(v) <= self.limit and -self.limit <= min(v)
+        else:
+            within = abs(x).max() <= self.limit
+        if not within:  # exact (float32 values against a float32 limit)
+            return NONFINITE_OBS if not np.isfinite(x).all() else BEYOND_LIMIT
         q = self._head(self._trunk(x))
         i = int(q.argmax())
-        if q[i] == q[i]:  # no NaN in q, so x was finite (see the class docstring)
+        if q[i] == q[i]:
             return i
-        if not np.isfinite(x).all():
-            return -1
-        return greedy_index(q)
+        # a NaN that max() let through (it compares false) reached q (the carried unit)
+        return NONFINITE_OBS if not np.isfinite(x).all() else NONFINITE_Q
 
     def greedy_batch(self, x: np.ndarray) -> tuple[np.ndarray, int]:
         """argmax_a Q(x_i, a) of every row: int64 (batch,); and the first non-finite row or -1."""
@@ -381,6 +525,7 @@ class CompiledForward:
         # from ``sizes`` (head.kernel_sizes).
         _network_kernels()
         self._params = params
+        self.limit = obs_limit(layer_sizes, params, dueling, layer_norm, head)
         self._sizes = kernel_sizes(layer_sizes, head, dueling)
         self._n_actions = int(layer_sizes[-1])
 
@@ -410,7 +555,7 @@ class CompiledForward:
         return q, int(row)
 
     def greedy_one(self, x: np.ndarray) -> int:
-        """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf.
+        """argmax_a Q(x, a), or a negative code as :meth:`NumpyForward.greedy_one`'s.
 
         ``x`` must be float32, C-contiguous, aligned and writeable, of shape
         (obs_size,): what ``DqnPolicy`` passes (``as_f32``'s layout). The first
@@ -422,8 +567,8 @@ class CompiledForward:
         from ember_np._jit import entry_point  # numba is imported already (see __init__)
 
         call = _kernels.greedy_action  # type: ignore[union-attr]
-        entry = entry_point(call, self._params, self._sizes, x)
-        self.greedy_one = partial(entry, self._params, self._sizes)  # type: ignore[method-assign]
+        entry = entry_point(call, self._params, self._sizes, self.limit, x)
+        self.greedy_one = partial(entry, self._params, self._sizes, self.limit)  # type: ignore[method-assign]
         return int(self.greedy_one(x))
 
     def greedy_batch(self, x: np.ndarray) -> tuple[np.ndarray, int]:

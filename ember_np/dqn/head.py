@@ -93,6 +93,7 @@ class DistributionalHead:
                     f"and v_max {v_max}"
                 )
             bounds = (float(v_min), float(v_max))
+            _check_support(n, *bounds)
         for name, value in zip(self.__slots__, (kind, int(n), *bounds)):
             object.__setattr__(self, name, value)
 
@@ -178,3 +179,19 @@ def kernel_sizes(
     suffix = [-head.code, head.n_atoms, int(bool(dueling)), _float_bits(head.v_min),
               _float_bits(head.v_max)]  # fmt: skip
     return np.array(sizes + suffix, dtype=np.int64)
+
+
+def _check_support(n: int, v_min: float, v_max: float) -> None:
+    """Refuse a C51 support float32 cannot hold: every atom z_k (float64, then rounded,
+    as the kernels compute it) a distinct float32 value, their spacing a normal float32.
+
+    (Within +-1e30 and 2**20 atoms the expected value sum_k p_k z_k stays finite.)
+    """
+    dz = (v_max - v_min) / (n - 1)
+    z = (v_min + np.arange(n, dtype=np.float64) * dz).astype(np.float32)
+    if dz < float(np.finfo(np.float32).tiny) or not (np.diff(z) > 0).all():
+        raise ValueError(
+            f"C51's support v_min {v_min!r} to v_max {v_max!r} in n_atoms {n} has atoms "
+            f"float32 cannot tell apart (spacing {dz:.3g}); make v_max - v_min wider "
+            "relative to |v_min|, |v_max| (e.g. the range of the returns) or use fewer n_atoms"
+        )

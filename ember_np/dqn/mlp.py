@@ -439,21 +439,22 @@ def greedy_unchecked(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> in
 
 
 @kernel
-def greedy_action(params: np.ndarray, sizes: np.ndarray, x: np.ndarray) -> int:
-    """argmax_a Q(x, a), or -1 when ``x`` holds NaN or inf (callers raise).
+def greedy_action(params: np.ndarray, sizes: np.ndarray, limit: float, x: np.ndarray) -> int:
+    """argmax_a Q(x, a), or a negative code for callers to raise (``forward.py``'s):
+    -1 when ``x`` holds NaN or inf, -2 when max|x| > ``limit`` (``forward.obs_limit``;
+    ``inf``: no limit), -3 when a Q-value is not finite (never an action from NaN).
 
-    Parameters
-    ----------
-    params : ndarray of float32, shape (num_params,)
-    sizes : ndarray of int64, shape (n_layers + 1,)
-    x : ndarray of float32, shape (sizes[0],)
-
-    Returns
-    -------
-    int
-        The first maximising action index, or -1.
+    params : float32 (num_params,); sizes : int64 (n_layers + 1,); limit : float;
+    x : float32 (sizes[0],).
     """
-    return greedy_unchecked(params, sizes, x) if all_finite(x) else -1
+    if not all_finite(x):
+        return -1
+    for k in range(x.shape[0]):
+        if abs(x[k]) > limit:
+            return -2
+    q = np.empty(n_actions(sizes), dtype=params.dtype)
+    forward_one(params, sizes, x, q)
+    return argmax(q) if all_finite(q) else -3
 
 
 # Action masks (see ember_np/_masks.py): a bool (n_actions,) mask of length 0
@@ -512,22 +513,13 @@ def greedy_legal(params: np.ndarray, sizes: np.ndarray, x: np.ndarray, legal: np
 def greedy_action_legal(
     params: np.ndarray, sizes: np.ndarray, x: np.ndarray, legal: np.ndarray
 ) -> int:
-    """:func:`greedy_legal`, or -1 when ``x`` holds NaN or inf (callers raise).
-
-    Parameters
-    ----------
-    params : ndarray of float32, shape (num_params,)
-    sizes : ndarray of int64, shape (n_layers + 1,)
-    x : ndarray of float32, shape (sizes[0],)
-    legal : ndarray of bool, shape (n_actions(sizes),)
-        Precondition: at least one True.
-
-    Returns
-    -------
-    int
-        The first maximising legal action index, or -1.
-    """
-    return greedy_legal(params, sizes, x, legal) if all_finite(x) else -1
+    """argmax over the legal actions (bool (n_actions,), one True at least) of Q(x, a);
+    -1 when ``x`` (float32 (sizes[0],)) holds NaN or inf, -3 when a Q-value is not finite."""
+    if not all_finite(x):
+        return -1
+    q = np.empty(n_actions(sizes), dtype=params.dtype)
+    forward_one(params, sizes, x, q)
+    return argmax_legal(q, legal) if all_finite(q) else -3
 
 
 @kernel

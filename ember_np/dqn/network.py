@@ -33,6 +33,7 @@ from ember_np._jit import entry_point
 from ember_np._masks import check_action_masks
 from ember_np._memory import check_network_memory
 from ember_np.dqn.distributional import head_outputs_checked
+from ember_np.dqn.forward import refused_observation
 from ember_np.dqn.head import DistributionalHead, kernel_sizes
 from ember_np.dqn.learn import (  # noqa: F401  (re-exported)
     ADAM_BETA1,
@@ -421,14 +422,15 @@ class QNetwork(StateMethods):
     def greedy_action(self, obs: Any) -> int:
         """``argmax_a Q(obs, a)`` for one observation (first index on ties).
 
-        Raises ValueError for NaN or inf in ``obs``, as :meth:`forward` does.
+        Raises ValueError for NaN or inf in ``obs``, as :meth:`forward` does, and
+        when the Q-values come out NaN or inf (float32 overflow).
         """
         x = self._obs(obs)
         if x.ndim != 1:
             raise ValueError(f"expected one observation of shape ({self.obs_size},), got {x.shape}")
-        action = int(greedy_action(self._mean, self._sizes, x))
-        if action < 0:
-            raise nonfinite_observation(x)
+        action = int(greedy_action(self._mean, self._sizes, math.inf, x))
+        if action < 0:  # NaN or inf in x, or Q-values not finite (never 0 from NaN)
+            raise refused_observation(x, action, math.inf)
         return action
 
     def greedy_actions(self, obs: Any) -> np.ndarray:

@@ -18,7 +18,15 @@ from ember_np._arrays import as_f32
 from ember_np._masks import check_action_mask, check_action_masks
 from ember_np.checkpoint import AGENT_FORMAT, CheckpointError, Reader
 from ember_np.checkpoint import AgentKeys as K
-from ember_np.dqn.forward import CompiledForward, NumpyForward, layer_views, norm_views
+from ember_np.dqn.forward import (
+    CompiledForward,
+    NumpyForward,
+    check_observation,
+    layer_views,
+    norm_views,
+    refused_observation,
+    refused_row,
+)
 from ember_np.dqn.head import DistributionalHead
 from ember_np.encoding import (
     DiscreteActionMapper,
@@ -28,8 +36,6 @@ from ember_np.encoding import (
     encode_for_network,
     encoder_from_description,
     mapper_from_description,
-    nonfinite_observation,
-    nonfinite_row,
 )
 
 __all__ = ["Backend", "DqnPolicy"]
@@ -77,9 +83,11 @@ class DqnPolicy:
     on, and gives as Q-values, the expected values of its distributions.
 
     One rule for bad observations in every method (``act``, ``act_batch``,
-    ``q_values``, ``q_values_batch``): NaN or inf (after the cast to float32)
-    raises ValueError naming the parameter (``obs`` / ``obs_batch``) and, for
-    a batch, the first offending row; nothing is returned for the others.
+    ``q_values``, ``q_values_batch``): NaN or inf (after the cast to float32),
+    or a value beyond :attr:`max_abs_obs` (where float32 could overflow inside
+    the network, and the backends would disagree), raises ValueError naming
+    the parameter (``obs`` / ``obs_batch``), the limit and, for a batch, the
+    first offending row; nothing is returned for the others.
     """
 
     def __init__(
@@ -150,6 +158,15 @@ class DqnPolicy:
     def backend(self) -> str:
         """The forward pass in use: ``"numpy"`` or ``"numba"``."""
         return self._forward.name
+
+    @property
+    def max_abs_obs(self) -> float:
+        """The largest max |value| of an encoded observation this policy acts on
+        (``inf``: no bound), computed from the weights (``forward.obs_limit``):
+        below it no float32 value inside the network can overflow, so every backend
+        and the ONNX export (its ``max_abs_obs`` metadata) give the same action;
+        every method refuses an observation beyond it with ValueError."""
+        return self._forward.limit
 
     @property
     def params(self) -> np.ndarray:
@@ -274,12 +291,13 @@ class DqnPolicy:
         else:
             x = self._encode(obs)
         if action_mask is None:
-            index = self._forward.greedy_one(x)
+            index = self._forward.greedy_one(x)  # which checks x (cheaper in the kernel)
         else:
             legal = check_action_mask(action_mask, self.layer_sizes[-1])
+            check_observation(x, self._forward.limit)
             index = self._forward.greedy_one_legal(x, legal)
         if index < 0:
-            raise nonfinite_observation(x)
+            raise refused_observation(x, index, self._forward.limit)
         return self.action_mapper.index_to_action(index)
 
     def act_batch(self, obs_batch: Any, action_masks: Any = None) -> np.ndarray:
@@ -288,14 +306,12 @@ class DqnPolicy:
         ``action_masks`` (bool or 0/1, shape (batch, n_actions)): each row's
         legal actions, as :meth:`act` takes one.
         """
-        x = as_f32(self.encoder.encode_batch(obs_batch), "the encoder's output")
+        x = self._encode_batch(obs_batch)
         if action_masks is None:
-            out, row = self._forward.greedy_batch(x)
+            out, _ = self._forward.greedy_batch(x)
         else:
             legal = check_action_masks(action_masks, x.shape[0], self.layer_sizes[-1])
-            out, row = self._forward.greedy_batch_legal(x, legal)
-        if row >= 0:
-            raise nonfinite_row(x, row, "obs_batch")
+            out, _ = self._forward.greedy_batch_legal(x, legal)
         if isinstance(self.action_mapper, IndexActionMapper):
             return out + self.action_mapper.start
         return np.array([self.action_mapper.index_to_action(int(i)) for i in out])
@@ -303,18 +319,23 @@ class DqnPolicy:
     def q_values(self, obs: Any) -> np.ndarray:
         """Q-values of one observation: ndarray of float32, shape (n_actions,)."""
         x = self._encode(obs)
+        check_observation(x, self._forward.limit)
         q = self._forward.q_one(x)
-        if q is None:
-            raise nonfinite_observation(x)
+        assert q is not None  # x was checked
         return q
 
     def q_values_batch(self, obs_batch: Any) -> np.ndarray:
         """Q-values of a batch: ndarray of float32, shape (batch, n_actions)."""
-        x = as_f32(self.encoder.encode_batch(obs_batch), "the encoder's output")
-        q, row = self._forward.q_batch(x)
-        if row >= 0:
-            raise nonfinite_row(x, row, "obs_batch")
+        q, _ = self._forward.q_batch(self._encode_batch(obs_batch))
         return q
+
+    def _encode_batch(self, obs_batch: Any) -> np.ndarray:
+        """The encoded batch, checked (:func:`~ember_np.dqn.forward.refused_row`)."""
+        x = as_f32(self.encoder.encode_batch(obs_batch), "the encoder's output")
+        err = refused_row(x, self._forward.limit) if x.ndim == 2 else None
+        if err is not None:
+            raise err
+        return x
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Copies and pickles go through the constructor, with their own parameters."""

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ember_np._masks import warn_if_masks_ignored
 from ember_np._validate import check_int
 from ember_np.stats import EpisodeRecord, EvalReport, StatsTracker
 from ember_np.training.evaluation import make_eval_env
@@ -208,6 +209,7 @@ class DqnTrainer:
         self._env = env
         self._agent = agent
         self._masks = takes_masks(agent)  # False: the env's info["action_mask"] is ignored
+        self._watch_masks = not self._masks  # until the warning that they are ignored
         self.seed = check_int("seed", seed, minimum=0, maximum=None)  # any size: SeedSequence
         self.run = run
         self.checkpoint_freq = check_int("checkpoint_freq", checkpoint_freq)
@@ -373,6 +375,8 @@ class DqnTrainer:
         self._episode_step = 0
         self._episode_reward = 0.0
         self._x = self._agent.encode(obs)
+        if self._watch_masks:
+            self._watch_masks = not warn_if_masks_ignored(info)
         mask = action_mask_of(info) if self._masks else None
         if mask is None:
             self._index = self._agent.act_encoded(self._x)
@@ -394,6 +398,8 @@ class DqnTrainer:
         next_obs, reward, terminated, truncated, info = self._env.step(agent.index_to_action(index))
         code = 1 if terminated else (2 if truncated else 0)  # EpisodeStatus values
         nx = agent.encode(next_obs)
+        if self._watch_masks:
+            self._watch_masks = not warn_if_masks_ignored(info)
         mask = action_mask_of(info) if self._masks else None
         if mask is None:
             next_index = agent.observe_encoded(x, index, reward, nx, code, code == 0)

@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ember_np._masks import warn_if_masks_ignored
 from ember_np.dqn.agent_kernels import NO_TRANSITION
 
 __all__ = ["EpisodeEnd", "VectorDriver", "is_vector_env", "make_single_env", "vector_agent_error"]
@@ -162,6 +163,7 @@ class VectorDriver:
         self.native = _is_native(env)
         self.seed = seed
         self.masks = masks
+        self.warned = False  # whether IGNORED_MASKS was said (masks off, the env gives them)
         agent.set_num_envs(self.num_envs)
         n = self.num_envs
         self.step_arrays: Any = None  # the agent's VecStep, made at the first reset
@@ -195,6 +197,8 @@ class VectorDriver:
     def _mask_of(self, info: Any) -> np.ndarray | None:
         """``info["action_mask"]`` as bool (N, n_actions) when masks are on and given."""
         if not self.masks or not isinstance(info, dict) or "action_mask" not in info:
+            if not self.masks and not self.warned:  # once per driver (per trainer)
+                self.warned = warn_if_masks_ignored(info)
             return None
         return np.asarray(info["action_mask"]).astype(np.bool_, copy=False)
 
