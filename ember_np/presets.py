@@ -15,8 +15,17 @@ the environment it was tuned for and its step budget.
 
 :func:`get_preset` finds one by name (and env), :func:`presets_for_env` lists
 an env's, :func:`default_preset` is the one ``ember-np train ENV_ID`` uses.
-The old spelling, an env id as the name (``get_preset("CartPole-v1")``,
-``--preset CartPole-v1``), still means that env's ``zoo`` preset.
+``ENV/NAME`` (``CartPole-v1/zoo``) names any env's preset; the old spelling,
+an env id as the name (``get_preset("CartPole-v1")``, ``--preset
+CartPole-v1``), still means that env's ``zoo`` preset; :func:`preset_names`
+lists every name an env takes. A run of another env's preset records it as
+``ENV/NAME`` (:meth:`Preset.name_for`), never as the env's own.
+
+Schedule lengths (epsilon's decay, the learning rate's annealing, PER's beta:
+:data:`~ember_np.dqn.config.SCHEDULE_FIELDS`) are fractions of the run
+(:attr:`Preset.schedule`); :meth:`Preset.config_for` resolves them against a
+run's steps (:func:`resolve_schedule`), and ``Preset.config`` holds them
+resolved at the preset's own budget, ``Preset.steps``.
 
 =========================  ======================================================
 SB3 / RL Zoo               DqnConfig
@@ -29,7 +38,7 @@ gamma                      gamma
 target_update_interval     target_update_freq
 train_freq                 train_freq
 gradient_steps             gradient_steps (-1: one per env step)
-exploration_fraction       epsilon_decay_steps = fraction * n_timesteps
+exploration_fraction       epsilon_decay_steps = fraction * the run's steps
 exploration_final_eps      epsilon_end (epsilon_start 1.0)
 policy_kwargs.net_arch     hidden_sizes
 (SB3 defaults)             tau 1.0, max_grad_norm 10, Huber loss (delta 1)
@@ -352,14 +361,17 @@ def get_preset(name: str, env_id: str | None = None) -> Preset:
     names = preset_names(env_id)
     if name in names:
         return names[name]
-    envs = [e for e, presets in PRESETS.items() if name in presets]
-    if envs and env_id is None:
+    plain, _, short = name.rpartition("/")
+    if plain not in PRESETS:  # not ENV/NAME with a NAME that ENV has not
+        plain, short = _plain(env_id or ""), name
+    envs = [e for e, presets in PRESETS.items() if short in presets]
+    if envs and not plain:
         raise ValueError(
             f"preset {name!r} exists for {', '.join(envs)}: say which env, e.g. "
             f"get_preset({name!r}, env_id={envs[0]!r}) or get_preset('{envs[0]}/{name}')"
         )
     if envs:
-        plain = _plain(str(env_id))
+        name = short
         have = ", ".join(PRESETS.get(plain, {})) or "none"
         other = ", ".join(f"{e}/{name}" for e in envs)
         raise ValueError(

@@ -10,7 +10,6 @@ import re
 from pathlib import Path
 
 import pytest
-from naive import SMALL_ARGS
 
 from ember_np import DqnAgent, DqnConfig
 from ember_np.cli import main
@@ -89,7 +88,7 @@ def test_train_resolves_the_schedule_against_steps_and_set_wins(tmp_path, capsys
 
 def test_resume_keeps_the_schedule_the_run_was_started_with(tmp_path, capsys):
     assert main(["train", "CartPole-v1", "--preset", "ember", "--steps", "400",
-                 "--root", str(tmp_path), *TRAIN, *SMALL_ARGS]) == 0  # fmt: skip
+                 "--root", str(tmp_path), *TRAIN, *SMALL_SETS]) == 0  # fmt: skip
     (run_dir,) = (tmp_path / "CartPole-v1" / "ember").iterdir()
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["dqn"]["epsilon_decay_steps"] == 80  # 0.2 of 400
