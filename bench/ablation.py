@@ -200,7 +200,7 @@ def report(results: Path, out: Path) -> str:
             continue
         data = json.loads(path.read_text())
         full = data["variants"].get("rainbow (all)")
-        changed = changed_since("rainbow", env_id, data["config"])
+        changed = changed_since("rainbow", env_id, data["config"], data["steps"])
         if changed:
             notes.append(f"- {env_id}: these rows are of an earlier `rainbow` preset, not "
                          f"re-run since its {', '.join(changed)} changed")  # fmt: skip

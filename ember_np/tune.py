@@ -301,8 +301,7 @@ def settings_for(
     num_envs, vectorization = vector_settings(train_env_id, num_envs, vectorization)
     preset = default_preset(env_id.removeprefix("ember_np/"))
     steps = steps or (preset.steps if preset is not None else DEFAULT_STEPS)
-    # as ember-np train: the preset's schedule lengths are fractions of the trial budget
-    base = preset.config_for(steps) if preset is not None else DqnConfig()
+    base = preset.config_for(steps) if preset else DqnConfig()  # as train: schedule over steps
     fixed = parse_sets(sets)
     base = with_env_masks(base, train_env_id, fixed, say)  # as ember-np train: masks where given
     fixed = {k: list(v) if isinstance(v, tuple) else v for k, v in fixed.items()}  # JSON's
