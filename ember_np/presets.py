@@ -53,9 +53,11 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from ember_np._validate import INT64_MAX, too_big_rule
 from ember_np.dqn.config import SCHEDULE_FIELDS, DqnConfig
 
 __all__ = [
@@ -150,14 +152,19 @@ def resolve_schedule(schedule: Mapping[str, float], steps: int) -> dict[str, int
     (fractions of the run) -> round(fraction * steps), at least 1 when the fraction is
     positive. The one place fractions become steps (``train``, ``tune``, bench scripts).
 
-    ValueError when ``steps`` is not a positive integer.
+    ValueError when ``steps`` is not a positive integer, or a length exceeds int64.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     out = {}
     for key, fraction in schedule.items():
-        n = round(fraction * steps)
-        out[key] = max(n, 1) if fraction > 0 else 0
+        length = Fraction(fraction) * steps  # exact: 1.0 of 2**63 - 1 steps is 2**63 - 1
+        if length > INT64_MAX:
+            raise ValueError(
+                f"{key}: {fraction:g} of {steps:,} steps is beyond {too_big_rule(INT64_MAX)} "
+                "steps; give a smaller fraction or --steps"
+            )
+        out[key] = max(round(length), 1) if fraction > 0 else 0
     return out
 
 
@@ -448,14 +455,18 @@ def load_preset_file(path: str | Path, env_id: str | None = None) -> Preset:
         schedule = check_schedule(data.get("schedule", {}) if "dqn" in data else {})
     except ValueError as exc:
         raise ValueError(f"preset file {path}: {exc}") from None
-    for key, n in resolve_schedule(schedule, steps).items():
-        if key in body and body[key] != n:
-            raise ValueError(
-                f"preset file {path}: schedule {key} {schedule[key]:g} of its {steps:,} steps "
-                f"is {n:,}, but dqn {key} is {body[key]!r}: make them agree, or remove "
-                f"schedule {key} to keep {body[key]!r} at any --steps"
-            )
-        config = config.replace(**{key: n})
+    try:
+        resolved = resolve_schedule(schedule, steps)
+        for key, n in resolved.items():
+            if key in body and body[key] != n:
+                raise ValueError(
+                    f"schedule {key} {schedule[key]:g} of its {steps:,} steps is {n:,}, but "
+                    f"dqn {key} is {body[key]!r}: make them agree, or remove schedule {key} "
+                    f"to keep {body[key]!r} at any --steps"
+                )
+        config = config.replace(**resolved)
+    except ValueError as exc:
+        raise ValueError(f"preset file {path}: {exc}") from None
     file_env = data.get("env_id", "") if "dqn" in data else ""
     if not isinstance(file_env, str):
         raise ValueError(f"preset file {path}: env_id must be a string, got {file_env!r}")

@@ -60,12 +60,7 @@ from typing import Any
 import numpy as np
 
 from ember_np.dqn.config import DqnConfig
-from ember_np.training.setup import (
-    SetupError,
-    check_replay_memory,
-    make_train_env,
-    vector_settings,
-)
+from ember_np.training.setup import SetupError, check_replay_memory, make_train_env, vector_settings
 from ember_np.tune_results import best_preset, importances, summary
 from ember_np.tune_storage import (
     SETTINGS_ATTR,
@@ -301,7 +296,10 @@ def settings_for(
     num_envs, vectorization = vector_settings(train_env_id, num_envs, vectorization)
     preset = default_preset(env_id.removeprefix("ember_np/"))
     steps = steps or (preset.steps if preset is not None else DEFAULT_STEPS)
-    base = preset.config_for(steps) if preset else DqnConfig()  # as train: schedule over steps
+    try:  # as ember-np train: the preset's schedule lengths over the trial's steps
+        base = preset.config_for(steps) if preset else DqnConfig()
+    except ValueError as exc:
+        raise SetupError(f"--steps {steps}: {exc}") from None
     fixed = parse_sets(sets)
     base = with_env_masks(base, train_env_id, fixed, say)  # as ember-np train: masks where given
     fixed = {k: list(v) if isinstance(v, tuple) else v for k, v in fixed.items()}  # JSON's

@@ -14,7 +14,14 @@ import pytest
 from ember_np import DqnAgent, DqnConfig
 from ember_np.cli import main
 from ember_np.dqn.config import SCHEDULE_FIELDS
-from ember_np.presets import PRESETS, Preset, get_preset, load_preset_file, preset_names
+from ember_np.presets import (
+    PRESETS,
+    Preset,
+    get_preset,
+    load_preset_file,
+    preset_names,
+    resolve_schedule,
+)
 
 ALL = [p for presets in PRESETS.values() for p in presets.values()]
 IDS = [f"{p.env_id}/{p.name}" for p in ALL]
@@ -204,3 +211,17 @@ def test_every_accepted_name_means_the_preset_it_names():
                 assert preset.name == name
             expected = preset.name if preset.env_id == env_id else f"{preset.env_id}/{preset.name}"
             assert preset.name_for(env_id) == preset.name_for(f"ember_np/{env_id}") == expected
+
+
+def test_lengths_are_exact_up_to_int64_and_refused_beyond_in_one_line(tmp_path, capsys):
+    top = 2**63 - 1
+    assert resolve_schedule({"learning_rate_decay_steps": 1.0}, top) == {
+        "learning_rate_decay_steps": top}  # fmt: skip
+    assert resolve_schedule({"epsilon_decay_steps": 0.0, "per_beta_steps": 1e-30}, 10) == {
+        "epsilon_decay_steps": 0, "per_beta_steps": 1}  # a positive fraction lasts a step
+    # CartPole's rainbow anneals beta over 100/35 of the run: beyond int64 at this length
+    assert main(["train", "CartPole-v1", "--steps", str(top), "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"ember-np: error: --steps {top}: per_beta_steps: 2.85714 of ")
+    assert "beyond 2**63 - 1" in err and len(err.splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # refused before a run directory was made

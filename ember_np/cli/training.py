@@ -179,7 +179,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     steps = args.steps if args.steps is not None else (preset.steps if preset else 100_000)
     # the preset's schedule lengths are fractions of the run: resolved against --steps
     # here, before --set (an explicit --set epsilon_decay_steps=N wins)
-    config = preset.config_for(steps) if preset is not None else DqnConfig()
+    try:
+        config = preset.config_for(steps) if preset is not None else DqnConfig()
+    except ValueError as exc:  # a length beyond int64 (a huge --steps)
+        raise UsageError(f"--steps {steps}: {exc}") from None
     # a preset of another env is recorded and filed as ENV/NAME, never as the env's own
     preset_name = preset.name_for(plain_id) if preset is not None else None
     overrides = parse_sets(args.set or [])
