@@ -145,23 +145,24 @@ def ablate(env_id: str, args: argparse.Namespace) -> dict:
 
     preset = get_preset("rainbow", env_id)
     seeds, steps = list(range(args.seeds)), args.steps or preset.steps
+    base = preset.config_for(steps)  # as `ember-np train --steps`: schedules scaled
     path = args.results / f"ablation_{env_id}.json"
     data = json.loads(path.read_text()) if path.exists() else {}
-    if not same_config(data.get("config"), preset.config) or (
+    if not same_config(data.get("config"), base) or (
         (data.get("seeds"), data.get("steps")) != (seeds, steps)
     ):
         # results of another preset: start anew
         data = {"env_id": env_id, "steps": steps, "seeds": seeds,
-                "config": preset.config.to_dict(), "variants": {}}  # fmt: skip
-    for label, overrides in variants(preset.config):
+                "config": base.to_dict(), "variants": {}}  # fmt: skip
+    for label, overrides in variants(base):
         if args.only and label not in args.only:
             continue
         load_before = load_average()
         row = None
         if not overrides:
-            row = reused_full_row(args.results, env_id, preset.config, steps, seeds)
+            row = reused_full_row(args.results, env_id, base, steps, seeds)
         if row is None:
-            config = preset.config.replace(**overrides)
+            config = base.replace(**overrides)
             row = train_variant(env_id, config, steps, seeds, args.workers, args.client)
         row.update(overrides=overrides, workers=args.workers,
                    load=f"{load_before} before, {load_average()} after")  # fmt: skip
@@ -199,7 +200,7 @@ def report(results: Path, out: Path) -> str:
             continue
         data = json.loads(path.read_text())
         full = data["variants"].get("rainbow (all)")
-        changed = changed_since("rainbow", env_id, data["config"])
+        changed = changed_since("rainbow", env_id, data["config"], data["steps"])
         if changed:
             notes.append(f"- {env_id}: these rows are of an earlier `rainbow` preset, not "
                          f"re-run since its {', '.join(changed)} changed")  # fmt: skip

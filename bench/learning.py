@@ -116,6 +116,7 @@ def run_ember(
     from ember_np.training.multiseed import load_multiseed, resume_seeds, train_seeds
 
     preset = get_preset(preset_name, env_id)
+    config = preset.config_for(steps)  # as `ember-np train --steps`: schedules scaled
     version = "bench" if preset_name == "zoo" else f"bench-{preset_name}"
     train_env = env_id
     vector = {}
@@ -139,7 +140,7 @@ def run_ember(
             raise SystemExit(f"no multi-seed run of {env_id} under {root} to collect")
         else:
             result = train_seeds(
-                train_env, seeds, config=preset.config, steps=steps,
+                train_env, seeds, config=config, steps=steps,
                 workers=None if client else workers, root=root, name=env_id, version=version,
                 preset=preset_name, eval_every=steps // 10, eval_episodes=EVAL_EPISODES,
                 checkpoint_freq=steps, keep=1, progress=sys.stderr.isatty(), scheduler=client,
@@ -163,7 +164,7 @@ def run_ember(
                 }
             )
     out = {"wall_seconds": round(wall, 1), "runs": per_seed, "missing_seeds": result.failed,
-           "config": preset.config.to_dict()}  # fmt: skip
+           "config": config.to_dict()}  # fmt: skip
     if existing:  # trained in more than one call: the seeds' own times, spread on the workers
         out["wall_seconds"] = round(sum(r["train_seconds"] for r in per_seed) / workers, 1)
         out["wall_estimated"] = True
@@ -322,14 +323,15 @@ def row_name(library: str, preset: str) -> str:
     return f"{library} {preset}"
 
 
-def changed_since(preset: str, env_id: str, config: dict) -> list[str]:
+def changed_since(preset: str, env_id: str, config: dict, steps: int | None = None) -> list[str]:
     """The fields where ``config`` (as a result file recorded it) differs from
-    ``env_id``'s preset ``preset`` today: a result kept, not re-run, after the preset
-    changed."""
+    ``env_id``'s preset ``preset`` today, for a run of ``steps`` (None: its budget): a
+    result kept, not re-run, after the preset changed."""
     from ember_np.dqn.config import DqnConfig
     from ember_np.presets import get_preset
 
-    now = get_preset(preset, env_id).config.to_dict()
+    today = get_preset(preset, env_id)
+    now = today.config_for(steps or today.steps).to_dict()
     then = DqnConfig.from_dict(config).to_dict()
     return sorted(k for k in now if now[k] != then.get(k))
 
@@ -338,7 +340,7 @@ def earlier_preset(library: str, preset: str, env_id: str, data: dict) -> str:
     """``""``, or a note that ``data`` trained an earlier version of the preset."""
     if library != "ember_np" or "config" not in data:
         return ""
-    changed = changed_since(split_preset_key(preset)[0], env_id, data["config"])
+    changed = changed_since(split_preset_key(preset)[0], env_id, data["config"], data.get("steps"))
     return f", earlier preset: {', '.join(changed)} since changed" if changed else ""
 
 

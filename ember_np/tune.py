@@ -60,12 +60,7 @@ from typing import Any
 import numpy as np
 
 from ember_np.dqn.config import DqnConfig
-from ember_np.training.setup import (
-    SetupError,
-    check_replay_memory,
-    make_train_env,
-    vector_settings,
-)
+from ember_np.training.setup import SetupError, check_replay_memory, make_train_env, vector_settings
 from ember_np.tune_results import best_preset, importances, summary
 from ember_np.tune_storage import (
     SETTINGS_ATTR,
@@ -136,8 +131,8 @@ class TuneSettings:
     fixed: dict[str, Any]
     """DqnConfig fields fixed with ``--set`` (not searched)."""
     base: dict[str, Any]
-    """The DqnConfig the search starts from (the env's preset): fields neither
-    searched nor fixed keep these values."""
+    """The DqnConfig the search starts from (the env's preset, its schedule lengths
+    resolved against ``steps``): fields neither searched nor fixed keep these values."""
     num_envs: int = 1
     """Envs each seed steps together (``--num-envs``; steps count transitions)."""
     vectorization: str | None = None
@@ -300,11 +295,14 @@ def settings_for(
     train_env_id = env_id if gymnasium_env else NATIVE_IDS.get(env_id, env_id)  # as train
     num_envs, vectorization = vector_settings(train_env_id, num_envs, vectorization)
     preset = default_preset(env_id.removeprefix("ember_np/"))
-    base = preset.config if preset is not None else DqnConfig()
+    steps = steps or (preset.steps if preset is not None else DEFAULT_STEPS)
+    try:  # as ember-np train: the preset's schedule lengths over the trial's steps
+        base = preset.config_for(steps) if preset else DqnConfig()
+    except ValueError as exc:
+        raise SetupError(f"--steps {steps}: {exc}") from None
     fixed = parse_sets(sets)
     base = with_env_masks(base, train_env_id, fixed, say)  # as ember-np train: masks where given
     fixed = {k: list(v) if isinstance(v, tuple) else v for k, v in fixed.items()}  # JSON's
-    steps = steps or (preset.steps if preset is not None else DEFAULT_STEPS)
     if evals > steps:
         raise SetupError(f"--evals must be <= --steps (got {evals} > {steps})")
     settings = TuneSettings(env_id, train_env_id, steps, n_seeds, evals, eval_episodes, seed,

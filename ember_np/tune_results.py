@@ -11,6 +11,7 @@ import textwrap
 import warnings
 from typing import Any
 
+from ember_np.dqn.config import SCHEDULE_FIELDS
 from ember_np.tune_storage import SETTINGS_ATTR
 
 __all__ = ["best_preset", "importances", "summary"]
@@ -88,6 +89,15 @@ def best_preset(study: Any) -> dict[str, Any] | None:
         return None
     t = best[0]
     settings = study.user_attrs[SETTINGS_ATTR]  # TuneSettings.to_dict()
+    config, steps = t.user_attrs["config"], settings["steps"]
+    # the schedule lengths the trial trained with, as fractions of its budget, so that
+    # `train --preset FILE --steps N` scales them (at N = steps: exactly "dqn"'s); one
+    # fixed with --set stays as given at any --steps
+    schedule = {
+        key: config[key] / steps
+        for key in SCHEDULE_FIELDS
+        if key in config and key not in settings.get("fixed", {})
+    }
     return {
         "format": "ember_np.preset",
         "env_id": settings["env_id"],
@@ -96,5 +106,6 @@ def best_preset(study: Any) -> dict[str, Any] | None:
             f"ember-np tune: study {study.study_name}, trial {t.number}, "
             f"IQM {t.value:.2f} over {settings['seeds']} seeds"
         ),
-        "dqn": t.user_attrs["config"],
+        "dqn": config,
+        "schedule": schedule,
     }

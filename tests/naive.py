@@ -454,10 +454,15 @@ TINY = DqnConfig(
 )  # fmt: skip
 TINY_MIN4 = TINY.replace(min_replay_size=4)
 
-# The command line's small network: `ember-np train ENV *SMALL_ARGS`.
-SMALL_ARGS = ["--preset", "ember", "--set", "min_replay_size=200", "hidden_sizes=[32]", "--quiet"]
+# The command line's small network: `ember-np train ENV *SMALL_ARGS`. The schedule lengths
+# are fixed at the ember preset's step counts, not fractions of --steps, so a run of N steps
+# and one of N/2 resumed for N/2 more train alike (a resumed run keeps its schedule).
+FIXED_SCHEDULE = ["epsilon_decay_steps=10000", "learning_rate_decay_steps=100000",
+                  "per_beta_steps=100000"]  # fmt: skip
+SMALL_ARGS = ["--preset", "ember", "--set", "min_replay_size=200", "hidden_sizes=[32]",
+              *FIXED_SCHEDULE, "--quiet"]  # fmt: skip
 SMALL_ARGS_16 = ["--preset", "ember", "--set", "min_replay_size=64", "hidden_sizes=[16]",
-                 "--quiet"]  # fmt: skip
+                 *FIXED_SCHEDULE, "--quiet"]  # fmt: skip
 
 
 def make_agent(

@@ -35,12 +35,13 @@ def reference_train(env_id: str, preset_name: str, options: dict, root: Path) ->
     preset = get_preset(preset_name, env_id)
     seed, steps, every, episodes = (options[k] for k in ("seed", "steps", "every", "episodes"))
     env = gym.make(f"ember_np/{env_id}")
-    agent = DqnAgent.for_env(env, preset.config, seed=seed)
+    config = preset.config_for(steps)  # its schedule against the run's steps, as train does
+    agent = DqnAgent.for_env(env, config, seed=seed)
     run = TrainingRun.create("reference", preset.name, root=root)
     run.write_config({
         "env_id": f"ember_np/{env_id}", "preset": preset.name, "seed": seed, "steps": steps,
         "eval_every": every, "eval_episodes": episodes, "checkpoint_freq": options["freq"],
-        "keep": options["keep"], "dqn": preset.config.to_dict(),
+        "keep": options["keep"], "dqn": config.to_dict(),
     })  # fmt: skip
     trainer = DqnTrainer(env, agent, seed=seed, run=run, checkpoint_freq=options["freq"],
                          keep_checkpoints=options["keep"])  # fmt: skip

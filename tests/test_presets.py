@@ -95,10 +95,13 @@ def test_default_is_zoo_without_a_rainbow_preset_and_none_without_any(monkeypatc
 
 
 def test_lookup_errors_say_what_exists(monkeypatch):
-    with pytest.raises(ValueError, match="unknown preset 'x'; known presets: ember, rainbow, zoo"):
+    with pytest.raises(ValueError, match="unknown preset 'x'; known presets: ember alone for "
+                       "CartPole-v1/ember; any env's as ENV/NAME: CartPole-v1/rainbow, "):  # fmt: skip
         get_preset("x")
     with pytest.raises(ValueError, match=r"preset 'zoo' exists for CartPole-v1, .*say which env"):
         get_preset("zoo")
+    with pytest.raises(ValueError, match=r"no 'ember' preset for Acrobot-v1 .*CartPole-v1/ember"):
+        get_preset("Acrobot-v1/ember", "CartPole-v1")
     monkeypatch.delitem(PRESETS["LunarLander-v3"], "rainbow")  # an env with a zoo preset only
     with pytest.raises(
         ValueError, match=r"no 'rainbow' preset for LunarLander-v3 \(its presets: zoo\)"
@@ -115,7 +118,8 @@ def test_the_cli_picks_rainbow_by_default_and_says_so(tmp_path, capsys):
     (run_dir,) = (tmp_path / "CartPole-v1" / "rainbow").iterdir()
     config = json.loads((run_dir / "config.json").read_text())
     assert config["preset"] == "rainbow"
-    assert DqnConfig.from_dict(config["dqn"]) == PRESETS["CartPole-v1"]["rainbow"].config
+    # the preset's schedule lengths resolved against the run's 300 steps
+    assert DqnConfig.from_dict(config["dqn"]) == PRESETS["CartPole-v1"]["rainbow"].config_for(300)
 
 
 def test_the_cli_takes_old_and_new_spellings_and_refuses_a_missing_one(tmp_path, capsys):
@@ -127,7 +131,8 @@ def test_the_cli_takes_old_and_new_spellings_and_refuses_a_missing_one(tmp_path,
     assert "Acrobot-v1: preset zoo, 300 steps" in out and "CartPole-v1: preset zoo, 300" in out
     (run_dir,) = (tmp_path / "CartPole-v1" / "old").iterdir()
     config = json.loads((run_dir / "config.json").read_text())
-    zoo = PRESETS["CartPole-v1"]["zoo"].config.replace(min_replay_size=128, hidden_sizes=(16,))
+    zoo = PRESETS["CartPole-v1"]["zoo"].config_for(300)
+    zoo = zoo.replace(min_replay_size=128, hidden_sizes=(16,))
     assert DqnConfig.from_dict(config["dqn"]) == zoo
     assert main(["train", "Taxi-v4", "--preset", "rainbow", "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err

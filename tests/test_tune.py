@@ -30,6 +30,7 @@ from optuna.trial import TrialState  # noqa: E402
 
 from ember_np import DqnConfig  # noqa: E402
 from ember_np.cli import main  # noqa: E402
+from ember_np.dqn.config import SCHEDULE_FIELDS  # noqa: E402
 from ember_np.stats import iqm  # noqa: E402
 from ember_np.tune import (  # noqa: E402
     TuneSettings,
@@ -251,7 +252,36 @@ def test_best_preset_trains_through_train_preset(first_study):
     assert code == 0
     (run_dir,) = (first_study / "runs" / "CartPole-v1" / "best_preset").iterdir()
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["dqn"] == preset["dqn"] and config["steps"] == 600
+    # the schedule lengths as fractions of the trials' 3,000 steps, scaled to the run's 600
+    schedule = preset["schedule"]
+    assert set(schedule) == set(SCHEDULE_FIELDS)  # none fixed with --set in TINY
+    assert all(preset["dqn"][k] == round(f * 3000) for k, f in schedule.items())
+    scaled = {k: max(round(f * 600), 1) if f > 0 else 0 for k, f in schedule.items()}
+    assert config["dqn"] == {**preset["dqn"], **scaled} and config["steps"] == 600
+
+
+def test_trials_start_from_the_preset_with_its_schedule_scaled_to_the_budget():
+    from ember_np.presets import get_preset
+    from ember_np.tune import best_preset, settings_for
+    from ember_np.tune_storage import SETTINGS_ATTR
+
+    s = settings_for("CartPole-v1", (1200, 2, 3, 3), 0, ["epsilon_decay_steps=500"],
+                     say=lambda _: None)  # fmt: skip
+    rainbow = get_preset("rainbow", "CartPole-v1")
+    assert s.base == rainbow.config_for(1200).to_dict()
+    assert s.base["learning_rate_decay_steps"] == 1200  # annealed over the trial, not 35,000
+    assert s.fixed == {"epsilon_decay_steps": 500}
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(SETTINGS_ATTR, s.to_dict())
+    trial = optuna.trial.create_trial(
+        value=1.0, user_attrs={"config": rainbow.config_for(1200).replace(
+            epsilon_decay_steps=500).to_dict()})  # fmt: skip
+    study.add_trial(trial)
+    written = best_preset(study)
+    # the --set length stays a step count; the others are fractions of the 1,200 steps
+    beta = round(100 / 35 * 1200)  # rainbow's beta lasts 100,000 of its 35,000 steps
+    assert written["schedule"] == {"learning_rate_decay_steps": 1.0, "per_beta_steps": beta / 1200}
+    assert written["dqn"]["epsilon_decay_steps"] == 500
 
 
 def test_two_workers_share_the_study_and_same_parameters_give_the_same_value(first_study):

@@ -168,14 +168,23 @@ def cmd_train(args: argparse.Namespace) -> int:
         env_id = NATIVE_IDS[env_id]
     env = common.make_train_env(env_id, args.num_envs, args.vectorization)
     args.vectorization = vector_settings(env_id, args.num_envs, args.vectorization)[1]
+    plain_id = native_to_plain(args.env_id)
     if args.preset is not None:
         try:
-            preset = get_preset(args.preset, native_to_plain(args.env_id))
+            preset = get_preset(args.preset, plain_id)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     else:
-        preset = default_preset(native_to_plain(args.env_id))
-    config = preset.config if preset is not None else DqnConfig()
+        preset = default_preset(plain_id)
+    steps = args.steps if args.steps is not None else (preset.steps if preset else 100_000)
+    # the preset's schedule lengths are fractions of the run: resolved against --steps
+    # here, before --set (an explicit --set epsilon_decay_steps=N wins)
+    try:
+        config = preset.config_for(steps) if preset is not None else DqnConfig()
+    except ValueError as exc:  # a length beyond int64 (a huge --steps)
+        raise UsageError(f"--steps {steps}: {exc}") from None
+    # a preset of another env is recorded and filed as ENV/NAME, never as the env's own
+    preset_name = preset.name_for(plain_id) if preset is not None else None
     overrides = parse_sets(args.set or [])
     if overrides:
         try:
@@ -192,18 +201,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"{args.env_id}: training on {env_id}, the compiled env (bit for bit "
               "gymnasium's); --gymnasium-env uses gymnasium's own")  # fmt: skip
     config = with_env_masks(config, env_id, overrides)
-    steps = args.steps if args.steps is not None else (preset.steps if preset else 100_000)
     try:
         check_replay_memory(env, config)
         agent = DqnAgent.for_env(env, config, seed=args.seed)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     name = args.name or run_name(args.env_id)
-    version = args.version or (preset.name if preset else "default")
+    version = args.version or (run_name(preset_name) if preset_name else "default")
     if args.seeds is not None:
         if callable(getattr(env, "close", None)):  # (async copies: their processes go now)
             env.close()  # made for the checks above; each seed makes its own
-        return train_many(args, env_id, preset.name if preset else None, config,
+        return train_many(args, env_id, preset_name, config,
                           (steps, name, version))  # fmt: skip
     try:
         run = TrainingRun.create(name, version, root=args.root)
@@ -212,7 +220,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     run.write_config(
         {
             "env_id": env_id,
-            "preset": preset.name if preset else None,
+            "preset": preset_name,
             "seed": args.seed,
             "steps": steps,
             "eval_every": args.eval_every,
@@ -224,7 +232,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         }
     )
     print(f"run directory: {run.dir}")
-    print(f"{args.env_id}: preset {preset.name if preset else '(none: DqnConfig defaults)'}, "
+    print(f"{args.env_id}: preset {preset_name or '(none: DqnConfig defaults)'}, "
           f"{steps:,} steps, seed {args.seed}"
           f"{envs_text(args.num_envs, args.vectorization)}")  # fmt: skip
     trainer = DqnTrainer(
@@ -494,10 +502,16 @@ def add_train_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--preset",
-        help="rainbow, zoo or ember (ember_np.presets; the env's own) or a preset FILE.json, "
-        "e.g. from ember-np tune (default: rainbow where the env has one, else zoo)",
+        help="rainbow, zoo or ember (ember_np.presets; the env's own), ENV/NAME for another "
+        "env's (recorded as such), or a preset FILE.json, e.g. from ember-np tune (default: "
+        "rainbow where the env has one, else zoo)",
     )
-    p.add_argument("--steps", type=positive, help="env steps (default: the preset's budget)")
+    p.add_argument(
+        "--steps",
+        type=positive,
+        help="env steps (default: the preset's budget); the preset's schedules "
+        "(epsilon, learning rate, PER beta) last the same fraction of them",
+    )
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=non_negative, default=0)
     seeds.add_argument(

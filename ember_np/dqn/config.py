@@ -14,7 +14,12 @@ from ember_np._jit import kernel
 from ember_np._validate import F32_RULE, INT64_MAX, positive_in_f32, too_big_rule
 from ember_np.dqn.head import DistributionalHead
 
-__all__ = ["DqnConfig", "linear_epsilon"]
+__all__ = ["SCHEDULE_FIELDS", "DqnConfig", "linear_epsilon"]
+
+#: The fields that are lengths of a schedule in env steps: a preset gives each as a
+#: fraction of the run (``ember_np.presets.Preset.schedule``), resolved against the run's
+#: steps by ``Preset.config_for``.
+SCHEDULE_FIELDS = ("epsilon_decay_steps", "learning_rate_decay_steps", "per_beta_steps")
 
 
 @kernel
