@@ -41,7 +41,14 @@ import numpy as np
 from ember_np._masks import warn_if_masks_ignored
 from ember_np.dqn.agent_kernels import NO_TRANSITION
 
-__all__ = ["EndedColumns", "EpisodeEnd", "VectorDriver", "is_vector_env", "make_single_env", "vector_agent_error"]
+__all__ = [
+    "EndedColumns",
+    "EpisodeEnd",
+    "VectorDriver",
+    "is_vector_env",
+    "make_single_env",
+    "vector_agent_error",
+]
 
 #: Members the trainer needs of an agent for a vector env (besides LearningAgent's).
 VECTOR_AGENT_MEMBERS = ("set_num_envs", "new_vec_step", "observe_vector", "encode_batch",
