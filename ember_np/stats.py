@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -84,6 +84,15 @@ class Aggregator:
     def update(self, value: float) -> None:
         raise NotImplementedError
 
+    def update_many(self, values: Sequence[float]) -> None:
+        """Fold ``values`` in order: the same statistic as ``update`` on each.
+
+        Subclasses may fold them in one pass (as :class:`Mean` does), with
+        the same arithmetic in the same order, so the result is identical.
+        """
+        for value in values:
+            self.update(value)
+
     def value(self) -> float:
         raise NotImplementedError
 
@@ -104,6 +113,13 @@ class Mean(Aggregator):
     def update(self, value: float) -> None:
         self._n += 1
         self._sum += value
+
+    def update_many(self, values: Sequence[float]) -> None:
+        total = self._sum
+        for value in values:  # one add per value, in order: the sum update() makes
+            total += value
+        self._sum = total
+        self._n += len(values)
 
     def value(self) -> float:
         return self._sum / self._n if self._n else math.nan
@@ -172,6 +188,9 @@ class RollingMean(Aggregator):
 
     def update(self, value: float) -> None:
         self._values.append(value)
+
+    def update_many(self, values: Sequence[float]) -> None:
+        self._values.extend(values)
 
     def value(self) -> float:
         return sum(self._values) / len(self._values) if self._values else math.nan
@@ -253,6 +272,32 @@ class StatsTracker:
             value = _extract(source, record)
             if value is not None:
                 agg.update(value)
+
+    @property
+    def needs_records(self) -> bool:
+        """Whether a statistic reads more of an episode than its reward and length
+        (an extras key or a callable): then only :meth:`update` can fold it."""
+        return any(source not in ("reward", "length") for source, _ in self._stats.values())
+
+    def update_columns(self, rewards: Sequence[float], lengths: Sequence[int]) -> None:
+        """Fold many episodes, given as columns, into every statistic: the same
+        statistics as :meth:`update` on each episode's record in order, without
+        a record per episode.
+
+        rewards : the episodes' total rewards; lengths : their steps (one each,
+        same order). Raises ValueError when :attr:`needs_records`.
+        """
+        if self.needs_records:
+            raise ValueError(
+                "update_columns folds only 'reward' and 'length' statistics; this tracker "
+                "also reads extras keys or callables, so fold each EpisodeRecord with update()"
+            )
+        if len(rewards) != len(lengths):
+            raise ValueError(f"update_columns needs one length per reward, got "
+                             f"{len(rewards)} rewards and {len(lengths)} lengths")  # fmt: skip
+        columns = {"reward": [float(r) for r in rewards], "length": [float(n) for n in lengths]}
+        for source, agg in self._stats.values():
+            agg.update_many(columns[source])  # type: ignore[index]
 
     def summary(self) -> dict[str, float]:
         """Current value of every statistic (NaN before any episode)."""

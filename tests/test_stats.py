@@ -81,6 +81,45 @@ def test_tracker_defaults_and_custom_stats():
     assert all(math.isnan(v) for v in t.summary().values())
 
 
+def test_update_columns_gives_the_statistics_of_one_record_at_a_time():
+    """Episodes folded as columns (a fused chunk's rewards and lengths) give every
+    statistic bit for bit what one EpisodeRecord at a time gives, and a Mean is the
+    plain left-to-right sum over the count."""
+    rng = np.random.default_rng(1)
+    rewards = (rng.normal(size=2_000) * 1e3).tolist()  # sums that rounding order would change
+    lengths = rng.integers(1, 500, size=2_000).tolist()
+    aggregators = {"max": Max, "min": Min, "last": Last, "std": Std,
+                   "recent": lambda: RollingMean(7)}  # fmt: skip
+    by_columns, by_records = StatsTracker(), StatsTracker()
+    for tracker in (by_columns, by_records):
+        for name, make in aggregators.items():
+            tracker.add(f"{name}_reward", "reward", make()).add(f"{name}_length", "length", make())
+    assert not by_columns.needs_records
+    by_columns.update_columns(rewards[:700], lengths[:700])  # in two chunks, as a trainer does
+    by_columns.update_columns(rewards[700:], lengths[700:])
+    for reward, length in zip(rewards, lengths):
+        by_records.update(record(reward, length))
+    columns, records = by_columns.summary(), by_records.summary()
+    assert columns == records
+    assert all(type(columns[k]) is type(records[k]) for k in columns)  # floats both ways
+    total = 0.0
+    for reward in rewards:
+        total += reward
+    assert columns["episode_reward"] == total / len(rewards)
+    assert columns["episode_length"] == sum(map(float, lengths)) / len(lengths)
+    assert columns["recent_reward"] == pytest.approx(np.mean(rewards[-7:]))
+
+
+def test_update_columns_refuses_statistics_that_read_more_than_reward_and_length():
+    for source in ("loss", lambda r: r.length):
+        tracker = StatsTracker().add("x", source, Mean())
+        assert tracker.needs_records
+        with pytest.raises(ValueError, match="update_columns folds only 'reward' and 'length'"):
+            tracker.update_columns([1.0], [1])
+    with pytest.raises(ValueError, match="one length per reward, got 2 rewards and 1 lengths"):
+        StatsTracker().update_columns([1.0, 2.0], [1])
+
+
 def test_tracker_rejects_bad_arguments():
     with pytest.raises(ValueError, match="aggregator must be an Aggregator"):
         StatsTracker().add("x", "reward", max)

@@ -336,6 +336,35 @@ def test_batched_acting_matches_one_observation_at_a_time():
     assert batch.tolist() == [twin.act_epsilon_greedy(o) for o in obs]
 
 
+@pytest.mark.parametrize("head", [{}, {"dueling": True}, {"distributional": "c51"},
+                                  {"distributional": "qr", "dueling": True}])  # fmt: skip
+@pytest.mark.parametrize("masked", [False, True])
+def test_batched_exploring_acting_is_one_observation_at_a_time(head, masked):
+    """At epsilon 0.5 about half the rows draw a random legal action and the others go
+    through the network together: each row gets what one observation at a time gives,
+    drawn in the same order from the same stream. A row holding NaN raises."""
+    env = gym.make("ember_np/Acrobot-v1")  # 3 actions: masks leave 1 or 2 legal
+    config = SMALL.replace(epsilon_start=0.5, epsilon_end=0.5, **head)
+    agent, twin = (DqnAgent.for_env(env, config, seed=9) for _ in range(2))
+    rng = np.random.default_rng(3)
+    obs = rng.normal(size=(40, 6)).astype(np.float32)
+    masks = rng.random((40, 3)) < 0.6
+    masks[np.arange(40), rng.integers(0, 3, 40)] = True  # at least one legal action
+    if masked:
+        batch = agent.act_epsilon_greedy_batch(obs, action_masks=masks)
+        one_by_one = [twin.act_epsilon_greedy(o, action_mask=m) for o, m in zip(obs, masks)]
+    else:
+        batch = agent.act_epsilon_greedy_batch(obs)
+        one_by_one = [twin.act_epsilon_greedy(o) for o in obs]
+    assert batch.tolist() == one_by_one
+    np.testing.assert_array_equal(agent.exploration_rng.state, twin.exploration_rng.state)
+    greedy = [a for a, g in zip(batch.tolist(), agent.act_batch(obs).tolist()) if a == g]
+    assert 10 < len(greedy) < 40  # both kinds of rows were there
+    obs[25, 2] = np.nan
+    with pytest.raises(ValueError, match="obs_batch"):
+        agent.act_epsilon_greedy_batch(obs)
+
+
 class Span(Aggregator):
     """The last value minus the first, and how many there were (keeps no list)."""
 
@@ -368,3 +397,48 @@ def test_fused_vector_training_keeps_no_python_object_per_finished_episode():
     trainer.train(30_000)  # one compiled chunk: no run, no checkpoint to end it early
     assert blocks.count > 1_000
     assert blocks.value() < blocks.count / 10, (blocks.value(), blocks.count)
+
+
+class Folds(Aggregator):
+    """A Mean that counts how it was fed: value by value or many at once."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def update(self, value: float) -> None:
+        self.one_by_one += 1
+        self.total += value
+        self.count += 1
+
+    def update_many(self, values) -> None:  # noqa: ANN001
+        self.calls += 1
+        for value in values:
+            self.total += value
+        self.count += len(values)
+
+    def value(self) -> float:
+        return self.total / self.count
+
+    def reset(self) -> None:
+        self.one_by_one, self.calls, self.total, self.count = 0, 0, 0.0, 0
+
+
+def test_fused_vector_chunk_folds_its_episodes_without_a_record_each():
+    """Without a run, and with statistics of rewards and lengths only, the episodes a
+    compiled chunk of N native envs ends are folded into the stats as columns, one
+    call per chunk (no EpisodeRecord, epsilon or stats pass per episode: that Python
+    cost as much CPU per transition as acting on 16 observations); the statistics
+    are those the Python vector loop's records give."""
+
+    def train(fused: bool) -> tuple[DqnTrainer, Folds]:
+        env = NativeVecEnv("CartPole-v1", 16)
+        trainer = DqnTrainer(env, DqnAgent.for_env(env, SMALL, seed=0), seed=0, fused=fused)
+        folds = Folds()
+        trainer.stats.add("folds", "length", folds)
+        trainer.train(30_000)  # one compiled chunk
+        return trainer, folds
+
+    (fused, folds), (python, one_by_one) = train(True), train(False)
+    assert fused.stats.summary() == python.stats.summary()
+    assert fused.episode == python.episode == one_by_one.one_by_one > 1_000
+    assert (folds.one_by_one, folds.calls, folds.count) == (0, 1, fused.episode)

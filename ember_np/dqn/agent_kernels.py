@@ -25,7 +25,7 @@ import numpy as np
 
 from ember_np._jit import inlined_kernel, kernel
 from ember_np.dqn.config import DqnConfig, linear_epsilon
-from ember_np.dqn.head_kernels import n_actions
+from ember_np.dqn.head_kernels import expected_q, head_kind, n_actions, n_layers
 from ember_np.dqn.learn import (
     NetState,
     PerSample,
@@ -36,9 +36,10 @@ from ember_np.dqn.learn import (
     update_settings,
 )
 from ember_np.dqn.mlp import (
+    acts_size,
     all_finite,
     argmax_legal,
-    forward_batch,
+    forward_into,
     greedy_legal,
     greedy_unchecked,
 )
@@ -391,6 +392,10 @@ BAD_ACT_OBS = 7
 ENV_CODES = 8
 
 
+# act_batch_explore's mark in out[e] for a row left to the network (a real index never < 0).
+GREEDY_ROW = -2
+
+
 class VecStep(NamedTuple):
     """One step of N envs, as :func:`agent_vec_step` reads and writes it.
 
@@ -490,29 +495,48 @@ def act_batch_explore(net: NetState, epsilon: float, rng_state: np.ndarray, obs:
             if out[0] < 0:
                 return 0
         return -1
-    greedy = np.empty(n_envs, dtype=np.int64)
+    # Greedy rows are marked in out first (no index array), then go through the
+    # network from two arrays allocated once per call: the rows and forward_into's
+    # workspace, whose Q block is read in place (no copy of it, no q array).
     n_greedy = 0
     for e in range(n_envs):
         out[e] = 0
         if not acting[e]:
             continue
         if not all_finite(obs[e]):
+            for g in range(e):  # greedy rows before it get 0, as rows not acted for
+                if out[g] == GREEDY_ROW:
+                    out[g] = 0
             return e
         if epsilon > 0.0 and next_double(rng_state) < epsilon:
             out[e] = random_legal(rng_state, n_act, masks[e])
         else:
-            greedy[n_greedy] = e
+            out[e] = GREEDY_ROW
             n_greedy += 1
     if n_greedy == 0:
         return -1
-    x = np.empty((n_greedy, obs.shape[1]), dtype=np.float32)
-    for g in range(n_greedy):
-        x[g] = obs[greedy[g]]
-    q = np.empty((n_greedy, n_act), dtype=net.params.dtype)
-    forward_batch(acting_params(net, rng_state), net.sizes, x, q)
-    for g in range(n_greedy):
-        e = greedy[g]
-        out[e] = argmax_legal(q[g], masks[e])
+    n_obs = obs.shape[1]
+    x = np.empty((n_greedy, n_obs), dtype=np.float32)
+    g = 0
+    for e in range(n_envs):
+        if out[e] == GREEDY_ROW:
+            for k in range(n_obs):
+                x[g, k] = obs[e, k]
+            g += 1
+    params = acting_params(net, rng_state)
+    sizes = net.sizes
+    acts = np.empty(acts_size(params.shape[0], sizes, n_greedy), dtype=params.dtype)
+    q_off = forward_into(params, sizes, x, acts)
+    n_out = sizes[n_layers(sizes)]
+    q = acts[q_off : q_off + n_greedy * n_out].reshape((n_greedy, n_out))
+    if head_kind(sizes) != 0:  # a distributional head's outputs: their expected values
+        q = np.empty((n_greedy, n_act), dtype=params.dtype)
+        expected_q(acts[q_off : q_off + n_greedy * n_out].reshape((n_greedy, n_out)), sizes, q)
+    g = 0
+    for e in range(n_envs):
+        if out[e] == GREEDY_ROW:
+            out[e] = argmax_legal(q[g], masks[e])
+            g += 1
     return -1
 
 

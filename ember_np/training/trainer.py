@@ -506,7 +506,12 @@ class DqnTrainer:
             until = min(end, before + FUSED_CHUNK)
             if self.run is not None:
                 until = min(until, (before // self.checkpoint_freq + 1) * self.checkpoint_freq)
-            self._log_ends(vec.run_fused(until, self._episode))
+            ended = vec.run_fused(until, self._episode)
+            if self.run is None and not self.stats.needs_records:  # no record per episode
+                self.stats.update_columns(ended.rewards, ended.lengths)
+                self._episode += len(ended.rewards)
+            else:
+                self._log_ends(ended.rows())
             self._checkpoint_if_passed(before)
 
     def _vector_step(self, metrics: bool) -> list[StepMetrics]:

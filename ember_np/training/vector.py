@@ -41,7 +41,14 @@ import numpy as np
 from ember_np._masks import warn_if_masks_ignored
 from ember_np.dqn.agent_kernels import NO_TRANSITION
 
-__all__ = ["EpisodeEnd", "VectorDriver", "is_vector_env", "make_single_env", "vector_agent_error"]
+__all__ = [
+    "EndedColumns",
+    "EpisodeEnd",
+    "VectorDriver",
+    "is_vector_env",
+    "make_single_env",
+    "vector_agent_error",
+]
 
 #: Members the trainer needs of an agent for a vector env (besides LearningAgent's).
 VECTOR_AGENT_MEMBERS = ("set_num_envs", "new_vec_step", "observe_vector", "encode_batch",
@@ -65,6 +72,22 @@ class EpisodeEnd(NamedTuple):
     total_steps: int
     env: int
     loss: float
+
+
+class EndedColumns(NamedTuple):
+    """The episodes a fused chunk ended, as columns of :class:`EpisodeEnd`'s fields
+    (lists of Python floats and ints, one entry per episode, in the order they ended)."""
+
+    rewards: list[float]
+    lengths: list[int]
+    statuses: list[int]
+    total_steps: list[int]
+    envs: list[int]
+    losses: list[float]
+
+    def rows(self) -> Iterator[tuple[float, int, int, int, int, float]]:
+        """The episodes one by one, as rows of :class:`EpisodeEnd`'s fields."""
+        return zip(*self)
 
 
 def is_vector_env(env: Any) -> bool:
@@ -277,14 +300,12 @@ class VectorDriver:
         return ends
 
     # -- the fused path ---------------------------------------------------------
-    def run_fused(
-        self, until: int, episode: int
-    ) -> Iterator[tuple[float, int, int, int, int, float]]:
+    def run_fused(self, until: int, episode: int) -> EndedColumns:
         """Vector steps of a NativeVecEnv in the agent's compiled loop until the
         agent has counted ``until`` transitions; ``episode`` is the index the
-        next finished episode gets. Returns the episodes that ended, as rows
-        of :class:`EpisodeEnd`'s fields (plain Python numbers, read from the
-        record arrays column by column: no NumPy scalar, no tuple kept per episode)."""
+        next finished episode gets. Returns the episodes that ended as columns
+        of plain Python numbers (one ``tolist()`` per column: no NumPy scalar,
+        no object per episode)."""
         from ember_np.training._fused import VEC_N_RECORDS, FusedVecLoop
 
         agent = self.agent
@@ -300,8 +321,8 @@ class VectorDriver:
             agent.raise_vec_error(code, self.step_arrays)
         ended = int(loop.ints[VEC_N_RECORDS])
         floats, ints = loop.rec_floats[:ended].T, loop.rec_ints[:ended].T
-        return zip(floats[0].tolist(), ints[0].tolist(), ints[1].tolist(), ints[2].tolist(),
-                   ints[4].tolist(), floats[1].tolist())  # fmt: skip
+        return EndedColumns(floats[0].tolist(), ints[0].tolist(), ints[1].tolist(),
+                            ints[2].tolist(), ints[4].tolist(), floats[1].tolist())  # fmt: skip
 
     # -- saving the envs (native only) --------------------------------------------
     def state_arrays(self) -> dict[str, np.ndarray]:
