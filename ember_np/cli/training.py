@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -106,16 +106,21 @@ class ProgressCallback(LoopCallback):
               f"({trained / max(elapsed, 1e-9):,.0f} steps/s)")  # fmt: skip
 
 
-def train_loop(trainer: Any, steps: int, eval_every: int, eval_episodes: int, quiet: bool) -> None:
+def train_loop(
+    trainer: Any, steps: int, eval_every: int, eval_episodes: int, quiet: bool,
+    callbacks: Sequence[LoopCallback] = (),
+) -> None:  # fmt: skip
     """Train and evaluate (the one loop) with the progress bar; print the final evaluation.
 
-    A full disk while training is one line naming the file and what to do; Ctrl-C
+    ``callbacks`` are told of the loop's events after the progress bar. A full
+    disk while training is one line naming the file and what to do; Ctrl-C
     saves a checkpoint (with a run) before the interrupt goes on.
     """
     callback = ProgressCallback(trainer, steps, quiet)
     agent = trainer.agent
     try:
-        report = train_and_evaluate(trainer, steps, eval_every, eval_episodes, [callback])
+        report = train_and_evaluate(trainer, steps, eval_every, eval_episodes,
+                                    [callback, *callbacks])  # fmt: skip
     except OSError as exc:  # a full disk: the files written so far are intact
         callback.progress.close()
         if callback.ended:  # the final evaluation: as any other command's error
@@ -140,6 +145,11 @@ def train_loop(trainer: Any, steps: int, eval_every: int, eval_episodes: int, qu
                 file=sys.stderr,
             )
         raise
+    finally:
+        for other in callbacks:  # (a TensorBoardCallback: its files flushed and closed)
+            close = getattr(other, "close", None)
+            if callable(close):
+                close()
     report.print()
     print(f"best eval reward {trainer.best_eval_reward:.2f}; run directory: {trainer.run.dir}")
 
@@ -162,6 +172,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     set_blas_threads(1)  # the same numbers on any core count (and in --seeds workers)
     args.env_id, args.set = env_id_and_sets(args.env_id, args.set or [])
     check_scheduler_options(args, args.seeds is not None)
+    board = tensorboard_callback(args.tensorboard)  # exit 2 without tensorboardX, at once
     env_id = args.env_id
     native = not args.gymnasium_env and env_id in NATIVE_IDS
     if native:
@@ -239,8 +250,21 @@ def cmd_train(args: argparse.Namespace) -> int:
         env, agent, seed=args.seed, run=run,
         checkpoint_freq=args.checkpoint_freq, keep_checkpoints=args.keep,
     )  # fmt: skip
-    train_loop(trainer, steps, args.eval_every, args.eval_episodes, args.quiet)
+    train_loop(trainer, steps, args.eval_every, args.eval_episodes, args.quiet,
+               [board] if board is not None else [])  # fmt: skip
     return 0
+
+
+def tensorboard_callback(log_dir: str | None) -> Any:
+    """``--tensorboard DIR``'s callback (None without it); UsageError without tensorboardX."""
+    if log_dir is None:
+        return None
+    from ember_np.training.tensorboard import TensorBoardCallback
+
+    try:
+        return TensorBoardCallback(log_dir)
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -376,6 +400,12 @@ def train_many(
             **vector_fields(args.num_envs, args.vectorization),
         )  # fmt: skip
     print(result.summary())
+    if args.tensorboard is not None:
+        from ember_np.training.tensorboard import write_seed_events
+
+        write_seed_events(result.runs, args.tensorboard)
+        print(f"TensorBoard: {args.tensorboard}/seed_<s>/ (tensorboard --logdir "
+              f"{args.tensorboard})")  # fmt: skip
     return 1 if result.failed else 0
 
 
@@ -535,6 +565,11 @@ def add_train_parser(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="override DqnConfig fields")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--tensorboard", metavar="DIR",
+        help="also write the logs' scalars as TensorBoard event files into DIR (with --seeds: "
+        "DIR/seed_<s>/, written once the seeds finish); pip install 'ember-np[tensorboard]'",
+    )  # fmt: skip
     p.set_defaults(func=cmd_train)
 
 
