@@ -121,10 +121,13 @@ def as_float32(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return [(int(s), float(np.float32(v))) for s, v in pairs]
 
 
-def expected_scalars(run_dir: Path, eval_episodes: int) -> dict[str, list[tuple[int, float]]]:
-    """What the event files must hold, from the run's JSONL logs alone (NumPy for the means)."""
+def expected_scalars(run_dir: Path, eval_episodes: int,
+                     after: int = 0) -> dict[str, list[tuple[int, float]]]:  # fmt: skip
+    """What the event files must hold, from the run's JSONL logs alone (NumPy for the means):
+    the rows of the steps past ``after`` (a resumed run's)."""
     run = TrainingRun.resume(run_dir)
-    train, evals = run.read_train_episodes(), run.read_eval_episodes()
+    train = [r for r in run.read_train_episodes() if r["total_steps"] > after]
+    evals = [r for r in run.read_eval_episodes() if r["total_steps_at_eval"] > after]
     out = {
         "train/total_reward": [(r["total_steps"], r["total_reward"]) for r in train],
         "train/length": [(r["total_steps"], r["length"]) for r in train],
@@ -140,8 +143,8 @@ def expected_scalars(run_dir: Path, eval_episodes: int) -> dict[str, list[tuple[
     return {tag: as_float32(pairs) for tag, pairs in out.items()}
 
 
-def assert_events_match_logs(log_dir: Path, run_dir: Path) -> None:
-    got, want = read_events(log_dir), expected_scalars(run_dir, 2)
+def assert_events_match_logs(log_dir: Path, run_dir: Path, after: int = 0) -> None:
+    got, want = read_events(log_dir), expected_scalars(run_dir, 2, after)
     assert set(got) == set(want)
     assert all(want.values()), "a short run still logs every kind of scalar"
     for tag in want:
@@ -164,6 +167,11 @@ def test_train_tensorboard_writes_the_logs_scalars_and_changes_no_file_of_the_ru
         (runs[name],) = (root / "CartPole-v1" / "ember").iterdir()
     assert files_of(runs["board"]) == files_of(runs["plain"])  # byte for byte
     assert_events_match_logs(board, runs["board"])
+    # resume --tensorboard: the resumed steps' scalars, and again no file changes
+    for name, extra in (("plain", []), ("board", ["--tensorboard", str(tmp_path / "tb2")])):
+        assert main(["resume", str(runs[name]), "--steps", "1000", "--quiet", *extra]) == 0
+    assert files_of(runs["board"]) == files_of(runs["plain"])
+    assert_events_match_logs(tmp_path / "tb2", runs["board"], after=1_500)
 
 
 def test_train_seeds_tensorboard_writes_each_seed_under_seed_s(tmp_path, capsys):
@@ -175,6 +183,12 @@ def test_train_seeds_tensorboard_writes_each_seed_under_seed_s(tmp_path, capsys)
     (parent,) = (tmp_path / "CartPole-v1" / "ember").iterdir()
     for seed in (3, 5):
         assert_events_match_logs(board / f"seed_{seed}", parent / f"seed_{seed}")
+    # resume: only the seed trained again gets new files
+    (parent / "seed_5" / "result.json").unlink()
+    assert main(["resume", str(parent), "--workers", "1", "--quiet", "--tensorboard",
+                 str(tmp_path / "tb2")]) == 0  # fmt: skip
+    assert [p.name for p in (tmp_path / "tb2").iterdir()] == ["seed_5"]
+    assert_events_match_logs(tmp_path / "tb2" / "seed_5", parent / "seed_5")
 
 
 def test_tensorboard_without_tensorboardx_is_one_line_exit_2(tmp_path, monkeypatch, capsys):

@@ -274,6 +274,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from ember_np.training.run import RunLockedError
     from ember_np.training.trainer import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP_CHECKPOINTS
 
+    board = tensorboard_callback(args.tensorboard)  # exit 2 without tensorboardX, at once
     if is_multiseed(args.run_path):
         return resume_many(args)
     check_scheduler_options(args, False)
@@ -307,7 +308,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     print(f"resuming {run.dir} at step {agent.total_steps:,} (epsilon {agent.epsilon:.3f}, "
           f"{len(agent.buffer):,} transitions in the replay buffer): {args.steps:,} more "
           f"steps, to step {agent.total_steps + args.steps:,}")  # fmt: skip
-    train_loop(trainer, args.steps, eval_every, eval_episodes, args.quiet)
+    train_loop(trainer, args.steps, eval_every, eval_episodes, args.quiet,
+               [board] if board is not None else [])  # fmt: skip
     return 0
 
 
@@ -400,13 +402,18 @@ def train_many(
             **vector_fields(args.num_envs, args.vectorization),
         )  # fmt: skip
     print(result.summary())
-    if args.tensorboard is not None:
-        from ember_np.training.tensorboard import write_seed_events
-
-        write_seed_events(result.runs, args.tensorboard)
-        print(f"TensorBoard: {args.tensorboard}/seed_<s>/ (tensorboard --logdir "
-              f"{args.tensorboard})")  # fmt: skip
+    seed_events(args.tensorboard, result.runs)
     return 1 if result.failed else 0
+
+
+def seed_events(log_dir: str | None, runs: list[Any]) -> None:
+    """``--tensorboard DIR`` of many seeds: the finished ``runs``' event files, DIR/seed_<s>/."""
+    if log_dir is None or not runs:
+        return
+    from ember_np.training.tensorboard import write_seed_events
+
+    write_seed_events(runs, log_dir)
+    print(f"TensorBoard: {log_dir}/seed_<s>/ (tensorboard --logdir {log_dir})")
 
 
 @contextmanager
@@ -492,6 +499,8 @@ def resume_many(args: Any) -> int:
             result = resume_seeds(args.run_path, workers=args.workers, progress=not args.quiet,
                                   scheduler=client)  # fmt: skip
     print(result.summary())
+    trained_before = {r.seed for r in before.runs}  # their files: written when they finished
+    seed_events(args.tensorboard, [r for r in result.runs if r.seed not in trained_before])
     return 1 if result.failed else 0
 
 
@@ -585,4 +594,9 @@ def add_resume_parser(sub: Any) -> None:
     p.add_argument("--workers", type=positive, help="processes (a multi-seed run)")
     p.add_argument("--scheduler", metavar="ADDRESS", help=SCHEDULER_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--tensorboard", metavar="DIR",
+        help="as train's: the resumed steps' scalars into DIR (a multi-seed run: the seeds "
+        "trained now, into DIR/seed_<s>/)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_resume)
