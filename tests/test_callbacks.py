@@ -5,7 +5,9 @@ once, in ``ember_np.training.loop.CALL_ORDER``; a recording callback checks a
 short run against it. ``ember-np train ... --tensorboard DIR`` is checked by
 reading the event files back with TensorBoard's own reader
 (``EventAccumulator``) and comparing every scalar with the run's JSONL logs,
-and by checking that the run's own files do not change with it.
+and by checking that the run's own files do not change with it. The guide's
+W&B and MLflow callbacks (not run by the docs test: neither package is a
+dependency) run here against a stand-in module.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from naive import SMALL_ARGS, files_of
 
 from ember_np import DqnAgent, DqnTrainer, LoopCallback, TrainingRun, train_and_evaluate
 from ember_np.cli import main
+from ember_np.envs import NativeVecEnv
 from ember_np.presets import get_preset
 from ember_np.training.loop import CALL_ORDER
 
@@ -68,19 +71,26 @@ def order_pattern() -> re.Pattern[str]:
     text = re.sub(r"on_eval$", "on_eval(final)", text)
     parts = []
     for token in re.findall(r"on_[a-z_]+(?:\((?:final|periodic)\))?|[()*?]", text):
-        parts.append(re.escape(token + " ") if token.startswith("on_") else token)
+        parts.append(f"(?:{re.escape(token + ' ')})" if token.startswith("on_") else token)
     return re.compile("".join(parts))
 
 
-def test_a_run_calls_the_events_in_the_documented_order_and_reports_what_it_logs(tmp_path):
-    env = gym.make("ember_np/CartPole-v1")
+@pytest.mark.parametrize("how", ["fused", "python", "vector"])
+def test_a_run_calls_the_events_in_the_documented_order_and_reports_what_it_logs(tmp_path, how):
+    # each way the trainer steps logs its episodes its own way: all reach the callbacks
+    env = NativeVecEnv("CartPole-v1", 2, seed=0) if how == "vector" else gym.make(
+        "ember_np/CartPole-v1")
     agent = DqnAgent.for_env(env, get_preset("ember", "CartPole-v1").config, seed=0)
     run = TrainingRun.create("order", "v", root=tmp_path)
-    trainer = DqnTrainer(env, agent, seed=0, run=run, checkpoint_freq=1_000)
+    trainer = DqnTrainer(env, agent, seed=0, run=run, checkpoint_freq=1_000,
+                         fused=how != "python")  # fmt: skip
     first, second = Recorder(), Recorder()
     train_and_evaluate(trainer, 2_300, 1_000, 2, [first, second])
     names = " ".join(first.events) + " "
     assert order_pattern().fullmatch(names), names
+    for wrong in (names.replace("on_training_end ", ""),  # the pattern is no wildcard
+                  names.replace("on_eval_episodes on_eval(final)", "on_eval(final) on_eval_episodes")):
+        assert not order_pattern().fullmatch(wrong)
     assert second.events == first.events  # each event goes to every callback in turn
     # this run's own sequence, as the documented order spells it out for it
     assert names.count("on_chunk") == 3  # to 1,000 and 2,000 (evaluations), then 300
@@ -200,3 +210,61 @@ def test_tensorboard_without_tensorboardx_is_one_line_exit_2(tmp_path, monkeypat
     assert err == ('ember-np: error: TensorBoard logging needs tensorboardX: '
                    'pip install "ember-np[tensorboard]"\n')  # fmt: skip
     assert not (tmp_path / "r").exists() and not (tmp_path / "tb").exists()
+
+
+# -- the guide's W&B and MLflow callbacks ------------------------------------------------------
+
+
+def guide_block(first_line: str) -> str:
+    """The python block of docs/guides/callbacks.md that starts with ``first_line``."""
+    text = (Path(__file__).resolve().parent.parent / "docs/guides/callbacks.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    (block,) = [b for b in blocks if b.startswith(first_line)]
+    return block
+
+
+class Tracker:
+    """Stands in for wandb and mlflow (neither is a dependency): records each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            self.calls.append((name, args, kwargs))
+            return self
+
+        return call
+
+
+@pytest.mark.parametrize("module, name", [("wandb", "WandbCallback"), ("mlflow", "MlflowCallback")])
+def test_the_guides_tracker_callbacks_log_the_runs_rewards(tmp_path, monkeypatch, module, name):
+    """The skipped W&B and MLflow blocks run against a stand-in module and log what the
+    JSONL logs hold: each training episode's return at its step, each evaluation's mean."""
+    tracker = Tracker()
+    monkeypatch.setitem(sys.modules, module, tracker)
+    namespace: dict = {}
+    exec(guide_block(f"import {module}\n"), namespace)  # noqa: S102 - the guide's own code
+    env = gym.make("ember_np/CartPole-v1")
+    agent = DqnAgent.for_env(env, get_preset("ember", "CartPole-v1").config, seed=0)
+    run = TrainingRun.create("tracker", "v", root=tmp_path)
+    trainer = DqnTrainer(env, agent, seed=0, run=run)
+    train_and_evaluate(trainer, 1_200, 500, 2, [namespace[name]()])
+    logged = []
+    for method, args, kwargs in tracker.calls:
+        if method == "log":  # wandb: run.log({tag: value}, step=...)
+            ((tag, value),) = args[0].items()
+            logged.append((tag, kwargs["step"], value))
+        elif method == "log_metric":  # mlflow.log_metric(tag, value, step=...)
+            logged.append((args[0], kwargs["step"], args[1]))
+    train = [("train/total_reward", r["total_steps"], r["total_reward"])
+             for r in run.read_train_episodes()]  # fmt: skip
+    assert [x for x in logged if x[0].startswith("train/")] == train and train
+    means = [x for x in logged if x[0] == "eval/mean_reward"]
+    assert [step for _, step, _ in means] == [500, 1_000, 1_200]
+    rows = run.read_eval_episodes()
+    for (_, step, mean), k in zip(means, range(0, len(rows), 2)):
+        assert step == rows[k]["total_steps_at_eval"]
+        assert mean == pytest.approx(np.mean([r["total_reward"] for r in rows[k:k + 2]]))
+    methods = [m for m, _, _ in tracker.calls]
+    assert methods[0] in ("init", "start_run") and methods[-1] in ("finish", "end_run")

@@ -49,8 +49,9 @@ class LoopCallback:
     """What a caller of :func:`train_and_evaluate` is told; every method does nothing here.
 
     Subclass and override the events you need (SB3 ``callbacks.BaseCallback``,
-    trimmed to the events this loop has). Callbacks only watch: a run trained
-    with or without them writes the same logs and checkpoints, byte for byte.
+    trimmed to the events this loop has). A callback that only reads the trainer
+    (as this package's do) leaves a run's logs and checkpoints byte for byte as
+    they are without it.
 
     Order of calls (:data:`CALL_ORDER`), each event given to every callback in
     the order of the list before the next event::
