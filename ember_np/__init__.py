@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from ember_np.training.loop import LoopCallback, train_and_evaluate
     from ember_np.training.multiseed import MultiSeedResult, SeedResult, train_seeds
     from ember_np.training.run import TrainingRun
+    from ember_np.training.tensorboard import TensorBoardCallback
     from ember_np.training.trainer import DqnTrainer, StepMetrics
     from ember_np.types import EpisodeStatus, Experience, Policy, ReplayBuffer
 
@@ -92,6 +93,7 @@ _HOMES = {
     "SeedResult": "ember_np.training.multiseed",
     "train_seeds": "ember_np.training.multiseed",
     "TrainingRun": "ember_np.training.run",
+    "TensorBoardCallback": "ember_np.training.tensorboard",
     "DqnTrainer": "ember_np.training.trainer",
     "StepMetrics": "ember_np.training.trainer",
     "EpisodeStatus": "ember_np.types",
@@ -153,6 +155,7 @@ __all__ = [
     "StatsTracker",
     "Std",
     "StepMetrics",
+    "TensorBoardCallback",
     "TrainingRun",
     "UpdateOptions",
     "VecEncoder",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -106,16 +106,21 @@ class ProgressCallback(LoopCallback):
               f"({trained / max(elapsed, 1e-9):,.0f} steps/s)")  # fmt: skip
 
 
-def train_loop(trainer: Any, steps: int, eval_every: int, eval_episodes: int, quiet: bool) -> None:
+def train_loop(
+    trainer: Any, steps: int, eval_every: int, eval_episodes: int, quiet: bool,
+    callbacks: Sequence[LoopCallback] = (),
+) -> None:  # fmt: skip
     """Train and evaluate (the one loop) with the progress bar; print the final evaluation.
 
-    A full disk while training is one line naming the file and what to do; Ctrl-C
+    ``callbacks`` are told of the loop's events after the progress bar. A full
+    disk while training is one line naming the file and what to do; Ctrl-C
     saves a checkpoint (with a run) before the interrupt goes on.
     """
     callback = ProgressCallback(trainer, steps, quiet)
     agent = trainer.agent
     try:
-        report = train_and_evaluate(trainer, steps, eval_every, eval_episodes, [callback])
+        report = train_and_evaluate(trainer, steps, eval_every, eval_episodes,
+                                    [callback, *callbacks])  # fmt: skip
     except OSError as exc:  # a full disk: the files written so far are intact
         callback.progress.close()
         if callback.ended:  # the final evaluation: as any other command's error
@@ -140,6 +145,11 @@ def train_loop(trainer: Any, steps: int, eval_every: int, eval_episodes: int, qu
                 file=sys.stderr,
             )
         raise
+    finally:
+        for other in callbacks:  # (a TensorBoardCallback: its files flushed and closed)
+            close = getattr(other, "close", None)
+            if callable(close):
+                close()
     report.print()
     print(f"best eval reward {trainer.best_eval_reward:.2f}; run directory: {trainer.run.dir}")
 
@@ -162,6 +172,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     set_blas_threads(1)  # the same numbers on any core count (and in --seeds workers)
     args.env_id, args.set = env_id_and_sets(args.env_id, args.set or [])
     check_scheduler_options(args, args.seeds is not None)
+    board = tensorboard_callback(args.tensorboard)  # exit 2 without tensorboardX, at once
     env_id = args.env_id
     native = not args.gymnasium_env and env_id in NATIVE_IDS
     if native:
@@ -239,8 +250,21 @@ def cmd_train(args: argparse.Namespace) -> int:
         env, agent, seed=args.seed, run=run,
         checkpoint_freq=args.checkpoint_freq, keep_checkpoints=args.keep,
     )  # fmt: skip
-    train_loop(trainer, steps, args.eval_every, args.eval_episodes, args.quiet)
+    train_loop(trainer, steps, args.eval_every, args.eval_episodes, args.quiet,
+               [board] if board is not None else [])  # fmt: skip
     return 0
+
+
+def tensorboard_callback(log_dir: str | None) -> Any:
+    """``--tensorboard DIR``'s callback (None without it); UsageError without tensorboardX."""
+    if log_dir is None:
+        return None
+    from ember_np.training.tensorboard import TensorBoardCallback
+
+    try:
+        return TensorBoardCallback(log_dir)
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -250,6 +274,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from ember_np.training.run import RunLockedError
     from ember_np.training.trainer import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP_CHECKPOINTS
 
+    board = tensorboard_callback(args.tensorboard)  # exit 2 without tensorboardX, at once
     if is_multiseed(args.run_path):
         return resume_many(args)
     check_scheduler_options(args, False)
@@ -283,7 +308,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     print(f"resuming {run.dir} at step {agent.total_steps:,} (epsilon {agent.epsilon:.3f}, "
           f"{len(agent.buffer):,} transitions in the replay buffer): {args.steps:,} more "
           f"steps, to step {agent.total_steps + args.steps:,}")  # fmt: skip
-    train_loop(trainer, args.steps, eval_every, eval_episodes, args.quiet)
+    train_loop(trainer, args.steps, eval_every, eval_episodes, args.quiet,
+               [board] if board is not None else [])  # fmt: skip
     return 0
 
 
@@ -376,7 +402,18 @@ def train_many(
             **vector_fields(args.num_envs, args.vectorization),
         )  # fmt: skip
     print(result.summary())
+    seed_events(args.tensorboard, result.runs)
     return 1 if result.failed else 0
+
+
+def seed_events(log_dir: str | None, runs: list[Any]) -> None:
+    """``--tensorboard DIR`` of many seeds: the finished ``runs``' event files, DIR/seed_<s>/."""
+    if log_dir is None or not runs:
+        return
+    from ember_np.training.tensorboard import write_seed_events
+
+    write_seed_events(runs, log_dir)
+    print(f"TensorBoard: {log_dir}/seed_<s>/ (tensorboard --logdir {log_dir})")
 
 
 @contextmanager
@@ -462,6 +499,8 @@ def resume_many(args: Any) -> int:
             result = resume_seeds(args.run_path, workers=args.workers, progress=not args.quiet,
                                   scheduler=client)  # fmt: skip
     print(result.summary())
+    trained_before = {r.seed for r in before.runs}  # their files: written when they finished
+    seed_events(args.tensorboard, [r for r in result.runs if r.seed not in trained_before])
     return 1 if result.failed else 0
 
 
@@ -535,6 +574,11 @@ def add_train_parser(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="override DqnConfig fields")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--tensorboard", metavar="DIR",
+        help="also write the logs' scalars as TensorBoard event files into DIR (with --seeds: "
+        "DIR/seed_<s>/, written once the seeds finish); pip install 'ember-np[tensorboard]'",
+    )  # fmt: skip
     p.set_defaults(func=cmd_train)
 
 
@@ -550,4 +594,9 @@ def add_resume_parser(sub: Any) -> None:
     p.add_argument("--workers", type=positive, help="processes (a multi-seed run)")
     p.add_argument("--scheduler", metavar="ADDRESS", help=SCHEDULER_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--tensorboard", metavar="DIR",
+        help="as train's: the resumed steps' scalars into DIR (a multi-seed run: the seeds "
+        "trained now, into DIR/seed_<s>/)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_resume)

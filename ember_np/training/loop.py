@@ -19,7 +19,7 @@ Reading map, in call order::
       DqnTrainer.train(chunk)     training/trainer.py: fused compiled loop or
                                   the Python step loop (same numbers either way)
       DqnTrainer.eval(k)          training/trainer.py: greedy episodes, best.npz
-      callbacks                   on_chunk, on_eval, on_training_end
+      callbacks                   LoopCallback's events, in its documented order
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 from ember_np.stats import EvalReport
 
 __all__ = [
+    "CALL_ORDER",
     "TRAIN_CHUNK",
     "LoopCallback",
     "eval_mark",
@@ -47,18 +48,66 @@ TRAIN_CHUNK = 1_000
 class LoopCallback:
     """What a caller of :func:`train_and_evaluate` is told; every method does nothing here.
 
-    Subclass and override the events you need (SB3 ``callbacks.BaseCallback``).
+    Subclass and override the events you need (SB3 ``callbacks.BaseCallback``,
+    trimmed to the events this loop has). A callback that only reads the trainer
+    (as this package's do) leaves a run's logs and checkpoints byte for byte as
+    they are without it.
+
+    Order of calls (:data:`CALL_ORDER`), each event given to every callback in
+    the order of the list before the next event::
+
+        on_training_start
+        for each chunk of at most TRAIN_CHUNK steps:
+            on_train_episodes    0 or more times: the episodes the chunk logged
+            on_chunk
+            when the chunk reached an evaluation step:
+                on_eval_episodes
+                on_eval          final=False
+        on_training_end
+        on_eval_episodes         the final evaluation's episodes
+        on_eval                  final=True
+
+    ``on_train_episodes`` and ``on_eval_episodes`` are called only when the
+    trainer has a :class:`~ember_np.TrainingRun` (they report what it writes to
+    ``train_episodes.jsonl`` and ``eval_episodes.jsonl``).
     """
+
+    def on_training_start(self, trainer: Any) -> None:
+        """Before the first chunk (``trainer.agent.total_steps`` is where it starts)."""
+
+    def on_train_episodes(self, trainer: Any, rows: list[dict[str, Any]]) -> None:
+        """During a chunk: training episodes just appended to ``train_episodes.jsonl``.
+
+        Each row is the record as written: ``total_reward``, ``length``,
+        ``status``, ``extras`` (``epsilon``; ``loss`` after the first update),
+        ``episode``, ``total_steps`` (the step the episode ended at) and, with
+        N > 1 envs, ``env``. A compiled chunk reports its episodes together.
+        """
 
     def on_chunk(self, trainer: Any, steps: int) -> None:
         """After a ``trainer.train`` call: ``steps`` more env steps were trained
         (with N envs, up to N - 1 more than the chunk asked for)."""
+
+    def on_eval_episodes(self, trainer: Any, rows: list[dict[str, Any]]) -> None:
+        """An evaluation's episodes as appended to ``eval_episodes.jsonl`` (``total_reward``,
+        ``length``, ``status``, ``extras``, ``total_steps_at_eval``), before its ``on_eval``."""
 
     def on_eval(self, trainer: Any, report: EvalReport, final: bool) -> None:
         """After a greedy evaluation; ``final`` for the one after the last chunk."""
 
     def on_training_end(self, trainer: Any) -> None:
         """After the last chunk, before the final evaluation."""
+
+
+#: The events of :class:`LoopCallback` in the order a run calls them (a chunk's
+#: group repeats; ``*``: zero or more times, ``?``: when an evaluation is due).
+CALL_ORDER = (
+    "on_training_start",
+    "(on_train_episodes* on_chunk (on_eval_episodes on_eval)?)*",
+    "on_training_end",
+    "on_eval_episodes",
+    "on_eval",
+)
 
 
 def first_eval_step(total_steps: int, eval_every: int) -> int:
@@ -150,7 +199,7 @@ def train_and_evaluate(
     eval_episodes : int
         Greedy episodes per evaluation, >= 1.
     callbacks : sequence of LoopCallback
-        Told of every chunk and evaluation, in order.
+        Told of every event, in the order :class:`LoopCallback` documents.
     latest_every_chunk : bool
         True: every chunk that ends between two numbered checkpoints brings
         the run's ``latest.npz`` up to date (a stopped process loses no step it
@@ -163,6 +212,43 @@ def train_and_evaluate(
     EvalReport
         The final evaluation.
     """
+    for callback in callbacks:
+        callback.on_training_start(trainer)
+    run = getattr(trainer, "run", None)
+    listener = None
+    if run is not None and callbacks:
+        listener = _LogListener(trainer, callbacks)
+        run.add_log_listener(listener)
+    try:
+        return _train_chunks(trainer, steps, eval_every, eval_episodes, callbacks,
+                             latest_every_chunk)  # fmt: skip
+    finally:
+        if listener is not None:
+            run.remove_log_listener(listener)
+
+
+class _LogListener:
+    """Passes what the run appends to its JSONL logs on to the callbacks."""
+
+    def __init__(self, trainer: Any, callbacks: Sequence[LoopCallback]) -> None:
+        self.trainer = trainer
+        self.callbacks = callbacks
+
+    def __call__(self, log: str, rows: list[dict[str, Any]]) -> None:
+        event = "on_train_episodes" if log == "train_episodes.jsonl" else "on_eval_episodes"
+        for callback in self.callbacks:
+            getattr(callback, event)(self.trainer, rows)
+
+
+def _train_chunks(
+    trainer: Any,
+    steps: int,
+    eval_every: int | None,
+    eval_episodes: int,
+    callbacks: Sequence[LoopCallback],
+    latest_every_chunk: bool,
+) -> EvalReport:
+    """:func:`train_and_evaluate`'s loop, once its callbacks are told of the run's logs."""
     agent = trainer.agent
     end = agent.total_steps + steps
     next_eval = first_eval_step(agent.total_steps, eval_every) if eval_every else None

@@ -191,6 +191,7 @@ class TrainingRun:
         self._dir = directory
         self._metadata = metadata
         self._lock = DirectoryLock(directory, "the run")
+        self._log_listeners: list[Callable[[str, list[dict[str, Any]]], None]] = []
 
     # -- creating and reopening -------------------------------------------------
     @classmethod
@@ -404,6 +405,22 @@ class TrainingRun:
                 os.fsync(f.fileno())
         except OSError as exc:  # name the log (a write error alone does not)
             raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        for listener in tuple(self._log_listeners):  # told once the rows are on disk
+            listener(filename, rows)
+
+    def add_log_listener(self, listener: Callable[[str, list[dict[str, Any]]], None]) -> None:
+        """Call ``listener(log, rows)`` after every append to a JSONL log.
+
+        ``log`` is ``"train_episodes.jsonl"`` or ``"eval_episodes.jsonl"``;
+        ``rows`` the records just written, as the readers return them. A
+        listener only reads (how the training loop tells its callbacks).
+        """
+        self._log_listeners.append(listener)
+
+    def remove_log_listener(self, listener: Callable[[str, list[dict[str, Any]]], None]) -> None:
+        """Stop calling ``listener`` (added by :meth:`add_log_listener`); no-op if absent."""
+        if listener in self._log_listeners:
+            self._log_listeners.remove(listener)
 
     def log_train_episode(
         self, record: EpisodeRecord, episode: int | None = None, total_steps: int | None = None,
