@@ -62,8 +62,15 @@ __all__ = [
 LN_EPS = 1e-5  # network.LN_EPS, torch.nn.LayerNorm's default (not imported: no numba here)
 _F32_TINY = np.float32(np.finfo(np.float32).tiny)
 _F32_MAX = float(np.finfo(np.float32).max)
-#: Codes of the acting kernels (``mlp.greedy_action``) and :meth:`NumpyForward.greedy_one`.
-NONFINITE_OBS, BEYOND_LIMIT, NONFINITE_Q = -1, -2, -3
+NONFINITE_OBS = -1
+"""Code of the acting kernels (``mlp.greedy_action``) and :meth:`NumpyForward.greedy_one`:
+the observation holds NaN or inf."""
+BEYOND_LIMIT = -2
+"""Code of the acting kernels and :meth:`NumpyForward.greedy_one`: the observation's
+max |value| is beyond the network's :func:`obs_limit`."""
+NONFINITE_Q = -3
+"""Code of the acting kernels and :meth:`NumpyForward.greedy_one`: the Q-values are not
+finite (the network overflowed float32)."""
 
 
 def ln_scales(z: np.ndarray) -> np.ndarray:
