@@ -116,6 +116,8 @@ class Mean(Aggregator):
 class Max(Aggregator):
     """Largest value."""
 
+    _v: float
+
     def __init__(self) -> None:
         self.reset()
 
@@ -131,6 +133,8 @@ class Max(Aggregator):
 
 class Min(Aggregator):
     """Smallest value."""
+
+    _v: float
 
     def __init__(self) -> None:
         self.reset()
