@@ -280,7 +280,9 @@ if PLAN.message:
 #: :func:`kernel`'s options but ``cache``, for what numba compiles itself (an
 #: ``@overload``'s implementation: ``overload(..., jit_options=KERNEL_OPTIONS)``).
 KERNEL_OPTIONS: JitOptions = {
-    "fastmath": set(FASTMATH_FLAGS), "error_model": "numpy", "nogil": True
+    "fastmath": set(FASTMATH_FLAGS),
+    "error_model": "numpy",
+    "nogil": True,
 }
 
 
