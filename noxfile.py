@@ -49,8 +49,8 @@ LINTED = ("ember_np", "tests", "bench")  # what ruff checks (CONTRIBUTING.md)
 TYPED_EXTRAS = "lint,onnx,tune,dask,plot"
 # The sdist carries these folders whole (MANIFEST.in); CI's own scripts stay out.
 SDIST_FOLDERS = ("ember_np/", "tests/", "bench/", "docs/")
-SDIST_FILES = ("README.md", "LICENSE", "LICENSE-MIT", "LICENSE-APACHE", "pyproject.toml",
-               "MANIFEST.in", "mkdocs.yml", "noxfile.py")  # fmt: skip
+SDIST_FILES = ("README.md", "CONTRIBUTING.md", "LICENSE", "LICENSE-MIT", "LICENSE-APACHE",
+               "pyproject.toml", "MANIFEST.in", "mkdocs.yml", "noxfile.py")  # fmt: skip
 CACHES = ("__pycache__/", ".pytest_cache/", ".hypothesis/", ".benchmarks/", ".ci-venv/",
           ".nox/", ".nbi", ".nbc", ".pyc")  # fmt: skip
 
