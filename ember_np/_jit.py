@@ -141,7 +141,8 @@ def cache_plan(
                                        and (d / "__init__.py").exists()]  # fmt: skip
     if all(_writable(d / "__pycache__") for d in source_dirs):
         return CachePlan(True, None, None)
-    user_dir = numba.config.CACHE_DIR  # type: ignore[attr-defined]  # set at run time; not in numba's stub
+    # set at import from NUMBA_CACHE_DIR; numba's stub does not declare it
+    user_dir = numba.config.CACHE_DIR  # type: ignore[attr-defined]
     if user_dir and _writable(Path(user_dir)):
         return CachePlan(True, None, None)  # numba's own locator takes NUMBA_CACHE_DIR
     shipped = any(next((d / "__pycache__").glob("*.nbi"), None) for d in source_dirs)

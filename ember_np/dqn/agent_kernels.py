@@ -442,7 +442,7 @@ def observe_one(agent: AgentState, env: int | np.int64, obs: np.ndarray, action:
     trains (never clears it). Returns 0 or a push error code. Never called with
     ``agent.replay`` None (a custom buffer), hence the ignores below.
     """
-    code = push_transition(agent.replay, env, obs, action, reward, next_obs, status, next_mask)  # type: ignore[arg-type]  # noqa: E501
+    code = push_transition(agent.replay, env, obs, action, reward, next_obs, status, next_mask)  # type: ignore[arg-type]
     if code != 0:
         return code
     counters = agent.counters
