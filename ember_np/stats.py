@@ -98,6 +98,9 @@ class Aggregator:
 class Mean(Aggregator):
     """Arithmetic mean of every value."""
 
+    _n: int
+    _sum: float
+
     def __init__(self) -> None:
         self.reset()
 
