@@ -5,6 +5,8 @@ the oldest and the newest supported Python (https://nox.thea.codes).
     nox -s tests-3.13    # one Python; pytest options go after --: nox -s tests-3.13 -- -x
     nox -s package-3.10  # the release check alone (~2 minutes from cold)
     nox -s readme-3.10   # the README's test command, verbatim, in a venv of 3.10
+    nox -s lint          # ruff check and ruff format --check: ember_np, tests, bench
+    nox -s typecheck     # mypy over ember_np (pyproject.toml's [tool.mypy]), zero errors
 
 Each ``tests`` session starts with the release check (``package``): ``python -m build``
 makes the sdist and, from it, the wheel; ``twine check --strict`` checks both; their
@@ -18,9 +20,11 @@ the test process imports the installed wheel (the report header says which copy)
 nox finds each Python as ``python3.10`` / ``python3.13`` on PATH. With pyenv, make the
 versions visible together first, e.g.
 ``PYENV_VERSION=3.11.7:3.10.13:3.13.0 nox``. ``.ci/run`` runs
-``nox -s readme-3.10 tests-3.13 package-3.10``: the README's test command verbatim on
-3.10 (the ``readme`` session, from the checkout) and the suite on 3.13 from the wheel,
-each once from an empty numba cache, and the release check on both.
+``nox -s lint typecheck readme-3.10 tests-3.13 package-3.10``: the checks of the
+sources, the README's test command verbatim on 3.10 (the ``readme`` session, from the
+checkout) and the suite on 3.13 from the wheel, each once from an empty numba cache, and
+the release check on both. ``lint`` and ``typecheck`` run on the newest Python only
+(mypy checks against the oldest, 3.10, whatever runs it: ``python_version``).
 """
 
 from __future__ import annotations
@@ -39,10 +43,14 @@ nox.options.sessions = ["tests"]  # each begins with the release check (package)
 
 ROOT = Path(__file__).resolve().parent
 OLDEST_AND_NEWEST = ["3.10", "3.13"]  # keep in step with pyproject.toml's classifiers
+NEWEST = OLDEST_AND_NEWEST[-1]
+LINTED = ("ember_np", "tests", "bench")  # what ruff checks (CONTRIBUTING.md)
+# The optional extras whose packages ember_np imports: mypy checks against their types.
+TYPED_EXTRAS = "lint,onnx,tune,dask,plot"
 # The sdist carries these folders whole (MANIFEST.in); CI's own scripts stay out.
 SDIST_FOLDERS = ("ember_np/", "tests/", "bench/", "docs/")
-SDIST_FILES = ("README.md", "LICENSE", "LICENSE-MIT", "LICENSE-APACHE", "pyproject.toml",
-               "MANIFEST.in", "mkdocs.yml", "noxfile.py")  # fmt: skip
+SDIST_FILES = ("README.md", "CONTRIBUTING.md", "LICENSE", "LICENSE-MIT", "LICENSE-APACHE",
+               "pyproject.toml", "MANIFEST.in", "mkdocs.yml", "noxfile.py")  # fmt: skip
 CACHES = ("__pycache__/", ".pytest_cache/", ".hypothesis/", ".benchmarks/", ".ci-venv/",
           ".nox/", ".nbi", ".nbc", ".pyc")  # fmt: skip
 
@@ -71,6 +79,26 @@ def readme(session: nox.Session) -> None:
 def package(session: nox.Session) -> None:
     """The release check alone (the tests sessions start with it)."""
     release_check(session)
+
+
+@nox.session(python=NEWEST)
+def lint(session: nox.Session) -> None:
+    """``ruff check`` and ``ruff format --check`` over the package, the tests and the
+    benchmarks (pyproject.toml's [tool.ruff]); ruff is the lint extra's."""
+    extras = nox.project.load_toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]
+    session.install(*(req for req in extras["lint"] if req.startswith("ruff")))
+    session.chdir(ROOT)
+    session.run("ruff", "check", *LINTED)
+    session.run("ruff", "format", "--check", *LINTED)
+
+
+@nox.session(python=NEWEST)
+def typecheck(session: nox.Session) -> None:
+    """mypy over ember_np with zero errors (pyproject.toml's [tool.mypy]), in a venv that
+    holds the package's dependencies and the extras it imports, so their types count."""
+    session.install("-e", f"{ROOT}[{TYPED_EXTRAS}]")
+    session.chdir(ROOT)
+    session.run("mypy")
 
 
 def release_check(session: nox.Session) -> Path:

@@ -71,7 +71,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ember_np._jit import kernel, private_dir
+from ember_np._jit import compiled_only, kernel, private_dir
 
 __all__ = [
     "BLAS_LIBRARY",
@@ -318,6 +318,7 @@ def kernel_threads() -> int:
     return int(switch.get()) if switch is not None else 1
 
 
+@compiled_only
 @intrinsic
 def _cblas_gemm(typingctx, trans, dims, a, b, beta, c, lds):  # noqa: ANN001, ANN202
     """cblas_?gemm(RowMajor, *trans, *dims, 1, A, lds[0], B, lds[1], beta, C, lds[2]).

@@ -43,11 +43,17 @@ import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 import numba
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+if TYPE_CHECKING:  # numba's stubs type a compiled function as Dispatcher[F]
+    from types import FrameType
+
+    from numba.core.decorators import _JITOptions as JitOptions
+    from numba.core.dispatcher import Dispatcher
 
 #: LLVM fast-math flags: reassociation, contraction into FMA, reciprocal
 #: approximations and no signed zeros, but not ``nnan`` / ``ninf``.
@@ -135,7 +141,8 @@ def cache_plan(
                                        and (d / "__init__.py").exists()]  # fmt: skip
     if all(_writable(d / "__pycache__") for d in source_dirs):
         return CachePlan(True, None, None)
-    user_dir = numba.config.CACHE_DIR
+    # set at import from NUMBA_CACHE_DIR; numba's stub does not declare it
+    user_dir = numba.config.CACHE_DIR  # type: ignore[attr-defined]
     if user_dir and _writable(Path(user_dir)):
         return CachePlan(True, None, None)  # numba's own locator takes NUMBA_CACHE_DIR
     shipped = any(next((d / "__pycache__").glob("*.nbi"), None) for d in source_dirs)
@@ -184,6 +191,8 @@ class _FallbackLocator(_InTree):  # type: ignore[misc, valid-type]
     one refused. Source stamps and names are the in-tree locator's, so the
     shipped index and data files are valid here unchanged.
     """
+
+    _cache_path: str  # set by numba's locator
 
     def __init__(self, py_func: Any, py_file: str) -> None:
         super().__init__(py_func, py_file)
@@ -251,7 +260,8 @@ def _caller_outside_package() -> int:
     ``warnings.warn`` skips the import machinery's frames itself, so only
     ember_np's own frames are counted.
     """
-    level, frame = 1, sys._getframe(1)
+    level = 1
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
         if not ("importlib" in name and "_bootstrap" in name):
@@ -270,12 +280,16 @@ if PLAN.message:
 
 #: :func:`kernel`'s options but ``cache``, for what numba compiles itself (an
 #: ``@overload``'s implementation: ``overload(..., jit_options=KERNEL_OPTIONS)``).
-KERNEL_OPTIONS = {"fastmath": set(FASTMATH_FLAGS), "error_model": "numpy", "nogil": True}
+KERNEL_OPTIONS: JitOptions = {
+    "fastmath": set(FASTMATH_FLAGS),
+    "error_model": "numpy",
+    "nogil": True,
+}
 
 
-def kernel(fn: F) -> F:
+def kernel(fn: F) -> Dispatcher[F]:
     """Compile ``fn`` with the project's numba options (see module docstring)."""
-    return numba.njit(  # type: ignore[no-any-return]
+    return numba.njit(
         cache=PLAN.cache,
         fastmath=set(FASTMATH_FLAGS),
         error_model="numpy",
@@ -283,7 +297,7 @@ def kernel(fn: F) -> F:
     )(fn)
 
 
-def inlined_kernel(fn: F) -> F:
+def inlined_kernel(fn: F) -> Dispatcher[F]:
     """:func:`kernel`, also inlined into every compiled caller (numba ``inline="always"``).
 
     For a small body called once per transition with a large NamedTuple: a
@@ -291,7 +305,7 @@ def inlined_kernel(fn: F) -> F:
     agent's state is over a hundred), which costs more than the body; inlined,
     the caller's fields are used in place. Still callable from Python.
     """
-    return numba.njit(  # type: ignore[no-any-return]
+    return numba.njit(
         cache=PLAN.cache,
         fastmath=set(FASTMATH_FLAGS),
         error_model="numpy",
@@ -300,7 +314,7 @@ def inlined_kernel(fn: F) -> F:
     )(fn)
 
 
-def exact_kernel(fn: F) -> F:
+def exact_kernel(fn: F) -> Dispatcher[F]:
     """Compile ``fn`` like :func:`kernel` but with strict IEEE arithmetic.
 
     For code that must reproduce another implementation bit for bit (the
@@ -313,7 +327,7 @@ def exact_kernel(fn: F) -> F:
     numba's cache, which keys on the signature alone, would then hand that
     version to every later process.
     """
-    return numba.njit(  # type: ignore[no-any-return]
+    return numba.njit(
         cache=PLAN.cache,
         fastmath=False,  # explicit, or a fast-math caller's flags would be inherited
         error_model="numpy",
@@ -321,20 +335,30 @@ def exact_kernel(fn: F) -> F:
     )(fn)
 
 
-def inlined_exact_kernel(fn: F) -> F:
+def inlined_exact_kernel(fn: F) -> Dispatcher[F]:
     """:func:`exact_kernel`, also inlined into every compiled caller (numba ``inline="always"``).
 
     Called with a constant argument, the inlined body lets LLVM fold every
     branch on it: a loop written once serves each native environment as if
     written for it alone. Still callable from Python like any kernel.
     """
-    return numba.njit(  # type: ignore[no-any-return]
+    return numba.njit(
         cache=PLAN.cache,
         fastmath=False,
         error_model="numpy",
         nogil=True,
         inline="always",
     )(fn)
+
+
+def compiled_only(intrinsic: Any) -> Callable[..., Any]:
+    """``intrinsic`` itself, typed as compiled code calls it.
+
+    numba's stubs give an ``@intrinsic``'s call the typing context as a first
+    argument, and a Python call raises; kernels call it with the other
+    arguments only. Stack it above ``@intrinsic``; nothing changes at run time.
+    """
+    return cast("Callable[..., Any]", intrinsic)
 
 
 def cached_on_disk(dispatcher: Any) -> bool | None:

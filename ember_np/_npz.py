@@ -85,7 +85,7 @@ def central_directory(f: IO[bytes], count: int, cd_size: int, cd_offset: int) ->
     """The ``count`` entries of the central directory (``cd_size`` bytes at ``cd_offset``)."""
     f.seek(cd_offset)
     directory = f.read(cd_size)
-    entries = []
+    entries: list[Entry] = []
     at = 0
     for _ in range(count):
         if at + _ENTRY.size > len(directory):

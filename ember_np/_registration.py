@@ -27,7 +27,10 @@ import warnings
 from collections.abc import Callable
 from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
 
 __all__ = ["NATIVE_ENV_ENTRY_POINTS", "register_native_envs", "register_when_gymnasium_loads"]
 
@@ -106,7 +109,8 @@ class _AfterImport:
         spec = importlib.util.find_spec(fullname)  # the normal search, errors included
         if spec is None or spec.loader is None:
             return spec
-        spec.loader = _ThenLoader(spec.loader, self.callback)
+        # cast: _ThenLoader is a Loader by its methods (importlib.abc is not imported)
+        spec.loader = cast("Loader", _ThenLoader(spec.loader, self.callback))
         return spec
 
 

@@ -26,7 +26,7 @@ import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import IO, Any, NamedTuple
+from typing import IO, Any, NamedTuple, cast
 
 import numpy as np
 from numpy.lib import format as npy
@@ -182,7 +182,7 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> None:
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object]) -> None:
     """Write a file so that readers only ever see the old or the complete new version.
 
     ``write(f)`` fills a temporary file in the same directory; it is flushed,
@@ -239,7 +239,8 @@ def save_arrays(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) 
     for key, value in arrays.items():
         if np.asarray(value).dtype.hasobject:
             raise ValueError(f"checkpoint array {key!r} holds Python objects; only plain arrays")
-    atomic_write(path, lambda f: np.savez(f, **arrays))
+    # cast: numpy's stub types savez's keywords as arrays or its own allow_pickle flag
+    atomic_write(path, lambda f: np.savez(f, **cast("Mapping[str, Any]", arrays)))
 
 
 class ArrayInfo(NamedTuple):
@@ -262,11 +263,13 @@ class _Member(NamedTuple):
 
 def _npy_header(member: MemberStream) -> tuple[np.dtype, tuple[int, ...], bool, int]:
     """dtype, shape, Fortran order and header length of the ``.npy`` stream ``member``."""
-    version = npy.read_magic(member)
+    # cast: numpy's readers call only read(n) with a count, all MemberStream.read takes
+    stream = cast(IO[bytes], member)
+    version = npy.read_magic(stream)
     if version == (1, 0):
-        shape, fortran, dtype = npy.read_array_header_1_0(member, max_header_size=MAX_HEADER)
+        shape, fortran, dtype = npy.read_array_header_1_0(stream, max_header_size=MAX_HEADER)
     elif version == (2, 0):
-        shape, fortran, dtype = npy.read_array_header_2_0(member, max_header_size=MAX_HEADER)
+        shape, fortran, dtype = npy.read_array_header_2_0(stream, max_header_size=MAX_HEADER)
     else:
         raise ValueError(f".npy format version {version} is not supported")
     return dtype, tuple(shape), bool(fortran), member.tell()
@@ -400,7 +403,7 @@ def _read_array(f: IO[bytes], member: _Member) -> np.ndarray:
     dtype, shape, nbytes = member.info
     flat = np.empty(math.prod(shape), dtype)
     if nbytes:
-        stream.readinto(memoryview(flat.view(np.uint8)))
+        stream.readinto(flat.view(np.uint8).data)
     stream.finish()
     if member.fortran_order:
         return flat.reshape(shape[::-1]).transpose()

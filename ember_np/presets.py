@@ -172,7 +172,8 @@ def _preset(
     name: str, env_id: str, steps: int, schedule: dict[str, float], source: str, **dqn: Any
 ) -> Preset:
     """A preset whose ``config`` holds ``dqn`` with ``schedule`` resolved at ``steps``."""
-    config = DqnConfig(**dqn, **resolve_schedule(schedule, steps))
+    lengths: dict[str, Any] = resolve_schedule(schedule, steps)
+    config = DqnConfig(**dqn, **lengths)
     return Preset(name, env_id, config, steps, source, schedule=schedule)
 
 

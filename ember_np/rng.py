@@ -17,7 +17,7 @@ The generator is NumPy's ``PCG64`` (128-bit LCG, XSL-RR output), bit for bit:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -87,7 +87,7 @@ def next_double(state: np.ndarray) -> float:
 
 
 @kernel
-def next_below(state: np.ndarray, n: int) -> int:
+def next_below(state: np.ndarray, n: int | np.int64) -> int:
     """Uniform integer in [0, n) for n >= 1, without modulo bias (Lemire).
 
     state : uint64 (4,), a PCG64 state (odd increment), advanced in place; n : int >= 1.
@@ -98,7 +98,7 @@ def next_below(state: np.ndarray, n: int) -> int:
         threshold = (_ZERO - bound) % bound
         while lo < threshold:
             hi, lo = mul_hi_lo(next_u64(state), bound)
-    return np.int64(hi)
+    return np.int64(hi)  # type: ignore[return-value]  # an int64: a Python int to callers
 
 
 @exact_kernel
@@ -216,6 +216,11 @@ class Rng:
     def __reduce__(self) -> tuple[Any, ...]:
         """Copies and pickles get their own state array (even from out-of-band pickle buffers)."""
         return (Rng.from_state, (self._state,))
+
+    @overload
+    def random(self, size: None = None) -> float: ...
+    @overload
+    def random(self, size: int) -> np.ndarray: ...
 
     def random(self, size: int | None = None) -> float | np.ndarray:
         """Uniform float64 in [0, 1): one number, or an array of ``size``."""

@@ -107,6 +107,9 @@ class Aggregator:
 class Mean(Aggregator):
     """Arithmetic mean of every value."""
 
+    _n: int
+    _sum: float
+
     def __init__(self) -> None:
         self.reset()
 
@@ -132,6 +135,8 @@ class Mean(Aggregator):
 class Max(Aggregator):
     """Largest value."""
 
+    _v: float
+
     def __init__(self) -> None:
         self.reset()
 
@@ -147,6 +152,8 @@ class Max(Aggregator):
 
 class Min(Aggregator):
     """Smallest value."""
+
+    _v: float
 
     def __init__(self) -> None:
         self.reset()

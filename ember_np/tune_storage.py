@@ -202,6 +202,8 @@ def absolute_storage(storage: str) -> str:
     from sqlalchemy.engine import make_url
 
     url = make_url(storage)
+    if url.database is None:  # sqlite:// (in memory): no file to make absolute
+        return storage
     path = Path(url.database)
     if path.is_absolute():
         return storage
@@ -216,7 +218,8 @@ def local_file(storage: str) -> Path | None:
         return None
     from sqlalchemy.engine import make_url
 
-    return Path(make_url(storage).database)
+    database = make_url(storage).database
+    return None if database is None else Path(database)  # sqlite://: in memory
 
 
 def masked(storage: str) -> str:

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-# tests import their plain-NumPy references as ``import naive``
+# tests import their plain-NumPy references as ``import naive``, and what they share
+# besides (configs, agents, process helpers) as ``import helpers``
 sys.path.insert(0, str(Path(__file__).parent))
 
 

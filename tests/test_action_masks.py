@@ -15,8 +15,8 @@ from functools import partial
 import gymnasium as gym
 import numpy as np
 import pytest
-from naive import MASKED
-from naive import make_agent as shared_make_agent
+from helpers import MASKED
+from helpers import make_agent as shared_make_agent
 
 from ember_np import (
     Batch,

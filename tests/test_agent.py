@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 import gymnasium as gym
+import helpers
 import naive
 import numpy as np
 import pytest
@@ -23,10 +24,10 @@ from ember_np import (
     VecEncoder,
 )
 
-SMALL = naive.TWO_LAYER
+SMALL = helpers.TWO_LAYER
 
 
-make_agent = partial(naive.make_agent, config=SMALL)
+make_agent = partial(helpers.make_agent, config=SMALL)
 
 
 def feed(agent, n, seed=0, start=0):

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import SMALL_DEFAULT_RATES
+from helpers import make_agent as shared_make_agent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from naive import SMALL_DEFAULT_RATES
-from naive import make_agent as shared_make_agent
 from numpy.lib import format as npy
 
 from ember_np import CheckpointError, DqnAgent, DqnPolicy

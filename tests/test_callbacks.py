@@ -19,7 +19,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from naive import SMALL_ARGS, files_of
+from helpers import SMALL_ARGS, files_of
 
 from ember_np import DqnAgent, DqnTrainer, LoopCallback, TrainingRun, train_and_evaluate
 from ember_np.cli import main

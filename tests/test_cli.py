@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from naive import SMALL_ARGS
+from helpers import SMALL_ARGS
 
 from ember_np import DqnAgent, TrainingRun
 from ember_np.cli import main

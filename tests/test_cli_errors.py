@@ -18,7 +18,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from naive import SMALL_ARGS_16
+from helpers import SMALL_ARGS_16
 
 from ember_np import DqnAgent, DqnConfig, DqnTrainer, TrainingRun
 from ember_np.cli import main

@@ -22,11 +22,11 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+from helpers import TINY
+from helpers import make_agent as shared_make_agent
+from helpers import saved_state as agent_state
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from naive import TINY
-from naive import make_agent as shared_make_agent
-from naive import saved_state as agent_state
 
 from ember_np import (
     CircularBuffer,

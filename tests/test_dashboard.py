@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from naive import read_line
+from helpers import read_line
 
 from ember_np import DqnConfig, EpisodeRecord, EpisodeStatus, TrainingRun
 from ember_np.cli import main

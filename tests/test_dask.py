@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from naive import SMALL_ARGS, still_running
+from helpers import SMALL_ARGS, still_running
 from test_multiseed import assert_same_run, only_dir
 
 from ember_np.cli import main

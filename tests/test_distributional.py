@@ -14,6 +14,7 @@ from __future__ import annotations
 import pickle
 import re
 
+import helpers
 import naive
 import numpy as np
 import pytest
@@ -240,7 +241,7 @@ def dist_case(head, dueling, layer_norm, seed=5, batch_size=12):
     net = make_net(sizes, head, dueling, layer_norm, seed=11, scale=2.0)
     target = make_net(sizes, head, dueling, layer_norm, seed=12, scale=2.0)
     rng = np.random.default_rng(seed)
-    batch = naive.make_batch(sizes, batch=batch_size, seed=seed, dtype=np.float64)
+    batch = helpers.make_batch(sizes, batch=batch_size, seed=seed, dtype=np.float64)
     batch[2][:] *= 2.0  # rewards outside C51's support too
     discounts = np.where(batch[4] > 0, 0.9 ** rng.integers(1, 4, batch_size), 0.0)
     weights = rng.uniform(0.2, 1.0, batch_size)
@@ -346,7 +347,7 @@ def torch_module(torch, q: QNetwork):
     class Net(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.trunk, self.norms, self.heads = naive.torch_layers(torch, q)
+            self.trunk, self.norms, self.heads = helpers.torch_layers(torch, q)
             self.n_actions, self.atoms = q.n_actions, q.head.n_atoms
 
         def forward(self, x):
@@ -409,7 +410,7 @@ def test_update_matches_torch_over_five_adam_steps(head, dueling, layer_norm):
     opt = torch.optim.Adam(t_net.parameters(), lr=1e-3)
     options = UpdateOptions(gamma=0.99, learning_rate=1e-3, double_dqn=True, max_grad_norm=0.5)
     for step in range(5):
-        batch = naive.make_batch(sizes, batch=64, seed=step)
+        batch = helpers.make_batch(sizes, batch=64, seed=step)
         batch[2][:] *= 4.0
         batch64 = [a if a.dtype == np.int64 else a.astype(np.float64) for a in batch]
         t_loss = torch_loss(torch, head, t_net, t_target, batch64, 0.99)
@@ -434,7 +435,7 @@ def test_copy_pickle_state_dict_keep_the_head(head):
     sizes = (4, 8, 3)
     net = QNetwork(sizes, seed=0, dueling=True, head=head)
     x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
-    net.update(Batch(*naive.make_batch(sizes, batch=16)), net.copy(),
+    net.update(Batch(*helpers.make_batch(sizes, batch=16)), net.copy(),
                UpdateOptions(gamma=0.99, learning_rate=1e-2))  # fmt: skip
     for other in (net.copy(), pickle.loads(pickle.dumps(net))):
         assert other.head == head and other.adam_step == 1

@@ -14,35 +14,27 @@ import pickle
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
-import gymnasium as gym
+import helpers
 import naive
 import numpy as np
 import pytest
+from helpers import CARTPOLE_AGENT, cartpole_trainer
 
 import ember_np.envs  # noqa: F401  (registers ember_np/CartPole-v1)
-from ember_np import CheckpointError, DqnAgent, DqnConfig, DqnPolicy, DqnTrainer
+from ember_np import CheckpointError, DqnAgent, DqnConfig, DqnPolicy
 
 HEADS = {
     "c51": dict(distributional="c51", n_atoms=21, v_min=0.0, v_max=60.0),
     "qr": dict(distributional="qr", n_quantiles=16),
 }
-AGENT_CONFIG = DqnConfig(
-    hidden_sizes=(32, 32), learning_rate=1e-3, batch_size=32, buffer_capacity=3_000,
-    min_replay_size=100, target_update_freq=50, epsilon_end=0.05, epsilon_decay_steps=2_000,
-    max_grad_norm=10.0,
-)  # fmt: skip
 #: Every other component at once: the heads must compose with all of them.
 RAINBOW = dict(dueling=True, layer_norm=True, double_dqn=True, n_step=3, prioritized_replay=True)
 
 
 def config_for(head, **kw):
-    return AGENT_CONFIG.replace(**HEADS[head], **kw)
-
-
-def cartpole_trainer(config, seed=0, **kw):
-    env = gym.make("ember_np/CartPole-v1")
-    return DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed, **kw)
+    return CARTPOLE_AGENT.replace(**HEADS[head], **kw)
 
 
 @pytest.fixture(scope="module", params=list(HEADS))
@@ -50,7 +42,7 @@ def trained(request):
     """The same agent trained by the fused loop and by the Python loop."""
     config = config_for(request.param, **RAINBOW)
     fused, python = cartpole_trainer(config), cartpole_trainer(config, fused=False)
-    losses = naive.train_both_loops(fused, python)
+    losses = helpers.train_both_loops(fused, python)
     return request.param, fused, python, losses
 
 
@@ -59,7 +51,7 @@ def test_both_loops_train_identically(trained):
     agent = fused.agent
     assert agent.online.head == agent.config.head and agent.online.head.kind == head
     assert agent.n_updates > 1_000 and np.isfinite(losses).all()
-    assert naive.saved_state(fused.agent) == naive.saved_state(python.agent)  # priorities too
+    assert helpers.saved_state(fused.agent) == helpers.saved_state(python.agent)  # priorities too
     # prioritized replay got the head's priorities: not all at the initial maximum
     priorities = agent.buffer.priorities()
     assert np.unique(priorities).size > 100
@@ -83,7 +75,7 @@ def test_exact_resume(tmp_path, head):
     a = cartpole_trainer(config_for(head, **RAINBOW))
     a.train(700)
     original = a.agent
-    restored = naive.check_exact_resume(original, tmp_path / "a.npz", 400, naive.saved_state)
+    restored = helpers.check_exact_resume(original, tmp_path / "a.npz", 400, helpers.saved_state)
     assert restored.online.head == original.online.head
     assert original.total_steps == restored.total_steps == 1_100
 
@@ -93,7 +85,7 @@ def test_checkpoints_record_the_head_and_refuse_another(tmp_path):
         "c51": cartpole_trainer(config_for("c51")).agent,
         "c51 wider": cartpole_trainer(config_for("c51").replace(v_max=100.0)).agent,
         "qr": cartpole_trainer(config_for("qr")).agent,
-        "plain": cartpole_trainer(AGENT_CONFIG).agent,
+        "plain": cartpole_trainer(CARTPOLE_AGENT).agent,
     }
     paths = {name: agent.save(tmp_path / f"{name}.npz") for name, agent in agents.items()}
     names = {"c51": "with a C51 head \\(21 atoms on \\[0, 60\\]\\)",
@@ -204,7 +196,7 @@ def test_short_cartpole_run_learns(head):
 
 
 def test_ablation_replaces_a_distributional_head_by_the_plain_one():
-    sys.path.insert(0, str(naive.Path(__file__).resolve().parent.parent / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     from ablation import variants
 
     for head in ("c51", "qr"):

@@ -54,7 +54,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+PAGES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md")])
 CODE = {"python", "sh", "bash"}
 NOT_CODE = {"text"}
 FENCE = re.compile(r"^```(\S*)[ \t]*$")
@@ -212,6 +212,21 @@ def test_every_block_declares_what_it_is():
     assert not bad, f"blocks with no language or an unknown one (use text, python, sh): {bad}"
     print(f"code blocks: {counts}")
     assert counts["run"] > counts["skipped"]
+
+
+#: A Markdown link's target: ``[text](target)``.
+MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("page", ["README.md", "CONTRIBUTING.md"])
+def test_every_relative_link_of_a_top_level_page_names_a_file(page):
+    """README.md and CONTRIBUTING.md are read in the repository, not on the site (whose
+    links the site tests check): each relative link names a file of the checkout."""
+    targets = [m.group(1) for m in MARKDOWN_LINK.finditer((ROOT / page).read_text())]
+    relative = [t for t in targets if not urlsplit(t).scheme and not t.startswith("#")]
+    assert relative, f"{page} has no relative link (the pattern finds none?)"
+    missing = [t for t in relative if not (ROOT / unquote(urlsplit(t).path)).exists()]
+    assert not missing, f"{page} links to files the checkout lacks: {missing}"
 
 
 # ------------------------------------------------- pages that read as documentation

@@ -11,13 +11,15 @@ import json
 import pickle
 import warnings
 
+import helpers
 import naive
 import numpy as np
 import pytest
+from helpers import CARTPOLE_AGENT, cartpole_trainer
 
 from ember_np import QNetwork, UpdateOptions
 
-make_batch = naive.make_batch
+make_batch = helpers.make_batch
 
 
 def layers64(net):
@@ -123,29 +125,14 @@ def test_architectures_do_not_mix(flag, with_it, without_it):
 
 # -- agent, checkpoints, policy, ONNX ------------------------------------------------
 
-AGENT_CONFIG = dict(
-    hidden_sizes=(32, 32), learning_rate=1e-3, batch_size=32, buffer_capacity=3_000,
-    min_replay_size=100, target_update_freq=50, epsilon_end=0.05, epsilon_decay_steps=2_000,
-    max_grad_norm=10.0,
-)  # fmt: skip
-
-
-def cartpole_trainer(dueling=True, seed=0, **kw):
-    import gymnasium as gym
-
-    import ember_np.envs  # noqa: F401  (registers ember_np/CartPole-v1)
-    from ember_np import DqnAgent, DqnConfig, DqnTrainer
-
-    env = gym.make("ember_np/CartPole-v1")
-    config = DqnConfig(**AGENT_CONFIG, dueling=dueling)
-    return DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed, **kw)
+DUELING = CARTPOLE_AGENT.replace(dueling=True)
 
 
 @pytest.fixture(scope="module")
 def trained_pair():
     """A dueling agent trained by the fused loop and one by the Python loop."""
-    fused, python = cartpole_trainer(), cartpole_trainer(fused=False)
-    losses = naive.train_both_loops(fused, python)
+    fused, python = cartpole_trainer(DUELING), cartpole_trainer(DUELING, fused=False)
+    losses = helpers.train_both_loops(fused, python)
     return fused, python, losses
 
 
@@ -154,9 +141,9 @@ def test_agent_trains_dueling_on_both_loops_identically(trained_pair):
     agent = fused.agent
     assert agent.online.dueling and agent.target.dueling
     assert agent.n_updates > 1_000 and np.isfinite(losses).all()
-    assert naive.agent_state(fused.agent) == naive.agent_state(python.agent)
+    assert helpers.agent_state(fused.agent) == helpers.agent_state(python.agent)
     # the value head moved: it is trained, not left at its initialisation
-    init = cartpole_trainer().agent
+    init = cartpole_trainer(DUELING).agent
     assert not np.array_equal(agent.online.weights[-1], init.online.weights[-1])
 
 
@@ -180,11 +167,11 @@ def test_config_setter_refuses_another_architecture(trained_pair):
 
 
 def test_exact_resume_takes_the_same_steps(tmp_path):
-    a = cartpole_trainer()
+    a = cartpole_trainer(DUELING)
     a.train(700)
     original = a.agent
     # the same agent state on envs started from one seed: the same steps follow
-    restored = naive.check_exact_resume(original, tmp_path / "a.npz", 400)
+    restored = helpers.check_exact_resume(original, tmp_path / "a.npz", 400)
     assert restored.online.dueling
     assert original.total_steps == restored.total_steps == 1_100
 
@@ -192,8 +179,8 @@ def test_exact_resume_takes_the_same_steps(tmp_path):
 def test_checkpoint_error_both_ways_and_old_files_load_as_plain(tmp_path):
     from ember_np import CheckpointError, DqnAgent, DqnPolicy
 
-    duel = cartpole_trainer(dueling=True).agent
-    plain = cartpole_trainer(dueling=False).agent
+    duel = cartpole_trainer(DUELING).agent
+    plain = cartpole_trainer(CARTPOLE_AGENT.replace(dueling=False)).agent
     d_path = duel.save(tmp_path / "duel.npz")
     p_path = plain.save(tmp_path / "plain.npz")
     before = plain.online.params.copy()

@@ -7,7 +7,7 @@ import itertools
 import gymnasium as gym
 import numpy as np
 import pytest
-from naive import agent_state_with_cursor as agent_state
+from helpers import agent_state_with_cursor as agent_state
 
 import ember_np.envs  # noqa: F401
 from ember_np import DqnAgent, DqnConfig, DqnTrainer, TrainingRun

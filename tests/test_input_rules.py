@@ -23,10 +23,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import TINY_MIN4
+from helpers import make_agent as shared_make_agent
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from naive import TINY_MIN4
-from naive import make_agent as shared_make_agent
 
 from ember_np import (
     CheckpointError,

@@ -15,9 +15,11 @@ import pickle
 import re
 
 import gymnasium as gym
+import helpers
 import naive
 import numpy as np
 import pytest
+from helpers import CARTPOLE_AGENT, cartpole_trainer
 
 import ember_np.envs  # noqa: F401  (registers ember_np/CartPole-v1)
 from ember_np import (
@@ -25,7 +27,6 @@ from ember_np import (
     DqnAgent,
     DqnConfig,
     DqnPolicy,
-    DqnTrainer,
     QNetwork,
     UpdateOptions,
 )
@@ -122,7 +123,7 @@ def test_backprop_matches_finite_differences(sizes, dueling, layer_norm, double)
     target = QNetwork(sizes, seed=12, dueling=dueling, layer_norm=layer_norm)
     randomize_norms(net, 1)
     randomize_norms(target, 2)
-    batch = naive.make_batch(sizes, batch=12, seed=5, dtype=np.float64)
+    batch = helpers.make_batch(sizes, batch=12, seed=5, dtype=np.float64)
     gamma, delta = 0.9, 0.5  # some residuals on each side of the Huber kink
     flat, t_flat = net.params.astype(np.float64), target.params.astype(np.float64)
     n = flat.size
@@ -161,7 +162,7 @@ def test_update_matches_torch_over_five_adam_steps(sizes, dueling, layer_norm):
 
         def __init__(self, q: QNetwork) -> None:
             super().__init__()
-            self.trunk, self.norms, self.heads = naive.torch_layers(torch, q)
+            self.trunk, self.norms, self.heads = helpers.torch_layers(torch, q)
 
         def forward(self, x):
             for lin, norm in zip(self.trunk, self.norms):
@@ -175,7 +176,7 @@ def test_update_matches_torch_over_five_adam_steps(sizes, dueling, layer_norm):
     target = QNetwork(sizes, seed=1, dueling=dueling, layer_norm=layer_norm)
     randomize_norms(target, 3)
     t_net, t_target = Net(net), Net(target)
-    for loss, t_loss in naive.torch_and_ours(torch, t_net, t_target, net, target):
+    for loss, t_loss in helpers.torch_and_ours(torch, t_net, t_target, net, target):
         assert loss == pytest.approx(t_loss, rel=1e-5)
     lins = [*t_net.trunk, *t_net.heads]
     assert len(lins) == len(net.weights)
@@ -200,7 +201,7 @@ def test_copy_sync_pickle_and_state_dict_keep_the_norms(dueling):
     sizes = (4, 16, 8, 3)
     net = QNetwork(sizes, seed=0, dueling=dueling, layer_norm=True)
     x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
-    net.update(naive.make_batch(sizes, batch=32), net.copy(), UpdateOptions(gamma=0.99, learning_rate=1e-2, max_grad_norm=1.0))  # fmt: skip
+    net.update(helpers.make_batch(sizes, batch=32), net.copy(), UpdateOptions(gamma=0.99, learning_rate=1e-2, max_grad_norm=1.0))  # fmt: skip
     assert np.abs(net.norm_gains[0] - 1.0).max() > 0  # trained
     for other in (pickle.loads(pickle.dumps(net)), net.copy()):
         assert other.layer_norm and other.dueling == dueling and other.adam_step == 1
@@ -226,16 +227,9 @@ def test_copy_sync_pickle_and_state_dict_keep_the_norms(dueling):
 
 # -- agent, checkpoints, policy, ONNX ------------------------------------------------
 
-AGENT_CONFIG = DqnConfig(
-    hidden_sizes=(32, 32), learning_rate=1e-3, batch_size=32, buffer_capacity=3_000,
-    min_replay_size=100, target_update_freq=50, epsilon_end=0.05, epsilon_decay_steps=2_000,
-    max_grad_norm=10.0, layer_norm=True, learning_rate_end=1e-4, learning_rate_decay_steps=1_500,
-)  # fmt: skip
-
-
-def cartpole_trainer(config=AGENT_CONFIG, seed=0, **kw):
-    env = gym.make("ember_np/CartPole-v1")
-    return DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed, **kw)
+AGENT_CONFIG = CARTPOLE_AGENT.replace(
+    layer_norm=True, learning_rate_end=1e-4, learning_rate_decay_steps=1_500
+)
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +237,7 @@ def trained():
     """A LayerNorm agent (dueling too) trained by the fused loop, and the same by Python."""
     config = AGENT_CONFIG.replace(dueling=True)
     fused, python = cartpole_trainer(config), cartpole_trainer(config, fused=False)
-    losses = naive.train_both_loops(fused, python)
+    losses = helpers.train_both_loops(fused, python)
     return fused, python, losses
 
 
@@ -252,7 +246,7 @@ def test_agent_trains_on_both_loops_identically(trained):
     agent = fused.agent
     assert agent.online.layer_norm and agent.target.layer_norm and agent.online.dueling
     assert agent.n_updates > 1_000 and np.isfinite(losses).all()
-    assert naive.agent_state(fused.agent) == naive.agent_state(python.agent)
+    assert helpers.agent_state(fused.agent) == helpers.agent_state(python.agent)
     assert np.abs(agent.online.norm_gains[0] - 1.0).max() > 1e-3  # the gains are trained
     # the target's LayerNorm parameters are views of its parameters, synced with the rest
     assert np.shares_memory(agent.target.norm_gains[1], agent.target.params)
@@ -281,13 +275,13 @@ def test_exact_resume_with_layer_norm_and_annealing(trained, tmp_path):
     a.train(700)
     original = a.agent
     # 1,000 more steps: through the end of the learning-rate decay
-    restored = naive.check_exact_resume(original, tmp_path / "a.npz", 1_000)
+    restored = helpers.check_exact_resume(original, tmp_path / "a.npz", 1_000)
     assert restored.online.layer_norm and restored.target.layer_norm
     assert original.total_steps == restored.total_steps == 1_700
 
 
 def test_checkpoint_error_both_ways_and_old_files_load_without(tmp_path):
-    normed = cartpole_trainer().agent
+    normed = cartpole_trainer(AGENT_CONFIG).agent
     plain = cartpole_trainer(AGENT_CONFIG.replace(layer_norm=False)).agent
     n_path = normed.save(tmp_path / "normed.npz")
     p_path = plain.save(tmp_path / "plain.npz")

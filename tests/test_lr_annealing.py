@@ -8,7 +8,7 @@ steps), no annealing leaving updates bit-identical, and exact resume.
 from __future__ import annotations
 
 import gymnasium as gym
-import naive
+import helpers
 import numpy as np
 import pytest
 
@@ -79,10 +79,10 @@ def test_every_update_uses_the_scheduled_rate(fused):
     annealed, by_hand = replica_steps(ANNEALED, 420, fused)
     assert annealed.fused == by_hand.fused == fused
     assert annealed.agent.n_updates > 300  # updates before, across and after the decay's end
-    assert naive.agent_state(annealed.agent) == naive.agent_state(by_hand.agent)
+    assert helpers.agent_state(annealed.agent) == helpers.agent_state(by_hand.agent)
     constant = trainer(ANNEALED.replace(learning_rate_end=None), fused=fused)
     constant.train(420)
-    assert naive.agent_state(constant.agent)[0] != naive.agent_state(annealed.agent)[0]
+    assert helpers.agent_state(constant.agent)[0] != helpers.agent_state(annealed.agent)[0]
 
 
 def test_train_steps_uses_the_rate_of_the_step_count():
@@ -120,7 +120,7 @@ def test_no_annealing_is_bit_identical_to_a_constant_rate():
     none = trainer(config, fused=True)
     same.train(400)
     none.train(400)
-    assert naive.agent_state(same.agent) == naive.agent_state(none.agent)
+    assert helpers.agent_state(same.agent) == helpers.agent_state(none.agent)
 
 
 def test_exact_resume_with_annealing(tmp_path):
@@ -134,4 +134,4 @@ def test_exact_resume_with_annealing(tmp_path):
             for agent in (a.agent, restored)]  # fmt: skip
     for t in runs:
         t.train(250)  # through the end of the decay
-    assert naive.agent_state(a.agent) == naive.agent_state(restored)
+    assert helpers.agent_state(a.agent) == helpers.agent_state(restored)

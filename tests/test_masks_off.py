@@ -12,7 +12,7 @@ import json
 import gymnasium as gym
 import numpy as np
 import pytest
-from naive import SMALL_SLOW_TARGET
+from helpers import SMALL_SLOW_TARGET
 from test_action_masks import taxi_id
 
 from ember_np import DqnAgent, DqnTrainer

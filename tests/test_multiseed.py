@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import naive
+import helpers
 import numpy as np
 import pytest
-from naive import SMALL_ARGS, still_running
+from helpers import SMALL_ARGS, still_running
 
 from ember_np.cli import main
 from ember_np.training.multiseed import load_multiseed, parse_seeds, train_seeds
@@ -327,7 +327,7 @@ def start_seeds(args: list[str], root: Path) -> tuple[subprocess.Popen, Path]:
     once a seed is training (its first episode logged, no result.json yet)."""
     proc = subprocess.Popen([sys.executable, "-m", "ember_np", *args, "--root", str(root)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=naive.interruptible)  # fmt: skip
+                            preexec_fn=helpers.interruptible)  # fmt: skip
     deadline = time.time() + 120
     while True:
         still_running(proc, deadline, "a seed training")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import helpers
 import naive
 import numpy as np
 import pytest
@@ -46,23 +47,23 @@ def child(code: str) -> subprocess.Popen:
 def test_read_line_returns_a_line_and_kills_a_silent_child_after_its_timeout():
     talker = child("print('hello', flush=True); import time; time.sleep(60)")
     try:
-        assert naive.read_line(talker, timeout=60) == "hello\n"
+        assert helpers.read_line(talker, timeout=60) == "hello\n"
     finally:
         talker.kill()
         talker.wait()
     silent = child("import time; time.sleep(60)")
     with pytest.raises(AssertionError, match="no line from .* within 0.5 s; killed it"):
-        naive.read_line(silent, timeout=0.5)
+        helpers.read_line(silent, timeout=0.5)
     assert silent.wait(timeout=10) == -signal.SIGKILL
 
 
 def test_still_running_fails_with_the_output_of_an_exited_or_overdue_child():
     waiting = child("import time; time.sleep(60)")
-    naive.still_running(waiting, time.time() + 60, "nothing")  # alive, in time: returns
+    helpers.still_running(waiting, time.time() + 60, "nothing")  # alive, in time: returns
     with pytest.raises(AssertionError, match="waiting for a result, the process was still"):
-        naive.still_running(waiting, time.time() - 1, "a result")
+        helpers.still_running(waiting, time.time() - 1, "a result")
     assert waiting.returncode == -signal.SIGKILL
     done = child("import sys; print('out'); print('why', file=sys.stderr); sys.exit(3)")
     done.wait(timeout=30)
     with pytest.raises(AssertionError, match=r"exited with 3:\nout\n\nwhy"):
-        naive.still_running(done, time.time() + 60, "a result")
+        helpers.still_running(done, time.time() + 60, "a result")

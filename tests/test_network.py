@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import helpers
 import naive
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from ember_np import Batch, QNetwork, Rng, UpdateOptions
 from ember_np.dqn import network as nw
 
-make_batch = naive.make_batch
+make_batch = helpers.make_batch
 
 
 def flat64(net: QNetwork) -> np.ndarray:
@@ -457,7 +458,7 @@ def test_matches_torch_over_a_few_updates():
         return torch.nn.Sequential(*layers)
 
     t_net, t_target = to_torch(net), to_torch(target)
-    for loss, t_loss in naive.torch_and_ours(torch, t_net, t_target, net, target):
+    for loss, t_loss in helpers.torch_and_ours(torch, t_net, t_target, net, target):
         assert loss == pytest.approx(t_loss, rel=1e-4)
     for i, lin in enumerate(m for m in t_net if isinstance(m, torch.nn.Linear)):
         np.testing.assert_allclose(

@@ -13,11 +13,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import gymnasium as gym
+import helpers
 import naive
 import numpy as np
 import pytest
+from helpers import CARTPOLE_AGENT, cartpole_trainer
 
 import ember_np.envs  # noqa: F401  (registers ember_np/CartPole-v1)
 from ember_np import (
@@ -190,7 +193,7 @@ def case(head, dueling, layer_norm, seed=5, batch_size=12):
     net = make_net(head, dueling, layer_norm, seed=11)
     target = make_net(head, dueling, layer_norm, seed=12)
     rng = np.random.default_rng(seed)
-    batch = naive.make_batch(SIZES, batch=batch_size, seed=seed, dtype=np.float64)
+    batch = helpers.make_batch(SIZES, batch=batch_size, seed=seed, dtype=np.float64)
     if head is None:  # naive.network_dqn_loss's target: gamma * mask
         return net, target, batch, 0.9 * batch[4], None, np.ones((batch_size, 3), bool)
     discounts = np.where(batch[4] > 0, 0.9 ** rng.integers(1, 4, batch_size), 0.0)
@@ -356,7 +359,7 @@ def test_update_matches_torch_over_five_adam_steps():
     n = noise_size(table(net))
     rng, ref_rng = Rng(8), Rng(8)
     for step in range(5):
-        obs, actions, rewards, next_obs, masks = naive.make_batch(sizes, batch=64, seed=step)
+        obs, actions, rewards, next_obs, masks = helpers.make_batch(sizes, batch=64, seed=step)
         eps_on, eps_t = naive.noisy_sample(ref_rng, n), naive.noisy_sample(ref_rng, n)
         x, nx = torch.from_numpy(obs.astype(np.float64)), torch.from_numpy(next_obs.astype(float))
         with torch.no_grad():
@@ -383,19 +386,14 @@ def test_update_matches_torch_over_five_adam_steps():
 
 # -- the agent -----------------------------------------------------------------------
 
-AGENT_CONFIG = DqnConfig(
-    hidden_sizes=(32, 32), learning_rate=1e-3, batch_size=32, buffer_capacity=3_000,
-    min_replay_size=100, target_update_freq=50, epsilon_start=0.0, epsilon_end=0.0,
-    max_grad_norm=10.0, noisy=True,
+# noisy exploration alone (no epsilon), with DqnConfig's own epsilon schedule length
+AGENT_CONFIG = CARTPOLE_AGENT.replace(
+    epsilon_start=0.0, epsilon_end=0.0, epsilon_decay_steps=DqnConfig().epsilon_decay_steps,
+    noisy=True,
 )  # fmt: skip
 RAINBOW = dict(dueling=True, layer_norm=True, double_dqn=True, n_step=3, prioritized_replay=True)
 VARIANTS = {"q": {}, "c51+rainbow": dict(distributional="c51", n_atoms=21, v_min=0.0,
                                         v_max=60.0, **RAINBOW)}  # fmt: skip
-
-
-def cartpole_trainer(config, seed=0, **kw):
-    env = gym.make("ember_np/CartPole-v1")
-    return DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed, **kw)
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS))
@@ -414,7 +412,7 @@ def test_both_loops_train_identically(trained):
     _, fused, python = trained
     agent = fused.agent
     assert agent.online.noisy and agent.n_updates > 700 and np.isfinite(agent.last_loss)
-    assert naive.saved_state(fused.agent) == naive.saved_state(python.agent)
+    assert helpers.saved_state(fused.agent) == helpers.saved_state(python.agent)
     # the sigmas learned (all began at 0.5 / sqrt(fan_in) per layer) and the target has them
     init = QNetwork(agent.online.layer_sizes, dueling=agent.online.dueling, noisy=True,
                     layer_norm=agent.online.layer_norm, head=agent.online.head)  # fmt: skip
@@ -430,17 +428,17 @@ def test_two_runs_are_identical():
     a, b = cartpole_trainer(config, seed=4), cartpole_trainer(config, seed=4)
     a.train(400)
     b.train(400)
-    assert naive.saved_state(a.agent) == naive.saved_state(b.agent)
+    assert helpers.saved_state(a.agent) == helpers.saved_state(b.agent)
     c = cartpole_trainer(config, seed=5)
     c.train(400)
-    assert naive.saved_state(c.agent) != naive.saved_state(a.agent)
+    assert helpers.saved_state(c.agent) != helpers.saved_state(a.agent)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_exact_resume(tmp_path, variant):
     a = cartpole_trainer(AGENT_CONFIG.replace(**VARIANTS[variant]))
     a.train(500)
-    restored = naive.check_exact_resume(a.agent, tmp_path / "a.npz", 300, naive.saved_state)
+    restored = helpers.check_exact_resume(a.agent, tmp_path / "a.npz", 300, helpers.saved_state)
     assert restored.online.noisy and restored.total_steps == a.agent.total_steps == 800
 
 
@@ -574,11 +572,11 @@ def test_several_native_envs_train_identically_in_both_loops(variant):
         trainer.train(900)
         agents.append(agent)
     assert agents[0].n_updates > 500
-    assert naive.saved_state(agents[0]) == naive.saved_state(agents[1])
+    assert helpers.saved_state(agents[0]) == helpers.saved_state(agents[1])
 
 
 def test_ablation_turns_noisy_off_with_epsilon_greedy_instead():
-    sys.path.insert(0, str(naive.Path(__file__).resolve().parent.parent / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     from ablation import NOISY_OFF_EPSILON, variants
 
     labels = dict(variants(AGENT_CONFIG))

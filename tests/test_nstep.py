@@ -8,7 +8,8 @@ import itertools
 import gymnasium as gym
 import numpy as np
 import pytest
-from naive import weights_rngs_and_counts
+from helpers import weights_rngs_and_counts
+from naive import naive_n_step
 
 import ember_np.envs  # noqa: F401
 from ember_np import CircularBuffer, DqnAgent, DqnConfig, DqnTrainer, Rng
@@ -42,31 +43,6 @@ def episode_stream(rng, n_pushes, p_end=0.15, p_jump=0.05, tag=0.0, size=3):
         else:
             item[3] = out[t + 1][0].copy()
     return [tuple(item[:5]) for item in out]
-
-
-def naive_n_step(pushes, capacity, n_step, gamma):
-    """Expected (reward, next_obs, mask, discount) of each stored push, by push index.
-
-    Plain Python on the push history: the stored pushes are the last
-    ``capacity``; push p continues into push p + 1 when p is CONTINUING,
-    p + 1 is stored and its obs has the bits of p's next_obs (the buffer's
-    stream rule). m = 1 + continuing links, at most n_step.
-    """
-    last = len(pushes) - 1
-    first = max(0, len(pushes) - capacity)
-    expected = {}
-    for p in range(first, last + 1):
-        reward, q, m = 0.0, p, 1
-        while True:
-            reward += gamma ** (m - 1) * pushes[q][2]
-            if m == n_step or pushes[q][4] != CONTINUING or q == last:
-                break
-            if pushes[q + 1][0].tobytes() != pushes[q][3].tobytes():
-                break
-            q, m = q + 1, m + 1
-        mask = 0.0 if pushes[q][4] == TERMINATED else 1.0
-        expected[p] = (reward, pushes[q][3], mask, gamma**m * mask, m)
-    return expected
 
 
 def check_batch(batch, expected, key_of_obs, gamma, n_step):

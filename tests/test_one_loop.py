@@ -21,7 +21,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from naive import files_of
+from helpers import files_of
 
 from ember_np import DqnAgent, DqnTrainer, TrainingRun
 from ember_np.cli import main

@@ -19,10 +19,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import SMALL, read_line
+from helpers import make_agent as shared_make_agent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from naive import SMALL, read_line
-from naive import make_agent as shared_make_agent
 
 from ember_np import (
     CheckpointError,

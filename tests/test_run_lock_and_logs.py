@@ -20,9 +20,9 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from helpers import SMALL_BUFFER_1K, read_line
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from naive import SMALL_BUFFER_1K, read_line
 
 from ember_np import DqnAgent, DqnPolicy, DqnTrainer, TrainingRun
 from ember_np.cli import main

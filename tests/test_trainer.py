@@ -61,6 +61,26 @@ def test_same_seeds_give_identical_metric_streams():
     assert sum(m.did_update for m in a) > 1000
 
 
+class WithoutLastLoss(DqnAgent):
+    """An agent without ``last_loss``, which LearningAgent does not name."""
+
+    @property
+    def last_loss(self):
+        raise AttributeError("last_loss")
+
+
+def test_the_trainer_needs_no_last_loss_of_an_agent():
+    """The trainer uses an agent through LearningAgent only: an episode's end reads no
+    ``last_loss`` (it raised AttributeError at the first end); the loss is left out."""
+    env = gym.make("CartPole-v1")
+    agent = WithoutLastLoss.for_env(env, FAST)
+    assert not hasattr(agent, "last_loss")
+    trainer = DqnTrainer(env, agent, seed=0)
+    metrics = list(itertools.islice(trainer.steps(), 300))
+    assert sum(m.episode_done for m in metrics) >= 5 and agent.n_updates > 0
+    assert trainer.stats.summary()["episode_length"] > 0
+
+
 class RecordingEnv(gym.Wrapper):
     def __init__(self, env):
         super().__init__(env)

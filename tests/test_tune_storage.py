@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,14 @@ from ember_np.training.setup import SetupError  # noqa: E402
 TINY = ["--steps", "3000", "--seeds", "2", "--evals", "3", "--eval-episodes", "3",
         "--set", "hidden_sizes=[32]", "train_freq=4", "gradient_steps=1", "batch_size=32",
         "--quiet", "--workers", "1", "--sampler", "random"]  # fmt: skip
+
+
+def test_an_in_memory_sqlite_url_names_no_file():
+    """``sqlite://`` (no database: in memory) is left as it is and names no file, where
+    both raised TypeError (Path(None))."""
+    assert tune_storage.absolute_storage("sqlite://") == "sqlite://"
+    assert tune_storage.local_file("sqlite://") is None
+    assert tune_storage.local_file("sqlite:///a/b.db") == Path("a/b.db")
 
 
 def test_report_finds_a_tune_directorys_own_study_from_any_directory(tmp_path, monkeypatch,

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-import naive
+import helpers
 import pytest
 
 optuna = pytest.importorskip("optuna")
@@ -44,7 +44,7 @@ def command(tmp_path: Path, storage: str, n_trials: int = FIRST) -> subprocess.P
         [sys.executable, "-m", "ember_np", "tune", "CartPole-v1", "--dir", str(tmp_path / "t"),
          "--storage", storage, "--trials", str(n_trials), *SLOW],
         cwd=tmp_path, env=env, start_new_session=True,  # signals reach the command only
-        preexec_fn=naive.interruptible,
+        preexec_fn=helpers.interruptible,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
-from naive import files_of
+from helpers import files_of
+from naive import naive_n_step_returns
 
 from ember_np import Aggregator, CircularBuffer, DqnAgent, DqnTrainer, Rng, TrainingRun
 from ember_np.dqn.config import DqnConfig
@@ -121,20 +122,6 @@ def test_disabled_autoreset_is_refused():
 # -- the buffer's streams ---------------------------------------------------------------
 
 
-def naive_n_step(rewards: list[float], statuses: list[int], n: int, gamma: float) -> list[float]:
-    """Each transition's n-step return within one env's stream (all stored, the newest cut)."""
-    out = []
-    for t in range(len(rewards)):
-        total, k = 0.0, 0
-        while True:
-            total += gamma**k * rewards[t + k]
-            k += 1
-            if k == n or statuses[t + k - 1] != 0 or t + k == len(rewards):
-                break
-        out.append(total)
-    return out
-
-
 def test_n_step_returns_never_cross_envs_even_with_identical_observations():
     """Two envs whose observations are bitwise identical, pushed interleaved and
     irregularly (as NEXT_STEP leaves gaps): each return is its own env's."""
@@ -153,7 +140,7 @@ def test_n_step_returns_never_cross_envs_even_with_identical_observations():
             streams[env][0].append(reward)
             streams[env][1].append(status)
             t[env] = 0 if status else t[env] + 1
-    expected = {env: naive_n_step(*streams[env], 3, 0.5) for env in (0, 1)}
+    expected = {env: naive_n_step_returns(*streams[env], 3, 0.5) for env in (0, 1)}
     sizes = buf.state_dict()["segments"][:, 1]
     assert sizes.tolist() == [len(streams[0][0]), len(streams[1][0])]
     # the two segments' returns, slot by slot, through the kernel's own slot order

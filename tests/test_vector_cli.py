@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from naive import SMALL_ARGS_16, saved_state
+from helpers import SMALL_ARGS_16, saved_state
 
 from ember_np import DqnAgent, TrainingRun
 from ember_np.cli import main

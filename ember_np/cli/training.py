@@ -167,7 +167,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     """``ember-np train``: one run (or ``--seeds``: many) with a preset and overrides."""
     from ember_np import DqnAgent, DqnTrainer, TrainingRun
     from ember_np._blas import set_blas_threads
-    from ember_np.presets import default_preset, get_preset
+    from ember_np.presets import Preset, default_preset, get_preset
 
     set_blas_threads(1)  # the same numbers on any core count (and in --seeds workers)
     args.env_id, args.set = env_id_and_sets(args.env_id, args.set or [])
@@ -180,6 +180,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     env = common.make_train_env(env_id, args.num_envs, args.vectorization)
     args.vectorization = vector_settings(env_id, args.num_envs, args.vectorization)[1]
     plain_id = native_to_plain(args.env_id)
+    preset: Preset | None
     if args.preset is not None:
         try:
             preset = get_preset(args.preset, plain_id)

@@ -311,7 +311,7 @@ def _iqm_curves(seeds: list[SeedRun]) -> dict[str, Any]:
     at or before each). Evaluation: the steps every seed was evaluated at.
     """
     out: dict[str, Any] = {"train": None, "eval": None}
-    curves = []
+    curves: list[tuple[np.ndarray, np.ndarray]] = []
     for s in seeds:
         xs, ys = s.reward_curve()
         keep = ~np.isnan(ys)
@@ -487,7 +487,7 @@ class RunStore:
                 seeds.append(self._seed_run(sub, int(m.group(1))))
         if not seeds:
             return None
-        seeds.sort(key=lambda s: s.seed)
+        seeds.sort(key=lambda s: -1 if s.seed is None else s.seed)  # each has its number
         return Run(rid, name, version, run_dir.name, seeds, True)
 
     def _scan(self) -> None:

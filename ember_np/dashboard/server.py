@@ -50,7 +50,7 @@ from collections.abc import Iterable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 from ember_np.dashboard.logs import RunStore
@@ -226,7 +226,7 @@ class _Server(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
             host = ip.compressed
         super().__init__((host, port), _Handler)
-        bound = ipaddress.ip_address(self.server_address[0])
+        bound = ipaddress.ip_address(cast(str, self.server_address[0]))  # AF_INET(6): a str
         self.allowed_hosts = {"localhost", _normal_host(str(bound))}
         if bound.is_unspecified:  # 0.0.0.0 or ::: reachable through either loopback
             self.allowed_hosts |= {"127.0.0.1", "[::1]"}
@@ -235,7 +235,7 @@ class _Server(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{_normal_host(host)}:{port}/"
+        return f"http://{_normal_host(cast(str, host))}:{port}/"  # AF_INET(6): a str
 
 
 def make_server(

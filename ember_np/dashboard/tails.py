@@ -268,7 +268,12 @@ class TrainLog(JsonlTail):
 
     def _take(self, rows: list[dict[str, Any]], ends: list[int]) -> None:
         nan = math.nan
-        steps, reward, length, epsilon, loss, kept = [], [], [], [], [], []
+        steps: list[int] = []
+        reward: list[float] = []
+        length: list[int] = []
+        epsilon: list[float] = []
+        loss: list[float] = []
+        kept: list[int] = []
         for row, end in zip(rows, ends):
             r, n = row.get("total_reward"), count(row.get("length"))
             if type(r) not in _JSON_NUMBERS or n is None:
@@ -288,7 +293,8 @@ class TrainLog(JsonlTail):
                 epsilon.append(nan)
                 loss.append(nan)
             kept.append(end)
-        for name, values in zip(self.COLUMNS, (steps, reward, length, epsilon, loss)):
+        columns: tuple[list[int] | list[float], ...] = (steps, reward, length, epsilon, loss)
+        for name, values in zip(self.COLUMNS, columns):
             self.cols[name].extend(values)
         self.ends.extend(kept)
 

@@ -6,6 +6,7 @@ counters and RNG states of a checkpoint, each checked before anything changes.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -71,12 +72,14 @@ def configure_buffer(buffer: Any, config: DqnConfig, built_in: bool) -> None:
 def check_config_architecture(config: DqnConfig, online: QNetwork) -> None:
     """ValueError when ``config`` asks for another network than ``online`` is
     (dueling, LayerNorm, the value head, noisy layers): a new agent is needed then."""
-    for field, wanted, has, name in (
+    # (field, config's value, network's value, how to name a value): values of each kind
+    fields: tuple[tuple[str, Any, Any, Callable[[Any], str]], ...] = (
         ("dueling", config.dueling, online.dueling, architecture_name),
         ("layer_norm", config.layer_norm, online.layer_norm, layer_norm_name),
         ("distributional", config.head, online.head, head_name),
         ("noisy", config.noisy, online.noisy, noisy_name),
-    ):
+    )
+    for field, wanted, has, name in fields:
         if wanted != has:
             value = getattr(config, field)
             raise ValueError(
@@ -88,12 +91,13 @@ def check_config_architecture(config: DqnConfig, online: QNetwork) -> None:
 def check_checkpoint_architecture(reader: Reader, online: QNetwork) -> None:
     """CheckpointError when the checkpoint's network is not ``online``'s kind
     (dueling, LayerNorm, the value head, with its atoms and support, noisy layers)."""
-    for mine, saved, name in (
+    kinds: tuple[tuple[Any, Any, Callable[[Any], str]], ...] = (
         (online.dueling, reader.dueling(), architecture_name),
         (online.layer_norm, reader.layer_norm(), layer_norm_name),
         (online.head, reader.head(), head_name),
         (online.noisy, reader.noisy(), noisy_name),
-    ):
+    )
+    for mine, saved, name in kinds:
         if saved != mine:
             raise reader.error(
                 f"architecture mismatch: this agent's network is {name(mine)}, "

@@ -438,15 +438,16 @@ class VecStep(NamedTuple):
 
 
 @inlined_kernel
-def observe_one(agent: AgentState, env: int, obs: np.ndarray, action: int, reward: float,
+def observe_one(agent: AgentState, env: int | np.int64, obs: np.ndarray, action: int, reward: float,
                 next_obs: np.ndarray, status: int, next_mask: np.ndarray) -> int:  # fmt: skip
     """Store one transition of stream ``env``, count it, sync and train when due.
 
     The per-transition schedule of :func:`agent_step` (arguments as there;
     ``env`` in [0, replay.num_envs)). Sets ``agent.out[1]`` to 1.0 when it
-    trains (never clears it). Returns 0 or a push error code.
+    trains (never clears it). Returns 0 or a push error code. Never called with
+    ``agent.replay`` None (a custom buffer), hence the ignores below.
     """
-    code = push_transition(agent.replay, env, obs, action, reward, next_obs, status, next_mask)
+    code = push_transition(agent.replay, env, obs, action, reward, next_obs, status, next_mask)  # type: ignore[arg-type]
     if code != 0:
         return code
     counters = agent.counters
@@ -455,10 +456,10 @@ def observe_one(agent: AgentState, env: int, obs: np.ndarray, action: int, rewar
     counters[0] = step
     if target_due(step, settings):
         sync_target(agent.net, settings.tau)
-    if train_due(step, agent.replay.cursor[1], settings):
+    if train_due(step, agent.replay.cursor[1], settings):  # type: ignore[union-attr]
         n = settings.gradient_steps
         agent.out[0] = train_from_buffer(
-            agent.replay, agent.replay_rng, agent.net, n, settings.batch_size,
+            agent.replay, agent.replay_rng, agent.net, n, settings.batch_size,  # type: ignore[arg-type]
             update_settings_now(settings, step), per_beta(settings, step),
         )  # fmt: skip
         counters[1] += n

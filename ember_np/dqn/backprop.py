@@ -46,7 +46,7 @@ SMALL_TRANSPOSE = 64 * 64
 
 
 @kernel
-def columns_transposed(w: np.ndarray, col: int, out: np.ndarray) -> None:
+def columns_transposed(w: np.ndarray, col: int | np.int64, out: np.ndarray) -> None:
     """out[t, k] = w[k, col + t]: columns col .. col + n of ``w`` as rows.
 
     w : float (n_in, width), rows contiguous; col >= 0; out : float (n, n_in),

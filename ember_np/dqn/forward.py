@@ -427,6 +427,8 @@ class NumpyForward:
     def _dist_head(self, h: np.ndarray) -> np.ndarray:
         """Expected values of a distributional head: outputs (..., n_actions, n_atoms)
         (dueling: V[k] + A[a, k] - mean_a A[a, k]), then :func:`expected_values`."""
+        dist = self._dist
+        assert dist is not None  # _head calls this only for a distributional head
         n = self._atoms
         out = h if self._head_w is None else np.dot(h, self._head_w)
         if self._dueling:  # [A | V], V the last n_atoms columns
@@ -434,7 +436,7 @@ class NumpyForward:
             out = out[..., None, -n:] + a - a.mean(axis=-2, keepdims=True)
         else:
             out = out.reshape(*out.shape[:-1], -1, n)
-        return expected_values(self._dist, out)
+        return expected_values(dist, out)
 
     # A non-finite x makes every Q-value of its row NaN or inf (the carried
     # unit, or x @ W itself without hidden layers), so finite Q-values prove

@@ -18,7 +18,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from ember_np._jit import kernel
+from ember_np._jit import compiled_only, kernel
 from ember_np.dqn.head import C51, HEAD_SUFFIX
 
 
@@ -65,6 +65,7 @@ def n_actions(sizes: np.ndarray) -> int:
     return sizes[n_layers(sizes)] // n_atoms(sizes)
 
 
+@compiled_only
 @intrinsic
 def _float_of_bits(typingctx, bits):  # noqa: ANN001, ANN202
     """The float64 whose bits are the int64 ``bits``, or the float32 whose bits

@@ -553,6 +553,9 @@ class QNetwork(StateMethods):
             batch = as_batch(batch)
         if type(options) is not UpdateOptions:
             options = as_update_options(options)
+        discounts: np.ndarray | None  # None below when the batch leaves them empty
+        weights: np.ndarray | None
+        packed: np.ndarray | None
         obs, actions, rewards, next_obs, masks, discounts, weights, _, packed = batch
         gamma, learning_rate, huber_delta, double_dqn, max_grad_norm = options
         discounts = discounts if holds_data(discounts) else None
@@ -567,21 +570,21 @@ class QNetwork(StateMethods):
             raise ValueError(
                 f"expected obs of shape (batch, {self.obs_size}) with batch >= 1, got {x.shape}"
             )
-        batch = x.shape[0]
+        rows = x.shape[0]
         if nx.shape != x.shape:
             raise ValueError(f"expected next_obs of shape {x.shape} (like obs), got {nx.shape}")
         a = as_i64(actions, "actions")
         r = as_f32(rewards, "rewards")
         m = as_f32(masks, "masks")
         for name, arr in (("actions", a), ("rewards", r), ("masks", m)):
-            if arr.shape != (batch,):
-                raise ValueError(f"expected {name} of shape ({batch},), got {arr.shape}")
+            if arr.shape != (rows,):
+                raise ValueError(f"expected {name} of shape ({rows},), got {arr.shape}")
         if weights is None and td_errors_out is None:
             per = NO_PER_SAMPLE
         else:
             per = PerSample(
-                optional_per_sample("weights", weights, batch),
-                td_errors_out_array(td_errors_out, batch),
+                optional_per_sample("weights", weights, rows),
+                td_errors_out_array(td_errors_out, rows),
             )
         d = batch_discounts(discounts, gamma, m)
         if options is not self._hp_options:  # (checked once per options object: 3 us a call)
@@ -595,18 +598,18 @@ class QNetwork(StateMethods):
             self._hp_options = options if plain else None
         if packed is not None:
             bits = np.ascontiguousarray(packed, dtype=np.uint8)
-            if bits.shape != (batch, (self.n_actions + 7) // 8):
+            if bits.shape != (rows, (self.n_actions + 7) // 8):
                 raise ValueError(
                     f"expected the batch's next_action_masks of shape "
-                    f"({batch}, {(self.n_actions + 7) // 8}) (packed bits), got {bits.shape}"
+                    f"({rows}, {(self.n_actions + 7) // 8}) (packed bits), got {bits.shape}"
                 )
             legal = np.unpackbits(bits, axis=1, count=self.n_actions).astype(bool)
             data = Batch(x, a, r, nx, m, d, next_action_masks=np.packbits(check_action_masks(
-                legal, batch, self.n_actions, "next_action_masks"), axis=1))  # fmt: skip
+                legal, rows, self.n_actions, "next_action_masks"), axis=1))  # fmt: skip
         elif next_action_masks is None:
             data = Batch(x, a, r, nx, m, d)
         else:
-            legal = check_action_masks(next_action_masks, batch, self.n_actions,
+            legal = check_action_masks(next_action_masks, rows, self.n_actions,
                                        "next_action_masks")  # fmt: skip
             data = Batch(x, a, r, nx, m, d, next_action_masks=np.packbits(legal, axis=1))
         hp = self._hp

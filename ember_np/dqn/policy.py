@@ -242,7 +242,8 @@ class DqnPolicy:
         shapes = [(n_in, n_out) for n_in, n_out in zip(widths[:-1], widths[1:])]
         if dueling and len(sizes) >= 3:
             shapes.append((sizes[-2], atoms))  # the value head
-        keyed = []  # (key, dtype, shape) of each parameter array, in the flat layout order
+        # (key, dtype, shape) of each parameter array, in the flat layout order
+        keyed: list[tuple[str, type[np.float32], tuple[int, ...]]] = []
         for i, (n_in, n_out) in enumerate(shapes):
             keyed.append((K.weight(K.ONLINE, i), np.float32, (n_in, n_out)))
             keyed.append((K.bias(K.ONLINE, i), np.float32, (n_out,)))

@@ -27,7 +27,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ember_np._jit import exact_kernel
+from ember_np._jit import compiled_only, exact_kernel
 from ember_np.rng import next_double
 
 # ---------------------------------------------------------------- Acrobot-v1
@@ -81,6 +81,7 @@ except AttributeError:  # libm not loaded globally (unusual): open it by name
 _llvm.add_symbol(_POW_SYMBOL, ctypes.cast(_libm_pow, ctypes.c_void_p).value)
 
 
+@compiled_only
 @intrinsic
 def _pow2(typingctx, x):  # type: ignore[no-untyped-def]
     """``pow(x, 2.0)`` from libm: what ``np.float64(x) ** 2`` computes, not ``x * x``."""
@@ -98,6 +99,7 @@ def _pow2(typingctx, x):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
+@compiled_only
 @intrinsic
 def _fma_f32(typingctx, a, b, c):  # type: ignore[no-untyped-def]
     """Fused ``a * b + c`` in float32, one rounding (Highway's ``MulAdd``)."""

@@ -22,7 +22,7 @@ that dispatches on every step).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from numba.extending import overload
@@ -32,6 +32,9 @@ from ember_np.envs._acrobot import acrobot_reset, acrobot_step
 from ember_np.envs._cartpole import cartpole_reset, cartpole_step
 from ember_np.envs._mountaincar import mountaincar_reset, mountaincar_step
 from ember_np.rng import next_below
+
+if TYPE_CHECKING:
+    from ember_np._jit import JitOptions
 
 CARTPOLE, ACROBOT, MOUNTAINCAR = 0, 1, 2
 STATE_SIZE = 8
@@ -274,10 +277,11 @@ def random_rollout(
 
 # reset_of / step_of: the dynamics chosen by the class of the env state when a
 # kernel compiles (numba types a NamedTuple subclass by its class).
-_EXACT_OPTIONS = {"fastmath": False, "error_model": "numpy", "nogil": True}  # as exact_kernel
+# as exact_kernel
+_EXACT_OPTIONS: JitOptions = {"fastmath": False, "error_model": "numpy", "nogil": True}
 
 
-_KIND_OF_CLASS = {cls: kind for table in (ENV_STATES, VEC_ENV_STATES)
+_KIND_OF_CLASS: dict[object, int] = {cls: kind for table in (ENV_STATES, VEC_ENV_STATES)
                   for kind, cls in table.items()}  # fmt: skip
 
 

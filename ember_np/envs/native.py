@@ -53,7 +53,9 @@ class NativeEnv(gym.Env):
         Steps taken in the current episode, then a spare slot.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # an instance attribute in gym.Env
+    observation_space: spaces.Box
+    action_space: spaces.Discrete
     KIND: ClassVar[int]
     MAX_STEPS: ClassVar[int]
     GYMNASIUM_ID: ClassVar[str]
@@ -109,7 +111,7 @@ class NativeEnv(gym.Env):
         return self._obs.copy(), float(reward), bool(terminated), bool(truncated), {}
 
 
-def _box(high: list[float]) -> spaces.Box:
+def _box(high: list[float | np.floating[Any]]) -> spaces.Box:
     h = np.array(high, dtype=np.float32)
     return spaces.Box(-h, h, dtype=np.float32)
 

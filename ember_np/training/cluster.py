@@ -56,8 +56,9 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from operator import methodcaller
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeGuard
 
 from ember_np.checkpoint import atomic_write, atomic_write_text, fsync_dir
 from ember_np.training.run import LOCK_FILE
@@ -420,13 +421,13 @@ def write_seed(
             raise ClusterError(f"{worker} returned {type(data).__name__} for {rel} of seed "
                                f"{seed}, not bytes")  # fmt: skip
         _make_dirs(target, rel.parent)
-        atomic_write(target / rel, lambda f, data=data: f.write(data))
+        atomic_write(target / rel, methodcaller("write", data))  # f.write(data)
     result = {**payload["result"], "run_dir": str(target)}  # the local run's result.json
     atomic_write_text(target / RESULT_FILE, json.dumps(result, indent=1))
     return target
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

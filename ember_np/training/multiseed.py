@@ -452,7 +452,7 @@ class _Pool:
                 for conn in wait(list(live)):
                     process, seed = live[conn]
                     try:
-                        message = conn.recv()
+                        message = conn.recv()  # type: ignore[union-attr, call-arg]  # a Connection
                     except (EOFError, OSError):  # the worker died
                         process.join()
                         del live[conn]

@@ -39,7 +39,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ember_np.checkpoint import atomic_write_text
 from ember_np.stats import EpisodeRecord
@@ -88,7 +88,7 @@ class RunLogWarning(UserWarning):
     """A JSONL log line that is not a whole record was skipped (torn write or garbage)."""
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -369,7 +369,7 @@ class TrainingRun:
 
     def step_checkpoints(self) -> list[tuple[int, Path]]:
         """Numbered checkpoints on disk, sorted by step."""
-        found = []
+        found: list[tuple[int, Path]] = []
         if not self.checkpoints_dir.is_dir():
             return found
         for p in self.checkpoints_dir.iterdir():
@@ -496,7 +496,7 @@ class TrainingRun:
             if not path.exists():
                 continue
             records, drop, torn_end = _read_log(path)
-            keep = []
+            keep: list[str] = []
             for line, row in records:
                 (keep if row.get(key, 0) <= total_steps else drop).append(line)
             if name == "train_episodes":

@@ -328,6 +328,7 @@ def first_compile_notice(native: bool, num_envs: int = 1) -> str | None:
     from ember_np.dqn import agent_kernels
     from ember_np.training import _fused
 
+    entry: Any  # one of four compiled entry points
     if native:
         entry = _fused.fused_vec_steps if num_envs > 1 else _fused.fused_steps
     else:

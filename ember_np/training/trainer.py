@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -259,6 +259,7 @@ class DqnTrainer:
         """The native env the agent's compiled loop can drive, or None."""
         from ember_np.envs.native import NativeVecEnv, unwrap_native
 
+        native: Any  # a NativeVecEnv, a NativeEnv or None
         if self._vec is not None:
             native = self._env if isinstance(self._env, NativeVecEnv) else None
         else:
@@ -381,7 +382,8 @@ class DqnTrainer:
         if mask is None:
             self._index = self._agent.act_encoded(self._x)
         else:
-            self._index = self._agent.act_encoded(self._x, action_mask=mask)
+            # cast: masks go by keyword, only to an agent that takes them (LearningAgent's doc)
+            self._index = cast(Any, self._agent).act_encoded(self._x, action_mask=mask)
 
     def _step(self, metrics: bool = True) -> StepMetrics | None:
         """One env step with all bookkeeping; the StepMetrics only if ``metrics``.
@@ -404,8 +406,8 @@ class DqnTrainer:
         if mask is None:
             next_index = agent.observe_encoded(x, index, reward, nx, code, code == 0)
         else:  # the next state's legal actions: stored for the target, obeyed by the next action
-            next_index = agent.observe_encoded(x, index, reward, nx, code, code == 0,
-                                               next_action_mask=mask)  # fmt: skip
+            next_index = cast(Any, agent).observe_encoded(x, index, reward, nx, code, code == 0,
+                                                          next_action_mask=mask)  # fmt: skip
         reward = float(reward)
         self._episode_reward += reward
         self._episode_step += 1
@@ -421,7 +423,7 @@ class DqnTrainer:
         if code:
             record = EpisodeRecord(
                 self._episode_reward, self._episode_step, _STATUSES[code],
-                self._episode_extras(total, agent.last_loss),
+                self._episode_extras(total, getattr(agent, "last_loss", math.nan)),
             )  # fmt: skip
             self.stats.update(record)
             if self.run is not None:
