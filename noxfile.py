@@ -46,7 +46,7 @@ OLDEST_AND_NEWEST = ["3.10", "3.13"]  # keep in step with pyproject.toml's class
 NEWEST = OLDEST_AND_NEWEST[-1]
 LINTED = ("ember_np", "tests", "bench")  # what ruff checks (CONTRIBUTING.md)
 # The optional extras whose packages ember_np imports: mypy checks against their types.
-TYPED_EXTRAS = "lint,onnx,tune,dask,plot"
+TYPED_EXTRAS = "lint,onnx,tune,dask,plot,tensorboard"
 # The sdist carries these folders whole (MANIFEST.in); CI's own scripts stay out.
 SDIST_FOLDERS = ("ember_np/", "tests/", "bench/", "docs/")
 SDIST_FILES = ("README.md", "CONTRIBUTING.md", "LICENSE", "LICENSE-MIT", "LICENSE-APACHE",

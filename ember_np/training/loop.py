@@ -223,7 +223,7 @@ def train_and_evaluate(
         return _train_chunks(trainer, steps, eval_every, eval_episodes, callbacks,
                              latest_every_chunk)  # fmt: skip
     finally:
-        if listener is not None:
+        if listener is not None and run is not None:
             run.remove_log_listener(listener)
 
 
