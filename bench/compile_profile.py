@@ -96,8 +96,11 @@ def install(recorder: CompileRecorder, passes: bool) -> None:
 #: with its callees linked in, and the Python-callable wrapper numba builds for it.
 STAGES = {
     "llvm O3 (linked module)": ("numba.core.codegen", "CPUCodeLibrary", "_optimize_final_module"),
-    "machine code (linked module)": ("numba.core.codegen", "CPUCodeLibrary",
-                                     "_finalize_final_module"),  # fmt: skip
+    "machine code (linked module)": (
+        "numba.core.codegen",
+        "CPUCodeLibrary",
+        "_finalize_final_module",
+    ),  # fmt: skip
     "llvm function passes": ("numba.core.codegen", "CPUCodeLibrary", "_optimize_functions"),
     "cpython wrapper (lowering)": ("numba.core.cpu", "CPUContext", "create_cpython_wrapper"),
 }
@@ -162,8 +165,12 @@ def report(recorder: CompileRecorder, cache: Path, top: int) -> str:
         for name in names[:8]:
             row = recorder.stages.get(name, {})
             lines.append(f"  {name[:40]:<40}" + "".join(f"{row.get(s, 0.0):15.2f}" for s in STAGES))
-        lines.append(f"  {'all kernels':<40}" + "".join(
-            f"{sum(r.get(s, 0.0) for r in recorder.stages.values()):15.2f}" for s in STAGES))
+        lines.append(
+            f"  {'all kernels':<40}"
+            + "".join(
+                f"{sum(r.get(s, 0.0) for r in recorder.stages.values()):15.2f}" for s in STAGES
+            )
+        )
     files = list(cache.rglob("*.nbc"))
     size = sum(f.stat().st_size for f in files)
     lines.append(f"\ncache {cache}: {len(files)} .nbc files, {size / 1e6:.1f} MB")

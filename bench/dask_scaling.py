@@ -261,7 +261,8 @@ def measure(mode: str, args: argparse.Namespace, where: Path, reference: Path | 
                     f"{half:,} steps; {len(result.runs)} of {args.seeds} finished; "
                     f"{same} of {args.seeds} identical to local 2's; trained to the end per "
                     f"seed: max {max(counts.values())}, total {sum(counts.values())}"
-                    if killed else "the run ended before a seed reached half its steps"
+                    if killed
+                    else "the run ended before a seed reached half its steps"
                 )
         finally:
             cluster.close()

@@ -133,8 +133,12 @@ def run_ember(
             result = (
                 load_multiseed(parent)
                 if collect
-                else resume_seeds(parent, None if client else workers,
-                                  progress=sys.stderr.isatty(), scheduler=client)
+                else resume_seeds(
+                    parent,
+                    None if client else workers,
+                    progress=sys.stderr.isatty(),
+                    scheduler=client,
+                )
             )
         elif collect:
             raise SystemExit(f"no multi-seed run of {env_id} under {root} to collect")

@@ -198,11 +198,15 @@ GRIDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # (issue 13's bar: 60 s): fewer updates, by a shorter budget or a sparser schedule
     "cartpole6": [
         ("rainbow", _RAINBOW_CP),
-        ("rainbow-30k", {**_RAINBOW_CP, "steps": 30_000, "epsilon_decay_steps": 7_000,
-                         **_anneal(30_000)}),
+        (
+            "rainbow-30k",
+            {**_RAINBOW_CP, "steps": 30_000, "epsilon_decay_steps": 7_000, **_anneal(30_000)},
+        ),
         ("rainbow-40k", {**_RAINBOW_CP, "steps": 40_000, **_anneal(40_000)}),
-        ("rainbow-35k", {**_RAINBOW_CP, "steps": 35_000, "epsilon_decay_steps": 8_000,
-                         **_anneal(35_000)}),
+        (
+            "rainbow-35k",
+            {**_RAINBOW_CP, "steps": 35_000, "epsilon_decay_steps": 8_000, **_anneal(35_000)},
+        ),
         ("rainbow-tf3", {**_RAINBOW_CP, "train_freq": 3}),
         ("rainbow-b64", {**_RAINBOW_CP, "batch_size": 64}),
     ],

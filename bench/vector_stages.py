@@ -209,8 +209,10 @@ def main() -> None:
     for n, r in whole.items():
         print(f"| {n} | {r['total']:.3f} | {r['kernel']:.3f} | {r['python']:.3f} | "
               f"{1e6 / r['total']:,.0f} | {r['wall']:,.0f} |")  # fmt: skip
-    print(f"\nN={N_VEC} / N=1: {whole[1]['total'] / whole[N_VEC]['total']:.2f}x CPU, "
-          f"{whole[N_VEC]['wall'] / whole[1]['wall']:.2f}x wall\n")
+    print(
+        f"\nN={N_VEC} / N=1: {whole[1]['total'] / whole[N_VEC]['total']:.2f}x CPU, "
+        f"{whole[N_VEC]['wall'] / whole[1]['wall']:.2f}x wall\n"
+    )
     print("| stage alone | us per transition |")
     print("|---|---|")
     for name, (run, per_call) in stage_calls(trainers[N_VEC]).items():

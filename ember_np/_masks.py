@@ -40,6 +40,7 @@ def warn_if_masks_ignored(info: Any) -> bool:
         return True
     return False
 
+
 _BOOL = np.dtype(np.bool_)
 
 #: The mask of "no mask" (kernels read a mask of length 0 as "every action is legal").

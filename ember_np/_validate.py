@@ -24,8 +24,7 @@ INT64_MAX = 2**63 - 1
 
 #: How :func:`positive_in_f32`'s rule reads in a message.
 F32_RULE = (
-    "finite and > 0 in float32, the precision the kernels apply it in (between 1.4e-45 and "
-    "3.4e+38)"
+    "finite and > 0 in float32, the precision the kernels apply it in (between 1.4e-45 and 3.4e+38)"
 )
 
 

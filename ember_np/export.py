@@ -73,9 +73,7 @@ def _onnx() -> Any:
     return onnx
 
 
-def policy_to_onnx(
-    policy: DqnPolicy, source: str = "", action_masks: bool | None = None
-) -> Any:
+def policy_to_onnx(policy: DqnPolicy, source: str = "", action_masks: bool | None = None) -> Any:
     """The ONNX model (``onnx.ModelProto``) computing ``policy``'s Q-values.
 
     Parameters
@@ -145,8 +143,11 @@ def policy_to_onnx(
         head_nodes, head_inits = _head_nodes(helper, numpy_helper, policy)
         nodes += head_nodes
         initializers += head_inits
-        outputs.append(helper.make_tensor_value_info(
-            "distribution", TensorProto.FLOAT, ["batch", sizes[-1], policy.head.n_atoms]))
+        outputs.append(
+            helper.make_tensor_value_info(
+                "distribution", TensorProto.FLOAT, ["batch", sizes[-1], policy.head.n_atoms]
+            )
+        )
     elif policy.dueling:  # Q = V + (A - mean_a A); V (batch, 1) broadcasts over actions
         nodes += [
             helper.make_node("ReduceMean", ["advantage"], ["advantage_mean"], axes=[1],

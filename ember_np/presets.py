@@ -442,7 +442,7 @@ def load_preset_file(path: str | Path, env_id: str | None = None) -> Preset:
         if unknown:
             raise ValueError(
                 f"preset file {path}: unknown top-level key(s) {unknown}; a preset file has "
-                f"{list(PRESET_FILE_KEYS)}, with the DqnConfig fields inside \"dqn\""
+                f'{list(PRESET_FILE_KEYS)}, with the DqnConfig fields inside "dqn"'
             )
     body = data.get("dqn", data)
     steps = data.get("steps", 100_000) if "dqn" in data else 100_000
@@ -475,7 +475,7 @@ def load_preset_file(path: str | Path, env_id: str | None = None) -> Preset:
     if env_id is not None and plain and plain != env_id.removeprefix("ember_np/"):
         raise ValueError(
             f"preset file {path} was made for env_id {file_env!r}, not {env_id!r}: train "
-            f"{file_env}, or remove or change \"env_id\" in the file to use it on {env_id}"
+            f'{file_env}, or remove or change "env_id" in the file to use it on {env_id}'
         )
     return Preset(path.stem, file_env, config, steps, str(data.get("source", path)),
                   schedule=schedule)  # fmt: skip

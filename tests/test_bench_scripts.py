@@ -58,7 +58,9 @@ def test_learning_bench_writes_its_results_and_table(tmp_path):
     # the same runs saved as the zoo preset too: the report gives each preset its row;
     # and as a 4-env row of an earlier rainbow preset, which the report marks as such
     zoo = json.loads(path.read_text()) | {
-        "preset": "zoo", "config": get_preset("zoo", "CartPole-v1").config_for(2000).to_dict()}
+        "preset": "zoo",
+        "config": get_preset("zoo", "CartPole-v1").config_for(2000).to_dict(),
+    }
     (results / "learning_ember_np-zoo_CartPole-v1.json").write_text(json.dumps(zoo))
     old = json.loads(path.read_text())
     old = old | {"preset": "rainbow-n4", "config": old["config"] | {"n_step": 1, "tau": 0.5}}

@@ -78,8 +78,11 @@ def order_pattern() -> re.Pattern[str]:
 @pytest.mark.parametrize("how", ["fused", "python", "vector"])
 def test_a_run_calls_the_events_in_the_documented_order_and_reports_what_it_logs(tmp_path, how):
     # each way the trainer steps logs its episodes its own way: all reach the callbacks
-    env = NativeVecEnv("CartPole-v1", 2, seed=0) if how == "vector" else gym.make(
-        "ember_np/CartPole-v1")
+    env = (
+        NativeVecEnv("CartPole-v1", 2, seed=0)
+        if how == "vector"
+        else gym.make("ember_np/CartPole-v1")
+    )
     agent = DqnAgent.for_env(env, get_preset("ember", "CartPole-v1").config, seed=0)
     run = TrainingRun.create("order", "v", root=tmp_path)
     trainer = DqnTrainer(env, agent, seed=0, run=run, checkpoint_freq=1_000,
@@ -88,8 +91,10 @@ def test_a_run_calls_the_events_in_the_documented_order_and_reports_what_it_logs
     train_and_evaluate(trainer, 2_300, 1_000, 2, [first, second])
     names = " ".join(first.events) + " "
     assert order_pattern().fullmatch(names), names
-    for wrong in (names.replace("on_training_end ", ""),  # the pattern is no wildcard
-                  names.replace("on_eval_episodes on_eval(final)", "on_eval(final) on_eval_episodes")):
+    for wrong in (
+        names.replace("on_training_end ", ""),  # the pattern is no wildcard
+        names.replace("on_eval_episodes on_eval(final)", "on_eval(final) on_eval_episodes"),
+    ):
         assert not order_pattern().fullmatch(wrong)
     assert second.events == first.events  # each event goes to every callback in turn
     # this run's own sequence, as the documented order spells it out for it
@@ -142,14 +147,16 @@ def expected_scalars(run_dir: Path, eval_episodes: int,
         "train/total_reward": [(r["total_steps"], r["total_reward"]) for r in train],
         "train/length": [(r["total_steps"], r["length"]) for r in train],
         "train/epsilon": [(r["total_steps"], r["extras"]["epsilon"]) for r in train],
-        "train/loss": [(r["total_steps"], r["extras"]["loss"]) for r in train
-                       if "loss" in r["extras"]],  # fmt: skip
+        "train/loss": [
+            (r["total_steps"], r["extras"]["loss"]) for r in train if "loss" in r["extras"]
+        ],  # fmt: skip
         "eval/total_reward": [(r["total_steps_at_eval"], r["total_reward"]) for r in evals],
         "eval/length": [(r["total_steps_at_eval"], r["length"]) for r in evals],
     }
-    blocks = [evals[i:i + eval_episodes] for i in range(0, len(evals), eval_episodes)]
-    out["eval/mean_reward"] = [(b[0]["total_steps_at_eval"],
-                                np.mean([r["total_reward"] for r in b])) for b in blocks]
+    blocks = [evals[i : i + eval_episodes] for i in range(0, len(evals), eval_episodes)]
+    out["eval/mean_reward"] = [
+        (b[0]["total_steps_at_eval"], np.mean([r["total_reward"] for r in b])) for b in blocks
+    ]
     return {tag: as_float32(pairs) for tag, pairs in out.items()}
 
 
@@ -166,8 +173,7 @@ def assert_events_match_logs(log_dir: Path, run_dir: Path, after: int = 0) -> No
             assert got[tag] == want[tag], tag
 
 
-def test_train_tensorboard_writes_the_logs_scalars_and_changes_no_file_of_the_run(tmp_path,
-                                                                                   capsys):
+def test_train_tensorboard_writes_the_logs_scalars_and_changes_no_file_of_the_run(tmp_path, capsys):
     pytest.importorskip("tensorboardX")
     board = tmp_path / "tb"
     runs = {}
@@ -265,6 +271,6 @@ def test_the_guides_tracker_callbacks_log_the_runs_rewards(tmp_path, monkeypatch
     rows = run.read_eval_episodes()
     for (_, step, mean), k in zip(means, range(0, len(rows), 2)):
         assert step == rows[k]["total_steps_at_eval"]
-        assert mean == pytest.approx(np.mean([r["total_reward"] for r in rows[k:k + 2]]))
+        assert mean == pytest.approx(np.mean([r["total_reward"] for r in rows[k : k + 2]]))
     methods = [m for m, _, _ in tracker.calls]
     assert methods[0] in ("init", "start_run") and methods[-1] in ("finish", "end_run")

@@ -102,8 +102,9 @@ def test_plot_writes_a_png(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_plot_without_matplotlib_is_one_line_exit_2_as_every_missing_extra(tmp_path,
-                                                                           monkeypatch, capsys):
+def test_plot_without_matplotlib_is_one_line_exit_2_as_every_missing_extra(
+    tmp_path, monkeypatch, capsys
+):
     run_dir = train_run(tmp_path)
     capsys.readouterr()
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
@@ -113,7 +114,7 @@ def test_plot_without_matplotlib_is_one_line_exit_2_as_every_missing_extra(tmp_p
     assert not (tmp_path / "x.png").exists()
     monkeypatch.setitem(sys.modules, "onnx", None)  # the same style as export's missing extra
     assert main(["export", str(run_dir), "-o", str(tmp_path / "x.onnx")]) == 2
-    assert capsys.readouterr().err.startswith('ember-np: error: ember-np export needs the onnx')
+    assert capsys.readouterr().err.startswith("ember-np: error: ember-np export needs the onnx")
 
 
 @pytest.mark.parametrize(

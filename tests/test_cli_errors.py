@@ -401,7 +401,8 @@ def test_set_hidden_sizes_as_the_error_message_writes_it_trains(tmp_path, capsys
         assert train(tmp_path / str(k), "--set", f"hidden_sizes={text}", steps=50) == 0
         (config,) = (tmp_path / str(k)).rglob("config.json")
         assert json.loads(config.read_text())["dqn"]["hidden_sizes"] == list(
-            json.loads(f"[{text[1:-1].rstrip(',')}]"))
+            json.loads(f"[{text[1:-1].rstrip(',')}]")
+        )
 
 
 @pytest.mark.parametrize("text", ["garbage", "(64)", "(a, b)", ",", "(,)", "(1, [2])", "64,x"])

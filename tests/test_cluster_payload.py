@@ -72,8 +72,10 @@ def test_a_payload_of_another_seed_is_refused_naming_the_worker(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("broken", [None, [], {"seed": 0}, {**payload(0), "files": [b"x"]},
-                                    {**payload(0), "dirs": "checkpoints"}])
+@pytest.mark.parametrize(
+    "broken",
+    [None, [], {"seed": 0}, {**payload(0), "files": [b"x"]}, {**payload(0), "dirs": "checkpoints"}],
+)
 def test_a_payload_that_is_not_a_seeds_run_is_one_error_naming_the_worker(tmp_path, broken):
     with pytest.raises(ClusterError, match="^worker w2 returned .* for seed 0, not a seed's run"):
         write_seed(tmp_path, broken, 0, "worker w2")

@@ -447,8 +447,14 @@ def test_a_foreign_host_header_is_refused_on_every_path(served, root):
 
 def test_loopback_host_headers_are_served(served, root):
     port = served.port
-    for host in [f"127.0.0.1:{port}", f"localhost:{port}", "localhost", "LocalHost:8080",
-                 "localhost.:8080", "127.0.0.1"]:  # fmt: skip  (8080: an ssh -L tunnel's port)
+    for host in [
+        f"127.0.0.1:{port}",
+        f"localhost:{port}",
+        "localhost",
+        "LocalHost:8080",
+        "localhost.:8080",
+        "127.0.0.1",
+    ]:  # fmt: skip  (8080: an ssh -L tunnel's port)
         listing = json.loads(served.get("/api/runs", host=host)[1])
         assert listing["root"] == str(root.resolve()), host
         assert served.get("/", host=host)[0] == 200, host
@@ -728,7 +734,8 @@ def test_a_series_page_holds_only_what_was_appended_after_its_cursor(served, roo
     for junk in ["", "x", "[]", '{"-": [1, 2]}', '{"-": [1, 2, 3, -4]}', '{"-": "1,2,3,4"}',
                  '{"-": [1e3, 2, 3, 4]}', "{" * 5000]:  # fmt: skip
         status, body = served.get(
-            "/api/series?run=" + run_id + "&cursor=" + urllib.parse.quote(junk, safe=""))
+            "/api/series?run=" + run_id + "&cursor=" + urllib.parse.quote(junk, safe="")
+        )
         assert status == 200 and json.loads(body)["members"][0]["train"]["from"] == 0, junk
 
 
@@ -772,8 +779,10 @@ def test_series_pages_are_bounded_and_a_log_is_parsed_once(root, monkeypatch):
         assert pages >= (log.stat().st_size - 3 * page_bytes) // page_bytes
         lines = len(parsed)
         again = served.series(run_id)  # another client, from the start: nothing parsed again
-        assert again["members"][0]["train"]["steps"] == want["steps"][: len(again["members"][0]
-                                                                                ["train"]["steps"])]
+        assert (
+            again["members"][0]["train"]["steps"]
+            == want["steps"][: len(again["members"][0]["train"]["steps"])]
+        )
         assert len(parsed) == lines == len(log.read_bytes().splitlines()) - 1
     finally:
         served.close()

@@ -288,8 +288,10 @@ def test_scheduler_options_that_cannot_work_are_one_line(args, message, tmp_path
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("address, port", [("tcp://127.0.0.1:99999", 99999),
-                                           ("tcp://127.0.0.1:0", 0), ("[::1]:65536", 65536)])
+@pytest.mark.parametrize(
+    "address, port",
+    [("tcp://127.0.0.1:99999", 99999), ("tcp://127.0.0.1:0", 0), ("[::1]:65536", 65536)],
+)
 def test_a_port_out_of_range_is_said_at_once(address, port, tmp_path, capsys, monkeypatch):
     import distributed
 
@@ -353,8 +355,9 @@ def test_a_seed_that_raises_on_a_worker_is_named_and_the_others_go_on(cluster, t
 
     _, client = cluster
     client.wait_for_workers(2, timeout=60)
-    result = train_seeds("NoSuchEnv-v0", [3, 4], steps=100, root=tmp_path, progress=False,
-                         scheduler=client)  # fmt: skip  (a client of the caller's: left open)
+    result = train_seeds(
+        "NoSuchEnv-v0", [3, 4], steps=100, root=tmp_path, progress=False, scheduler=client
+    )  # fmt: skip  (a client of the caller's: left open)
     assert result.failed == [3, 4] and result.runs == []
     err = capsys.readouterr().err
     for seed in (3, 4):

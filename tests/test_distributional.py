@@ -94,8 +94,10 @@ def test_a_support_float32_cannot_resolve_is_refused_at_config_time(v_min, v_max
         DistributionalHead("c51", n_atoms, v_min, v_max)
 
 
-@pytest.mark.parametrize("v_min, v_max, n_atoms", [(-10.0, 10.0, 51), (1e7, 1e7 + 64, 51),
-                                                   (-1e30, 1e30, 2**20), (0.0, 1e-30, 51)])
+@pytest.mark.parametrize(
+    "v_min, v_max, n_atoms",
+    [(-10.0, 10.0, 51), (1e7, 1e7 + 64, 51), (-1e30, 1e30, 2**20), (0.0, 1e-30, 51)],
+)
 def test_a_support_float32_resolves_is_accepted(v_min, v_max, n_atoms):
     head = DistributionalHead("c51", n_atoms, v_min, v_max)
     assert (np.diff(head.support()) > 0).all()
@@ -445,8 +447,10 @@ def test_copy_pickle_state_dict_keep_the_head(head):
     fresh.load_state_dict(state)
     np.testing.assert_array_equal(fresh.params, net.params)
     other_head = DistributionalHead("c51", 5, -3.0, 5.0) if head.kind == "c51" else None
-    for mismatched in (QNetwork(sizes, dueling=True, head=other_head),
-                       QNetwork(sizes, dueling=True, head=DistributionalHead("qr", 6))):
+    for mismatched in (
+        QNetwork(sizes, dueling=True, head=other_head),
+        QNetwork(sizes, dueling=True, head=DistributionalHead("qr", 6)),
+    ):
         with pytest.raises(ValueError, match="architecture mismatch: this network is with a"):
             mismatched.load_state_dict(state)
         with pytest.raises(ValueError, match="network architectures differ"):

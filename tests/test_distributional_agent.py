@@ -97,8 +97,10 @@ def test_checkpoints_record_the_head_and_refuse_another(tmp_path):
             if mine == theirs:
                 continue
             before = agent.online.params.copy()
-            with pytest.raises(CheckpointError, match=f"this agent's network is {names[mine]}, "
-                                                      f"the checkpoint's is {names[theirs]}"):
+            with pytest.raises(
+                CheckpointError,
+                match=f"this agent's network is {names[mine]}, the checkpoint's is {names[theirs]}",
+            ):
                 agent.load(path)
             np.testing.assert_array_equal(agent.online.params, before)  # nothing changed
     with np.load(paths["qr"]) as z:

@@ -147,4 +147,3 @@ def test_random_rollout_is_the_env_stepped_with_the_same_draws(env_id, cls):
     np.testing.assert_array_equal(counters, env.counters)
     np.testing.assert_array_equal(rng, env.rng.state)
     np.testing.assert_array_equal(obs, last)
-

@@ -184,7 +184,9 @@ def one_error_line(capsys) -> str:
     return err
 
 
-def test_exporting_onto_the_checkpoint_itself_is_refused_and_keeps_it(trained_run, tmp_path, capsys):
+def test_exporting_onto_the_checkpoint_itself_is_refused_and_keeps_it(
+    trained_run, tmp_path, capsys
+):
     ckpt = tmp_path / "ckpts" / "best.npz"
     ckpt.parent.mkdir()
     shutil.copy(trained_run / "checkpoints" / "best.npz", ckpt)

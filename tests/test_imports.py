@@ -16,6 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "ember_np"
 
+
 def module_name(path: Path) -> str:
     """``ember_np/training/loop.py`` -> ``ember_np.training.loop`` (a package: its name)."""
     rel = path.relative_to(ROOT.parent).with_suffix("")

@@ -99,9 +99,30 @@ def test_a_vector_trainer_without_masks_warns_once_too():
 
 def test_cli_train_with_masks_off_trains_and_evaluates_taxi(tmp_path, capsys):
     env_id = taxi_id()
-    assert main(["train", env_id, "--steps", "300", "--eval-every", "300", "--eval-episodes",
-                 "1", "--root", str(tmp_path), "--set", "action_masks=false", "min_replay_size=32",
-                 "batch_size=16", "buffer_capacity=1000", "hidden_sizes=[16]", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                env_id,
+                "--steps",
+                "300",
+                "--eval-every",
+                "300",
+                "--eval-episodes",
+                "1",
+                "--root",
+                str(tmp_path),
+                "--set",
+                "action_masks=false",
+                "min_replay_size=32",
+                "batch_size=16",
+                "buffer_capacity=1000",
+                "hidden_sizes=[16]",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "training with action masks" not in capsys.readouterr().out
     (run_dir,) = (tmp_path / env_id / "default").iterdir()
     assert json.loads((run_dir / "config.json").read_text())["dqn"]["action_masks"] is False
@@ -114,8 +135,21 @@ def test_tune_builds_taxi_configs_as_train_does_and_its_trials_run(capsys):
     from ember_np.cli.tune import settings_from_args
     from ember_np.tune import config_for, evaluate_config
 
-    tiny = ["--steps", "200", "--seeds", "1", "--evals", "1", "--eval-episodes", "1", "--set",
-            "hidden_sizes=[16]", "batch_size=16", "min_replay_size=32", "buffer_capacity=1000"]
+    tiny = [
+        "--steps",
+        "200",
+        "--seeds",
+        "1",
+        "--evals",
+        "1",
+        "--eval-episodes",
+        "1",
+        "--set",
+        "hidden_sizes=[16]",
+        "batch_size=16",
+        "min_replay_size=32",
+        "buffer_capacity=1000",
+    ]
     for sets, masks in [([], True), (["action_masks=false"], False)]:
         args = build_parser().parse_args(["tune", taxi_id(), *tiny, *sets])
         settings = settings_from_args(args)

@@ -284,8 +284,11 @@ def test_too_many_workers_is_one_line_and_makes_nothing(tmp_path, capsys, comman
     from ember_np.training.multiseed import WORKERS_PER_CORE, default_workers
 
     limit = WORKERS_PER_CORE * default_workers()
-    args = (["train", "CartPole-v1", "--seeds", "3", "--root", str(tmp_path / "runs")]
-            if command == "train" else ["tune", "CartPole-v1", "--dir", str(tmp_path / "t")])
+    args = (
+        ["train", "CartPole-v1", "--seeds", "3", "--root", str(tmp_path / "runs")]
+        if command == "train"
+        else ["tune", "CartPole-v1", "--dir", str(tmp_path / "t")]
+    )
     assert main([*args, "--workers", str(limit + 1)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"at most {limit}" in err and f"got {limit + 1}" in err
@@ -472,13 +475,34 @@ def drop_key(data: dict, key: str) -> dict:
 
 
 TAMPERED = [
-    (lambda d: set_key(d, "final_reward", float("nan")), "'final_reward' must be a finite number, found nan"),
-    (lambda d: set_key(d, "best_eval_reward", "high"), "'best_eval_reward' must be a finite number, found 'high'"),
-    (lambda d: set_key(d, "curve", [[7, 1.0, 0.1]]), "'curve' must end at the run's last step 1500"),
-    (lambda d: set_key(d, "curve", [[s + 1, r, t] for s, r, t in d["curve"]]), "'curve' steps must be integers in 1..1500"),
-    (lambda d: set_key(d, "curve", 5), "'curve' must be a non-empty list of [step, reward, seconds]"),
-    (lambda d: set_key(d, "curve", [[500, 9.5]]), "'curve' must be a non-empty list of [step, reward, seconds]"),
-    (lambda d: set_key(d, "curve", []), "'curve' must be a non-empty list of [step, reward, seconds]"),
+    (
+        lambda d: set_key(d, "final_reward", float("nan")),
+        "'final_reward' must be a finite number, found nan",
+    ),
+    (
+        lambda d: set_key(d, "best_eval_reward", "high"),
+        "'best_eval_reward' must be a finite number, found 'high'",
+    ),
+    (
+        lambda d: set_key(d, "curve", [[7, 1.0, 0.1]]),
+        "'curve' must end at the run's last step 1500",
+    ),
+    (
+        lambda d: set_key(d, "curve", [[s + 1, r, t] for s, r, t in d["curve"]]),
+        "'curve' steps must be integers in 1..1500",
+    ),
+    (
+        lambda d: set_key(d, "curve", 5),
+        "'curve' must be a non-empty list of [step, reward, seconds]",
+    ),
+    (
+        lambda d: set_key(d, "curve", [[500, 9.5]]),
+        "'curve' must be a non-empty list of [step, reward, seconds]",
+    ),
+    (
+        lambda d: set_key(d, "curve", []),
+        "'curve' must be a non-empty list of [step, reward, seconds]",
+    ),
     (lambda d: drop_key(d, "final_reward"), "lacks 'final_reward'"),
     (lambda d: set_key(d, "seed", 0), "'seed' is 0, but the file is seed 1's"),
     (lambda d: set_key(d, "seed", "1"), "'seed' is '1', but the file is seed 1's"),
@@ -510,7 +534,7 @@ def test_a_tampered_result_json_is_one_line_naming_it(small_parent, tmp_path, ca
 def test_a_result_json_that_is_not_json_is_named(small_parent, tmp_path, capsys):
     parent = tmp_path / "p"
     shutil.copytree(small_parent, parent)
-    (parent / "seed_0" / "result.json").write_bytes(b"{\"seed\": 0, \"fin")
+    (parent / "seed_0" / "result.json").write_bytes(b'{"seed": 0, "fin')
     assert main(["report", str(parent)]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert f"{parent / 'seed_0' / 'result.json'}: not valid JSON" in line

@@ -150,7 +150,9 @@ def test_state_dict_copy_and_pickle_keep_the_sigmas():
 
 def test_normals_are_the_polar_method_on_the_streams_uniforms():
     for n in (1, 6, 7, 300):
-        np.testing.assert_array_equal(naive.noisy_f(Rng(5).normal(n)), naive.noisy_sample(Rng(5), n))
+        np.testing.assert_array_equal(
+            naive.noisy_f(Rng(5).normal(n)), naive.noisy_sample(Rng(5), n)
+        )
     a, b = Rng(5), Rng(5)
     a.normal(300)
     naive.noisy_sample(b, 300)  # the same draws, rejected pairs included
@@ -419,8 +421,10 @@ def test_both_loops_train_identically(trained):
     n_base = agent.online.mean_params.size
     moved = agent.online.params[n_base:] != init.params[n_base:]
     assert moved.mean() > 0.5
-    np.testing.assert_array_equal(agent.target.params[n_base:] != init.params[n_base:],
-                                  agent.target.params[n_base:] != init.params[n_base:])
+    np.testing.assert_array_equal(
+        agent.target.params[n_base:] != init.params[n_base:],
+        agent.target.params[n_base:] != init.params[n_base:],
+    )
 
 
 def test_two_runs_are_identical():

@@ -142,7 +142,10 @@ def test_the_cli_refuses_a_network_too_large_for_memory_in_one_line(tmp_path, ca
      ("tau", 1e-50)],
 )  # fmt: skip
 def test_a_float_setting_that_is_not_finite_and_positive_in_float32_is_refused(field, value):
-    with pytest.raises(ValueError, match=rf"{field} must be finite and > 0 in float32.*got {re.escape(repr(value))}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{field} must be finite and > 0 in float32.*got {re.escape(repr(value))}",
+    ):
         DqnConfig(**{field: value})
 
 
@@ -165,9 +168,7 @@ def test_qnetwork_update_refuses_a_learning_rate_beyond_float32():
 def test_the_cli_refuses_a_learning_rate_beyond_float32_in_one_line(tmp_path, capsys):
     code = main(["train", "CartPole-v1", "--steps", "10", "--root", str(tmp_path), "--quiet",
                  "--set", "learning_rate=1e39"])  # fmt: skip
-    assert code == 2 and "learning_rate must be finite and > 0 in float32" in one_error_line(
-        capsys
-    )
+    assert code == 2 and "learning_rate must be finite and > 0 in float32" in one_error_line(capsys)
 
 
 # -- policies with non-finite weights ---------------------------------------------------------
@@ -195,7 +196,9 @@ def test_a_policy_with_non_finite_weights_is_refused_on_load_naming_the_key(
     path = tmp_path / "diverged.npz"
     np.savez(path, **arrays)
     for backend in ("numpy", "numba"):
-        with pytest.raises(CheckpointError, match=rf"'{key}' holds NaN or infinite values.*diverged") as info:
+        with pytest.raises(
+            CheckpointError, match=rf"'{key}' holds NaN or infinite values.*diverged"
+        ) as info:
             NumpyOnlyPolicy.load(path, backend=backend)
         assert str(path) in str(info.value)
 
@@ -330,7 +333,9 @@ def test_a_preset_file_for_another_env_is_refused_naming_both(tmp_path, capsys):
 def test_a_preset_file_with_unknown_top_level_keys_is_refused_naming_them(tmp_path):
     path = tmp_path / "typo.json"
     path.write_text(json.dumps({"dqn": {"gamma": 0.9}, "stpes": 5000, "env_id": "CartPole-v1"}))
-    with pytest.raises(ValueError, match=rf"preset file {path}: unknown top-level key\(s\) \['stpes'\]"):
+    with pytest.raises(
+        ValueError, match=rf"preset file {path}: unknown top-level key\(s\) \['stpes'\]"
+    ):
         load_preset_file(path)
 
 

@@ -64,9 +64,29 @@ def reference_train(env_id: str, preset_name: str, options: dict, root: Path) ->
 )
 def test_train_writes_the_files_the_old_loop_wrote(tmp_path, capsys, env_id, preset, steps):
     options = {"seed": 3, "steps": steps, "every": 700, "episodes": 2, "freq": 600, "keep": 2}
-    args = ["train", env_id, "--preset", preset, "--seed", "3", "--steps", str(steps),
-            "--eval-every", "700", "--eval-episodes", "2", "--checkpoint-freq", "600",
-            "--keep", "2", "--root", str(tmp_path / "new"), "--name", "reference", "--quiet"]
+    args = [
+        "train",
+        env_id,
+        "--preset",
+        preset,
+        "--seed",
+        "3",
+        "--steps",
+        str(steps),
+        "--eval-every",
+        "700",
+        "--eval-episodes",
+        "2",
+        "--checkpoint-freq",
+        "600",
+        "--keep",
+        "2",
+        "--root",
+        str(tmp_path / "new"),
+        "--name",
+        "reference",
+        "--quiet",
+    ]
     assert main(args) == 0  # fmt: skip
     (new,) = (tmp_path / "new" / "reference" / preset).iterdir()
     old = reference_train(env_id, preset, options, tmp_path / "old")

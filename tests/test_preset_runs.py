@@ -218,7 +218,9 @@ def test_lengths_are_exact_up_to_int64_and_refused_beyond_in_one_line(tmp_path, 
     assert resolve_schedule({"learning_rate_decay_steps": 1.0}, top) == {
         "learning_rate_decay_steps": top}  # fmt: skip
     assert resolve_schedule({"epsilon_decay_steps": 0.0, "per_beta_steps": 1e-30}, 10) == {
-        "epsilon_decay_steps": 0, "per_beta_steps": 1}  # a positive fraction lasts a step
+        "epsilon_decay_steps": 0,
+        "per_beta_steps": 1,
+    }  # a positive fraction lasts a step
     # CartPole's rainbow anneals beta over 100/35 of the run: beyond int64 at this length
     assert main(["train", "CartPole-v1", "--steps", str(top), "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()

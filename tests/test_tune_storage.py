@@ -155,8 +155,12 @@ def test_a_database_server_that_never_answers_fails_with_one_line(tmp_path, monk
     port = server.getsockname()[1]
     url = f"postgresql+psycopg2://tune:hunter2@127.0.0.1:{port}/t"
     result = []
-    command = threading.Thread(target=lambda: result.append(main(
-        ["tune", "CartPole-v1", "--dir", str(tmp_path / "t"), "--storage", url])), daemon=True)
+    command = threading.Thread(
+        target=lambda: result.append(
+            main(["tune", "CartPole-v1", "--dir", str(tmp_path / "t"), "--storage", url])
+        ),
+        daemon=True,
+    )
     command.start()
     command.join(30)
     try:

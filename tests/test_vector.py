@@ -55,8 +55,13 @@ class CounterEnv(gym.Env):
         assert self.t < 3 + self.episode % 3, "stepped past the end of an episode"
         self.t += 1
         done = self.t == 3 + self.episode % 3
-        return self._obs(), float(self.t), done and self.episode % 2 == 0, (
-            done and self.episode % 2 == 1), {}
+        return (
+            self._obs(),
+            float(self.t),
+            done and self.episode % 2 == 0,
+            (done and self.episode % 2 == 1),
+            {},
+        )
 
 
 def counter_vec(n: int, mode: AutoresetMode) -> SyncVectorEnv:
@@ -108,7 +113,8 @@ def test_episode_log_rows_carry_the_env_and_its_episode(tmp_path, mode):
         ]
         assert [r["status"] for r in mine][:2] == ["TERMINATED", "TRUNCATED"]
     assert sorted(p.name for p in run.checkpoints_dir.glob("step_*.npz")) == [
-        "step_100.npz", "step_50.npz"
+        "step_100.npz",
+        "step_50.npz",
     ]
 
 
@@ -237,7 +243,9 @@ def test_each_env_acts_and_learns_under_its_own_mask(mode):
 # -- one env is a single env, byte for byte ----------------------------------------------
 
 
-def train_run(env, root: Path, config: DqnConfig, steps: int, fused=None) -> tuple[Path, DqnTrainer]:
+def train_run(
+    env, root: Path, config: DqnConfig, steps: int, fused=None
+) -> tuple[Path, DqnTrainer]:
     agent = DqnAgent.for_env(gym.make("ember_np/CartPole-v1"), config, seed=3)
     run = TrainingRun.create("one", "env", root=root)
     trainer = DqnTrainer(env, agent, seed=7, run=run, checkpoint_freq=400, keep_checkpoints=2,
@@ -267,8 +275,11 @@ CARTPOLE = DqnConfig(hidden_sizes=(32, 32), batch_size=16, min_replay_size=100,
 def test_one_env_writes_the_files_of_the_single_env(tmp_path, make_vec, make_single, fused):
     vec_dir, vec_trainer = train_run(make_vec(), tmp_path / "vec", CARTPOLE, 1_300, fused)
     one_dir, one_trainer = train_run(make_single(), tmp_path / "one", CARTPOLE, 1_300, fused)
-    assert vec_trainer.fused == one_trainer.fused == (fused is not False and "native" in str(
-        type(vec_trainer.env)))
+    assert (
+        vec_trainer.fused
+        == one_trainer.fused
+        == (fused is not False and "native" in str(type(vec_trainer.env)))
+    )
     vec_files, one_files = files_of(vec_dir), files_of(one_dir)
     assert "checkpoints/best.npz" in vec_files and "checkpoints/step_1200.npz" in vec_files
     assert sorted(vec_files) == sorted(one_files)
@@ -288,8 +299,10 @@ def test_fused_and_python_loops_give_the_same_run_with_several_native_envs(tmp_p
     rows = [json.loads(line) for line in a["train_episodes.jsonl"].splitlines()]
     assert {r["env"] for r in rows} == {0, 1, 2}
     # checkpoints after the vector steps that reached 400, 800, 1200 (kept: the last 2)
-    assert sorted(n for n in a if "step_" in n) == ["checkpoints/step_1200.npz",
-                                                    "checkpoints/step_801.npz"]
+    assert sorted(n for n in a if "step_" in n) == [
+        "checkpoints/step_1200.npz",
+        "checkpoints/step_801.npz",
+    ]
 
 
 def test_vector_training_is_deterministic_and_sync_equals_async():

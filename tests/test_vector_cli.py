@@ -65,9 +65,10 @@ def test_native_vector_resume_is_exact(tmp_path, capsys):
     assert "4 envs continue their episodes in progress" in out
     assert saved_state(latest(part)) == saved_state(latest(whole))
     assert train_rows(part) == train_rows(whole)
-    with np.load(part / "checkpoints" / "latest_envs.npz") as a, np.load(
-        whole / "checkpoints" / "latest_envs.npz"
-    ) as b:
+    with (
+        np.load(part / "checkpoints" / "latest_envs.npz") as a,
+        np.load(whole / "checkpoints" / "latest_envs.npz") as b,
+    ):
         assert a.files == b.files
         for key in a.files:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)

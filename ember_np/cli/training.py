@@ -100,8 +100,11 @@ class ProgressCallback(LoopCallback):
         self.progress.close()
         elapsed = time.perf_counter() - self.t0
         trained = trainer.agent.total_steps - self.start  # N envs: whole vector steps
-        past = "" if trained == self.steps else (
-            f" ({self.steps:,} asked; a step of {trainer.num_envs} envs is never cut)")
+        past = (
+            ""
+            if trained == self.steps
+            else (f" ({self.steps:,} asked; a step of {trainer.num_envs} envs is never cut)")
+        )
         print(f"trained {trained:,} steps{past} in {elapsed:.1f} s "
               f"({trained / max(elapsed, 1e-9):,.0f} steps/s)")  # fmt: skip
 

@@ -218,10 +218,12 @@ class DqnAgent(VectorMethods):
         :func:`~ember_np.encoding.encoder_for_space`) and a Discrete action space;
         for a gymnasium ``VectorEnv``, its copies' (``single_observation_space``)."""
         return cls(
-            encoder_for_space(getattr(env, "single_observation_space",
-                                      getattr(env, "observation_space", None))),
-            IndexActionMapper.for_space(getattr(env, "single_action_space",
-                                                getattr(env, "action_space", None))),
+            encoder_for_space(
+                getattr(env, "single_observation_space", getattr(env, "observation_space", None))
+            ),
+            IndexActionMapper.for_space(
+                getattr(env, "single_action_space", getattr(env, "action_space", None))
+            ),
             config,
             seed,
         )

@@ -186,9 +186,7 @@ def _head_loss_and_grads_for(net, batch, per, hp):  # noqa: ANN001, ANN202
 
 
 @inlined_kernel
-def plain_loss_and_grads(
-    net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings
-) -> float:
+def plain_loss_and_grads(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) -> float:
     """Weighted mean Huber TD loss of a batch; its gradient goes to ``net.grads``.
 
     The whole update, in reading order: TD targets (:func:`td_targets`), the

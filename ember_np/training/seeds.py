@@ -173,7 +173,6 @@ class MultiSeedResult:
         lines.append(f"  runs: {self.parent}/seed_<s>/")
         return "\n".join(lines)
 
-
     def _trained_text(self) -> str:
         """``" (trained 2,004: whole steps of 4 envs)"`` when the seeds stopped past
         ``spec.steps`` (a vector step is never cut); empty otherwise."""
@@ -368,17 +367,22 @@ def _curve_problem(points: list[int], spec: SeedSpec) -> str | None:
     if not all(1 <= a <= last for a in points) or points != sorted(points):
         return f"'curve' steps must be integers in 1..{last}, in order, found {_short(points)}"
     if points[-1] not in stops:  # the final evaluation: a step every seed's curve has
-        where = (f"{last}" if len(stops) == 1 else
-                 f"(one of {stops[0]}..{last}: whole steps of {spec.num_envs} envs)")
+        where = (
+            f"{last}"
+            if len(stops) == 1
+            else f"(one of {stops[0]}..{last}: whole steps of {spec.num_envs} envs)"
+        )
         return f"'curve' must end at the run's last step {where}, found {points[-1]}"
     n = spec.num_envs
     whole = len(stops) == 1
     marks = [eval_mark(a, spec.eval_every, n) for a in points[:-1]]
     for a, mark, before in zip(points, marks, [None, *marks]):
         if mark is None or (whole and a % n) or (before is not None and mark <= before):
-            return (f"'curve' has an evaluation at step {a}, where the run does not evaluate "
-                    f"(once per multiple of eval_every {spec.eval_every}"
-                    f"{f', at most {n - 1} steps past it' if n > 1 else ''})")
+            return (
+                f"'curve' has an evaluation at step {a}, where the run does not evaluate "
+                f"(once per multiple of eval_every {spec.eval_every}"
+                f"{f', at most {n - 1} steps past it' if n > 1 else ''})"
+            )
     return None
 
 

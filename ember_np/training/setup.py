@@ -145,8 +145,10 @@ def vector_settings(
         num_envs not an integer in [1, MAX_NUM_ENVS], an unknown
         vectorization, or one given for one env or for a native env.
     """
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or not (
-        1 <= num_envs <= MAX_NUM_ENVS
+    if (
+        isinstance(num_envs, bool)
+        or not isinstance(num_envs, int)
+        or not (1 <= num_envs <= MAX_NUM_ENVS)
     ):
         raise SetupError(f"--num-envs must be an integer in [1, {MAX_NUM_ENVS}], got {num_envs!r}")
     native = env_id.rpartition(":")[2].startswith("ember_np/")

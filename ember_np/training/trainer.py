@@ -39,6 +39,7 @@ import numpy as np
 
 from ember_np._masks import warn_if_masks_ignored
 from ember_np._validate import check_int
+from ember_np.checkpoint import load_arrays, save_arrays
 from ember_np.stats import EpisodeRecord, EvalReport, StatsTracker
 from ember_np.training.evaluation import make_eval_env
 from ember_np.training.run import TrainingRun
@@ -346,9 +347,8 @@ class DqnTrainer:
             for _ in range(n):
                 step(False)
         total = self._agent.total_steps
-        if save_latest and self.run is not None and n and total % self.checkpoint_freq and (
-            total != self._checkpointed_at
-        ):
+        between = n and total % self.checkpoint_freq and total != self._checkpointed_at
+        if save_latest and self.run is not None and between:
             # End between two numbered checkpoints: keep latest.npz current, so
             # nothing trained here is lost when the process stops.
             self._save_latest()
@@ -601,12 +601,10 @@ class DqnTrainer:
         """``latest.npz``; with N > 1 native vector envs also their state (``latest_envs.npz``)."""
         assert self.run is not None
         self._agent.save(self.run.latest_checkpoint_path(), include_buffer=self.save_buffer)
-        vec = self._vec
-        if vec is not None and vec.native and vec.num_envs > 1 and self.save_buffer and (
-            vec.step_arrays is not None
-        ):  # (one env: the files of a single env, byte for byte)
-            from ember_np.checkpoint import save_arrays
-
+        vec = self._vec  # (one env: the files of a single env, byte for byte)
+        if vec is None or not (vec.native and vec.num_envs > 1 and self.save_buffer):
+            return
+        if vec.step_arrays is not None:
             save_arrays(self.env_state_path(), vec.state_arrays())
 
     def env_state_path(self) -> Path:
@@ -639,8 +637,6 @@ class DqnTrainer:
         path = self.env_state_path()
         if not path.exists():
             return False
-        from ember_np.checkpoint import load_arrays
-
         arrays = load_arrays(path)
         if int(arrays.get("total_steps", -1)) != self._agent.total_steps:
             return False
