@@ -91,7 +91,7 @@ def check_action_mask(mask: Any, n_actions: int, name: str = "action_mask") -> n
         and mask.dtype.itemsize == 1
         and mask.dtype.kind in "biu"
         and mask.flags.carray
-        and mask.view(np.uint8).max() == 1  # one pass: 0/1 only (int8 -1 is 255), one legal
+        and np.max(mask.view(np.uint8)) == 1  # one pass: 0/1 only (int8 -1 is 255), one legal
     ):
         return mask.view(np.bool_)  # gymnasium's int8 mask, as bools without a copy
     arr = _as_bool(mask, name, (n_actions,))
@@ -113,7 +113,7 @@ def check_action_masks(masks: Any, batch: int, n_actions: int,
     arr = _as_bool(masks, name, (batch, n_actions))
     none_legal = ~arr.any(axis=1)
     if none_legal.any():
-        row = int(none_legal.argmax())
+        row = int(np.argmax(none_legal))
         raise ValueError(
             f"{name}[{row}] allows no action (all {n_actions} entries are 0): every row "
             "must have at least one legal action"

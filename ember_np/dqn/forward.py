@@ -95,12 +95,12 @@ def greedy_index(q: np.ndarray) -> int:
     and ``x > NaN`` is always false); ``np.argmax`` would return the first
     NaN, so that rare case is redone by the kernel's rule.
     """
-    i = int(q.argmax())
+    i = int(np.argmax(q))
     if q[i] == q[i]:  # not NaN: then q holds no NaN at all
         return i
     if q[0] != q[0]:
         return 0
-    return int(np.where(np.isnan(q), -np.inf, q).argmax())
+    return int(np.argmax(np.where(np.isnan(q), -np.inf, q)))
 
 
 def greedy_indices(q: np.ndarray) -> np.ndarray:
@@ -125,7 +125,7 @@ def greedy_legal(q: np.ndarray, legal: np.ndarray) -> np.ndarray:
 def first_nonfinite_row(x: np.ndarray) -> int:
     """Index of the first row of ``x`` (batch, n) holding NaN or inf, else -1."""
     ok = np.isfinite(x).all(axis=1)
-    return -1 if ok.all() else int(ok.argmin())
+    return -1 if ok.all() else int(np.argmin(ok))
 
 
 def layer_views(
@@ -269,7 +269,7 @@ def refused_row(x: np.ndarray, limit: float, name: str = "obs_batch") -> ValueEr
     bad = ~(m <= limit)  # NaN and inf fail too
     if not bad.any():
         return None
-    row = int(bad.argmax())
+    row = int(np.argmax(bad))
     if not np.isfinite(x[row]).all():
         return nonfinite_row(x, row, name)
     err = refused_observation(x[row], BEYOND_LIMIT, limit, f"{name}[{row}]")
@@ -279,7 +279,7 @@ def refused_row(x: np.ndarray, limit: float, name: str = "obs_batch") -> ValueEr
 def check_observation(x: np.ndarray, limit: float, name: str = "obs") -> None:
     """Raise the error of :func:`refused_observation` unless ``x`` (n,) is finite
     with max |value| <= ``limit`` (exact: a float32 maximum against a float32 limit)."""
-    if not abs(x).max() <= limit:
+    if not np.max(abs(x)) <= limit:
         code = NONFINITE_OBS if not np.isfinite(x).all() else BEYOND_LIMIT
         raise refused_observation(x, code, limit, name)
 
@@ -468,11 +468,11 @@ class NumpyForward:
             v = x.tolist()
             within = max(v) <= self.limit and -self.limit <= min(v)
         else:
-            within = abs(x).max() <= self.limit
+            within = np.max(abs(x)) <= self.limit
         if not within:  # exact (float32 values against a float32 limit)
             return NONFINITE_OBS if not np.isfinite(x).all() else BEYOND_LIMIT
         q = self._head(self._trunk(x))
-        i = int(q.argmax())
+        i = int(np.argmax(q))
         if q[i] == q[i]:
             return i
         # a NaN that max() let through (it compares false) reached q (the carried unit)
