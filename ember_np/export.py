@@ -225,14 +225,15 @@ def _head_nodes(helper: Any, numpy_helper: Any, policy: DqnPolicy) -> tuple[list
                                   name="head_outputs")]  # fmt: skip
     if head.kind == "qr":  # the mean in float64, as the kernels: quantiles near float32's
         # max (each finite) have a finite mean that a float32 sum would overflow
-        double, single = onnx_types()
+        from onnx import TensorProto  # (onnx is imported by the caller, policy_to_onnx)
+
         nodes += [
             helper.make_node("Identity", ["head_outputs"], ["distribution"], name="quantiles"),
-            helper.make_node("Cast", ["head_outputs"], ["head_outputs_f64"], to=double,
-                             name="quantiles_f64"),
+            helper.make_node("Cast", ["head_outputs"], ["head_outputs_f64"],
+                             to=TensorProto.DOUBLE, name="quantiles_f64"),
             helper.make_node("ReduceMean", ["head_outputs_f64"], ["q_values_f64"], axes=[2],
                              keepdims=0, name="expected_value"),
-            helper.make_node("Cast", ["q_values_f64"], ["q_values"], to=single,
+            helper.make_node("Cast", ["q_values_f64"], ["q_values"], to=TensorProto.FLOAT,
                              name="q_values_f32"),
         ]  # fmt: skip
         return nodes, inits
@@ -243,13 +244,6 @@ def _head_nodes(helper: Any, numpy_helper: Any, policy: DqnPolicy) -> tuple[list
                          name="expected_value"),
     ]  # fmt: skip
     return nodes, inits
-
-
-def onnx_types() -> tuple[int, int]:
-    """ONNX's codes of float64 and float32 (``TensorProto.DOUBLE``, ``FLOAT``)."""
-    from onnx import TensorProto
-
-    return TensorProto.DOUBLE, TensorProto.FLOAT
 
 
 def onnx_greedy_actions(session: Any, obs: Any) -> np.ndarray:
