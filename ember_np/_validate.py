@@ -12,11 +12,19 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
-__all__ = ["F32_RULE", "INT64_MAX", "check_int", "int_rule", "positive_in_f32", "too_big_rule"]
+__all__ = [
+    "F32_RULE",
+    "INT64_MAX",
+    "check_int",
+    "int_rule",
+    "is_int",
+    "positive_in_f32",
+    "too_big_rule",
+]
 
 #: The largest integer a setting may take: the kernels' int64.
 INT64_MAX = 2**63 - 1
@@ -26,6 +34,11 @@ INT64_MAX = 2**63 - 1
 F32_RULE = (
     "finite and > 0 in float32, the precision the kernels apply it in (between 1.4e-45 and 3.4e+38)"
 )
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """Whether ``value`` is a Python int and not a bool (what a JSON integer reads as)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def positive_in_f32(value: float) -> bool:

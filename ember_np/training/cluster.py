@@ -58,8 +58,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from operator import methodcaller
 from pathlib import Path, PurePosixPath
-from typing import Any, TypeGuard
+from typing import Any
 
+from ember_np._validate import is_int
 from ember_np.checkpoint import atomic_write, atomic_write_text, fsync_dir
 from ember_np.training.run import LOCK_FILE
 from ember_np.training.seed_run import train_seed
@@ -404,7 +405,7 @@ def write_seed(
                            "a seed's run (result, dirs, files); none was written")  # fmt: skip
     if seed is None:
         seed = payload.get("seed")
-    if payload.get("seed") != seed or not _is_int(seed):
+    if payload.get("seed") != seed or not is_int(seed):
         raise ClusterError(f"{worker} returned the files of seed {payload.get('seed')!r} for "
                            f"the task of seed {seed!r}; none were written")  # fmt: skip
     dirs = [_checked_rel(rel, worker, seed) for rel in payload["dirs"]]
@@ -425,10 +426,6 @@ def write_seed(
     result = {**payload["result"], "run_dir": str(target)}  # the local run's result.json
     atomic_write_text(target / RESULT_FILE, json.dumps(result, indent=1))
     return target
-
-
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _checked_rel(rel: Any, worker: str, seed: int) -> PurePosixPath:

@@ -39,8 +39,9 @@ import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
+from ember_np._validate import is_int
 from ember_np.checkpoint import atomic_write_text
 from ember_np.stats import EpisodeRecord
 
@@ -88,19 +89,15 @@ class RunLogWarning(UserWarning):
     """A JSONL log line that is not a whole record was skipped (torn write or garbage)."""
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # What every line of each log must hold to count as a record.
 _LOG_FIELDS: dict[str, dict[str, Callable[[Any], bool]]] = {
-    "train_episodes.jsonl": {"total_reward": _is_number, "length": _is_int},
+    "train_episodes.jsonl": {"total_reward": _is_number, "length": is_int},
     "eval_episodes.jsonl": {
-        "total_reward": _is_number, "length": _is_int, "total_steps_at_eval": _is_int,
+        "total_reward": _is_number, "length": is_int, "total_steps_at_eval": is_int,
     },
 }  # fmt: skip
 
@@ -116,7 +113,7 @@ def _parse_log_line(line: str, fields: dict[str, Callable[[Any], bool]]) -> dict
     for key, ok in fields.items():
         if key not in row or not ok(row[key]):
             return None
-    if "total_steps" in row and not _is_int(row["total_steps"]):
+    if "total_steps" in row and not is_int(row["total_steps"]):
         return None
     return row
 
@@ -689,7 +686,7 @@ def _check_metadata(path: Path, metadata: dict[str, Any]) -> None:
             raise ValueError(f"{path} lacks {key!r}: restore it from a copy of the run")
     for key in ("total_steps", "total_episodes"):
         value = metadata.get(key)
-        if not _is_int(value) or value < 0:
+        if not is_int(value) or value < 0:
             raise ValueError(
                 f"{path}: {key!r} must be an integer >= 0, found {value!r}: restore it from a "
                 "copy of the run"

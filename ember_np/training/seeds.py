@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ember_np._validate import is_int
 from ember_np.dqn.config import DqnConfig
 from ember_np.training.loop import eval_mark, stop_steps
 from ember_np.training.setup import one_line
@@ -276,10 +277,6 @@ def is_multiseed(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / SPEC_FILE).is_file()
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _is_finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -304,12 +301,12 @@ def _spec_problem(data: Any) -> str | None:
         return f"'vectorization' must be null, 'sync' or 'async', found {found}"
     for key, least in (("steps", 1), ("eval_every", 1), ("eval_episodes", 1),
                        ("checkpoint_freq", 1), ("keep", 0), ("num_envs", 1)):  # fmt: skip
-        if key in spec and not (_is_int(spec[key]) and spec[key] >= least):
+        if key in spec and not (is_int(spec[key]) and spec[key] >= least):
             return f"'{key}' must be an integer >= {least}, found {_short(spec[key])}"
     seeds = data.get("seeds")
     if (
         not isinstance(seeds, list) or not 1 <= len(seeds) <= MAX_SEEDS
-        or not all(_is_int(x) and 0 <= x <= MAX_SEED for x in seeds)
+        or not all(is_int(x) and 0 <= x <= MAX_SEED for x in seeds)
         or len(set(seeds)) != len(seeds)
     ):  # fmt: skip
         return (f"'seeds' must be distinct integers in 0..{MAX_SEED}, 1 to {MAX_SEEDS:,} of "
@@ -336,7 +333,7 @@ def _result_problem(data: Any, seed: int, spec: SeedSpec) -> str | None:
     for key in ("seed", "final_reward", "best_eval_reward", "curve", "train_seconds"):
         if key not in data:
             return f"lacks {key!r}"
-    if not _is_int(data["seed"]) or data["seed"] != seed:
+    if not is_int(data["seed"]) or data["seed"] != seed:
         return f"'seed' is {_short(data['seed'])}, but the file is seed {seed}'s"
     for key in ("final_reward", "best_eval_reward"):
         if not _is_finite(data[key]):
@@ -347,7 +344,7 @@ def _result_problem(data: Any, seed: int, spec: SeedSpec) -> str | None:
     curve = data["curve"]
     if (
         not isinstance(curve, list) or not curve
-        or not all(isinstance(p, list) and len(p) == 3 and _is_int(p[0]) and _is_finite(p[1])
+        or not all(isinstance(p, list) and len(p) == 3 and is_int(p[0]) and _is_finite(p[1])
                    and _is_finite(p[2]) for p in curve)
     ):  # fmt: skip
         return f"'curve' must be a non-empty list of [step, reward, seconds], found {_short(curve)}"
