@@ -55,8 +55,9 @@ class SleepEnv(NullEnv):
         return super().step(action)
 
 
-def native_trainer(n_envs: int, train_freq: int, batch_size: int) -> Any:
-    """A fused trainer on compiled CartPole with N envs, past its replay warm-up."""
+def native_trainer(n_envs: int, train_freq: int, batch_size: int, warmup: int | None = None) -> Any:
+    """A fused trainer on compiled CartPole with N envs, trained ``warmup`` steps (default:
+    its replay warm-up) plus one vector step's worth per env."""
     import gymnasium as gym
 
     from ember_np import DqnAgent, DqnTrainer
@@ -66,7 +67,7 @@ def native_trainer(n_envs: int, train_freq: int, batch_size: int) -> Any:
     env = gym.make("ember_np/CartPole-v1") if n_envs == 1 else NativeVecEnv("CartPole-v1", n_envs)
     trainer = DqnTrainer(env, DqnAgent.for_env(env, config, seed=0), seed=0)
     assert trainer.fused
-    trainer.train(config.learning_starts + 16 * n_envs)
+    trainer.train((config.learning_starts if warmup is None else warmup) + 16 * n_envs)
     return trainer
 
 

@@ -41,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from settings import S1  # noqa: E402
+from vector_speed import native_trainer  # noqa: E402
 
 from ember_np.dqn.agent_kernels import (  # noqa: E402
     act_batch_explore,
@@ -59,17 +60,7 @@ TRAIN_FREQ, BATCH, N_VEC = 64, 32, 16
 def trainer(n_envs: int, train_freq: int = TRAIN_FREQ) -> Any:
     """A fused trainer on compiled CartPole with ``n_envs`` envs (1: the single env),
     past its replay warm-up and exploration decay."""
-    import gymnasium as gym
-
-    from ember_np import DqnAgent, DqnTrainer
-    from ember_np.envs import NativeVecEnv
-
-    config = S1.replace(train_freq=train_freq, batch_size=BATCH)
-    env = gym.make("ember_np/CartPole-v1") if n_envs == 1 else NativeVecEnv("CartPole-v1", n_envs)
-    tr = DqnTrainer(env, DqnAgent.for_env(env, config, seed=0), seed=0)
-    assert tr.fused
-    tr.train(config.epsilon_decay_steps + 16 * n_envs)
-    return tr
+    return native_trainer(n_envs, train_freq, BATCH, warmup=S1.epsilon_decay_steps)
 
 
 def side_by_side(trainers: dict[int, Any], steps: int, rounds: int) -> dict[int, dict[str, float]]:
