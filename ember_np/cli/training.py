@@ -224,8 +224,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     name = args.name or run_name(args.env_id)
     version = args.version or (run_name(preset_name) if preset_name else "default")
     if args.seeds is not None:
-        if callable(getattr(env, "close", None)):  # (async copies: their processes go now)
-            env.close()  # made for the checks above; each seed makes its own
+        env.close()  # made for the checks above (async copies: their processes go now)
         return train_many(args, env_id, preset_name, config,
                           (steps, name, version))  # fmt: skip
     try:

@@ -257,3 +257,7 @@ class NativeVecEnv:
             self.obs, self.final_obs, self.rewards, self.terminated, self.truncated,
         )  # fmt: skip
         return self.obs.copy(), self.rewards.copy(), self.terminated.copy(), self.truncated.copy()
+
+    def close(self) -> None:
+        """Release nothing (the copies are arrays): here so that every env a trainer
+        drives, this one or gymnasium's, is closed the same way when training ends."""

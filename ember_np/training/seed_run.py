@@ -58,8 +58,7 @@ def train_seed(
         report = train_and_evaluate(trainer, spec.steps, spec.eval_every, spec.eval_episodes,
                                     [curve], latest_every_chunk=False)  # fmt: skip
     finally:
-        if callable(getattr(env, "close", None)):  # (a NativeVecEnv holds only arrays)
-            env.close()
+        env.close()
     result = SeedResult(seed, run.dir, report.mean_reward, trainer.best_eval_reward, curve.curve,
                         time.perf_counter() - t0)  # fmt: skip
     atomic_write_text(run.dir / RESULT_FILE, json.dumps(result.to_dict(), indent=1))
