@@ -173,8 +173,12 @@ def test_resume_refuses_what_is_not_a_run_directory(tmp_path):
     with pytest.raises(ValueError, match=f"no run directory at {tmp_path / 'nothing'}"):
         resume(tmp_path / "nothing", 10)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="does not say which env"):
+    with pytest.raises(OSError, match="is neither a run directory"):
         resume(tmp_path / "empty", 10)
+    run_dir = trained(tmp_path)
+    (run_dir / "config.json").unlink()
+    with pytest.raises(ValueError, match=r"config.json does not say which env .* add \"env_id\""):
+        resume(run_dir, 10)
 
 
 def test_seed_spec_and_tune_settings_hold_a_run_spec():

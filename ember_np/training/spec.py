@@ -23,6 +23,7 @@ here.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -171,8 +172,6 @@ class RunSpec:
 
     def to_json(self) -> str:
         """``config.json``'s text, as :meth:`TrainingRun.write_config` writes it."""
-        import json
-
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
@@ -198,8 +197,6 @@ class RunSpec:
     @classmethod
     def from_json(cls, text: str) -> RunSpec:
         """:meth:`from_dict` of ``config.json``'s text."""
-        import json
-
         return cls.from_dict(json.loads(text))
 
 
