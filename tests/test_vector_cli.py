@@ -176,7 +176,7 @@ def test_tune_with_num_envs_trains_trials_on_n_envs(tmp_path, capsys):
     assert TuneSettings.from_dict(settings.to_dict()) == settings
     old = settings.to_dict()
     del old["num_envs"], old["vectorization"]  # a study made before --num-envs
-    assert TuneSettings.from_dict(old).num_envs == 1
+    assert TuneSettings.from_dict(old).run.num_envs == 1
     assert main(["tune", "CartPole-v1", "--trials", "1", "--seeds", "1", "--steps", "200",
                  "--evals", "1", "--eval-episodes", "1", "--workers", "1", "--num-envs", "4",
                  "--dir", str(tmp_path / "t"), "--set", "hidden_sizes=[8]",

@@ -369,8 +369,9 @@ def read_spec(run: Any, with_config: bool = True) -> RunSpec:
         return RunSpec.from_dict(data)
     except (ValueError, TypeError) as exc:
         text = str(exc)
-        raise ValueError(f"{path} {text}" if text.startswith("does not say")
-                         else f"{path}: {text}") from None  # fmt: skip
+        if text.startswith("does not say"):  # it says what to add
+            raise ValueError(f"{path} {text}") from None
+        raise ValueError(f"{path}: {text}: set it to what the run trained with") from None
 
 
 class Resumed(NamedTuple):
