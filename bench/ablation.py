@@ -90,13 +90,14 @@ def train_variant(
     ``client``); each seed's final policy on 20 fresh episodes."""
     from ember_np import DqnPolicy
     from ember_np.training.multiseed import train_seeds
+    from ember_np.training.spec import RunSpec
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
+        run = RunSpec(f"ember_np/{env_id}", config=config, steps=steps, eval_every=steps + 1,
+                      eval_episodes=1, checkpoint_freq=steps, keep=0)  # fmt: skip
         result = train_seeds(
-            f"ember_np/{env_id}", seeds, config=config, steps=steps,
-            workers=None if client else workers, root=tmp, version="ablation",
-            eval_every=steps + 1, eval_episodes=1, checkpoint_freq=steps, keep=0,
+            run, seeds, workers=None if client else workers, root=tmp, version="ablation",
             progress=sys.stderr.isatty(), scheduler=client,
         )  # fmt: skip
         wall = time.perf_counter() - t0

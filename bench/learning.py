@@ -114,6 +114,7 @@ def run_ember(
     from ember_np import DqnPolicy
     from ember_np.presets import get_preset
     from ember_np.training.multiseed import load_multiseed, resume_seeds, train_seeds
+    from ember_np.training.spec import RunSpec
 
     preset = get_preset(preset_name, env_id)
     config = preset.config_for(steps)  # as `ember-np train --steps`: schedules scaled
@@ -143,12 +144,12 @@ def run_ember(
         elif collect:
             raise SystemExit(f"no multi-seed run of {env_id} under {root} to collect")
         else:
+            run = RunSpec(train_env, preset=preset_name, config=config, steps=steps,
+                          eval_every=steps // 10, eval_episodes=EVAL_EPISODES,
+                          checkpoint_freq=steps, keep=1, **vector)  # fmt: skip
             result = train_seeds(
-                train_env, seeds, config=config, steps=steps,
-                workers=None if client else workers, root=root, name=env_id, version=version,
-                preset=preset_name, eval_every=steps // 10, eval_episodes=EVAL_EPISODES,
-                checkpoint_freq=steps, keep=1, progress=sys.stderr.isatty(), scheduler=client,
-                **vector,
+                run, seeds, workers=None if client else workers, root=root, name=env_id,
+                version=version, progress=sys.stderr.isatty(), scheduler=client,
             )  # fmt: skip
         wall = time.perf_counter() - t0
         per_seed = []

@@ -39,10 +39,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # this process's seeds (thre
 def spec(steps: int):
     from ember_np.presets import get_preset
     from ember_np.training.multiseed import SeedSpec
+    from ember_np.training.spec import RunSpec
 
-    return SeedSpec("ember_np/CartPole-v1", get_preset("ember").config, steps, "bench", "s1",
-                    "ember", eval_every=steps, eval_episodes=1, checkpoint_freq=steps,
-                    keep=1)  # fmt: skip
+    run = RunSpec("ember_np/CartPole-v1", preset="ember", config=get_preset("ember").config,
+                  steps=steps, eval_every=steps, eval_episodes=1, checkpoint_freq=steps,
+                  keep=1)  # fmt: skip
+    return SeedSpec(run, "bench", "s1")
 
 
 def with_processes(seeds: list[int], steps: int, workers: int) -> float:
@@ -51,9 +53,7 @@ def with_processes(seeds: list[int], steps: int, workers: int) -> float:
     s = spec(steps)
     with tempfile.TemporaryDirectory() as root:
         t0 = time.perf_counter()
-        result = train_seeds(s.env_id, seeds, config=s.config, steps=steps, workers=workers,
-                             root=root, eval_every=steps, eval_episodes=1,
-                             checkpoint_freq=steps, keep=1, progress=False)  # fmt: skip
+        result = train_seeds(s.run, seeds, workers=workers, root=root, progress=False)
         wall = time.perf_counter() - t0
     assert not result.failed, result.failed
     return len(seeds) * steps / wall

@@ -302,16 +302,17 @@ def run_candidate(
     """Train ``seeds`` of one candidate; its score, per-seed finals and wall time."""
     from ember_np.training.multiseed import train_seeds
     from ember_np.training.setup import NATIVE_IDS
+    from ember_np.training.spec import RunSpec
 
     config, steps = candidate(env_id, overrides)
     # the compiled twin where there is one (as ember-np train); else gymnasium's env
     train_env = NATIVE_IDS.get(env_id, env_id)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
+        run = RunSpec(train_env, config=config, steps=steps, eval_every=steps + 1,
+                      eval_episodes=FINAL_EPISODES, checkpoint_freq=steps + 1, keep=0)  # fmt: skip
         result = train_seeds(
-            train_env, seeds, config=config, steps=steps, workers=workers,
-            root=tmp, version="search", eval_every=steps + 1, eval_episodes=FINAL_EPISODES,
-            checkpoint_freq=steps + 1, keep=0, progress=False,
+            run, seeds, workers=workers, root=tmp, version="search", progress=False,
         )  # fmt: skip
         wall = time.perf_counter() - t0
     finals = [round(r.final_reward, 2) for r in result.runs]

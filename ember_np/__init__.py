@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from ember_np.training.loop import LoopCallback, train_and_evaluate
     from ember_np.training.multiseed import MultiSeedResult, SeedResult, train_seeds
     from ember_np.training.run import TrainingRun
+    from ember_np.training.spec import RunSpec, resolve, resume
     from ember_np.training.tensorboard import TensorBoardCallback
     from ember_np.training.trainer import DqnTrainer, StepMetrics
     from ember_np.types import EpisodeStatus, Experience, Policy, ReplayBuffer
@@ -93,6 +94,9 @@ _HOMES = {
     "SeedResult": "ember_np.training.multiseed",
     "train_seeds": "ember_np.training.multiseed",
     "TrainingRun": "ember_np.training.run",
+    "RunSpec": "ember_np.training.spec",
+    "resolve": "ember_np.training.spec",
+    "resume": "ember_np.training.spec",
     "TensorBoardCallback": "ember_np.training.tensorboard",
     "DqnTrainer": "ember_np.training.trainer",
     "StepMetrics": "ember_np.training.trainer",
@@ -151,6 +155,7 @@ __all__ = [
     "ReplayBuffer",
     "RollingMean",
     "Rng",
+    "RunSpec",
     "SeedResult",
     "StatsTracker",
     "Std",
@@ -161,6 +166,8 @@ __all__ = [
     "VecEncoder",
     "OneHotEncoder",
     "kernel_threads",
+    "resolve",
+    "resume",
     "set_kernel_threads",
     "train_and_evaluate",
     "train_seeds",

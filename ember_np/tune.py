@@ -60,7 +60,8 @@ from typing import Any
 import numpy as np
 
 from ember_np.dqn.config import DqnConfig
-from ember_np.training.setup import SetupError, check_replay_memory, make_train_env, vector_settings
+from ember_np.training.setup import SetupError, check_replay_memory
+from ember_np.training.spec import RunSpec, build, resolve_preset
 from ember_np.tune_results import best_preset, importances, summary
 from ember_np.tune_storage import (
     SETTINGS_ATTR,
@@ -92,7 +93,6 @@ __all__ = [
 ]
 
 INSTALL_HINT = 'ember-np tune needs Optuna: pip install "ember-np[tune]"'
-DEFAULT_STEPS = 100_000  # trial budget for an env without a preset
 DEFAULT_HEARTBEAT = 10  # seconds; a dead worker's trial is failed after 3x this
 MAX_CONSECUTIVE_FAILURES = 5  # a worker whose trials keep raising stops
 
@@ -115,38 +115,55 @@ class TuneSettings:
 
     env_id: str
     """The environment as given on the command line (the preset and the report use it)."""
-    train_env_id: str
-    """The environment trials train on: ``ember_np/<env_id>`` (compiled, bit for bit
-    gymnasium's dynamics, fused training loop) when there is one, else ``env_id``."""
-    steps: int
-    """Env steps per seed per trial."""
+    run: RunSpec
+    """What each seed of a trial trains: the env (``ember_np/<env_id>``, compiled, bit for
+    bit gymnasium's dynamics, fused training loop, when there is one), the steps per seed,
+    the greedy episodes per evaluation, the envs stepped together, and as ``config`` the
+    DqnConfig the search starts from (the env's preset, its schedule lengths resolved
+    against the steps): fields neither searched nor fixed keep its values."""
     seeds: int
     """K: seeds trained per trial; the objective is the IQM of their final evaluations."""
     evals: int
     """E: greedy evaluations per seed, after every 1/E of the budget (the last is final)."""
-    eval_episodes: int
-    """Greedy episodes per evaluation."""
     seed: int
     """Study seed: with a trial's parameters it fixes the trial's K training seeds."""
     fixed: dict[str, Any]
     """DqnConfig fields fixed with ``--set`` (not searched)."""
-    base: dict[str, Any]
-    """The DqnConfig the search starts from (the env's preset, its schedule lengths
-    resolved against ``steps``): fields neither searched nor fixed keep these values."""
-    num_envs: int = 1
-    """Envs each seed steps together (``--num-envs``; steps count transitions)."""
-    vectorization: str | None = None
-    """``"sync"`` or ``"async"`` for a gymnasium env's copies (None: one env, or native)."""
+
+    @property
+    def train_env_id(self) -> str:
+        """The environment trials train on (``run.env_id``)."""
+        return self.run.env_id
+
+    @property
+    def steps(self) -> int:
+        """Env steps per seed per trial (``run.steps``)."""
+        return self.run.steps
+
+    @property
+    def base(self) -> dict[str, Any]:
+        """The config the search starts from, as a dict (``run.config``)."""
+        return self.run.config.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (as stored in the study's user attributes)."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        run = self.run
+        return json.loads(json.dumps({
+            "env_id": self.env_id, "train_env_id": run.env_id, "steps": run.steps,
+            "seeds": self.seeds, "evals": self.evals, "eval_episodes": run.eval_episodes,
+            "seed": self.seed, "fixed": self.fixed, "base": self.base,
+            "num_envs": run.num_envs, "vectorization": run.vectorization,
+        }))  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TuneSettings:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)
-                      if f.name in data or f.default is dataclasses.MISSING})  # fmt: skip
+        """Inverse of :meth:`to_dict` (a study of one env before ``num_envs``: one env)."""
+        run = RunSpec(data["train_env_id"], config=DqnConfig.from_dict(dict(data["base"])),
+                      steps=data["steps"], eval_episodes=data["eval_episodes"],
+                      num_envs=data.get("num_envs", 1),
+                      vectorization=data.get("vectorization"))  # fmt: skip
+        return cls(data["env_id"], run, data["seeds"], data["evals"], data["seed"],
+                   data["fixed"])  # fmt: skip
 
 
 # -- search space ------------------------------------------------------------------
@@ -270,7 +287,7 @@ def settings_for(
         (``NATIVE_IDS``) where there is one, as ``ember-np train`` does.
     budget : tuple (steps or None, seeds, evals, eval_episodes)
         Env steps per seed (None: the env's preset budget, else
-        ``DEFAULT_STEPS``), K seeds per trial, E evaluations per seed,
+        :data:`~ember_np.training.spec.DEFAULT_STEPS`), K seeds per trial, E evaluations per seed,
         greedy episodes per evaluation.
     seed : int
         The study seed.
@@ -287,26 +304,16 @@ def settings_for(
         An unknown env id or ``key``, ``evals`` > ``steps``, or fixed fields
         no config can have.
     """
-    from ember_np.presets import default_preset
-    from ember_np.training.setup import NATIVE_IDS, make_env, parse_sets, with_env_masks
-
     steps, n_seeds, evals, eval_episodes = budget
-    make_env(env_id).close()
-    train_env_id = env_id if gymnasium_env else NATIVE_IDS.get(env_id, env_id)  # as train
-    num_envs, vectorization = vector_settings(train_env_id, num_envs, vectorization)
-    preset = default_preset(env_id.removeprefix("ember_np/"))
-    steps = steps or (preset.steps if preset is not None else DEFAULT_STEPS)
-    try:  # as ember-np train: the preset's schedule lengths over the trial's steps
-        base = preset.config_for(steps) if preset else DqnConfig()
-    except ValueError as exc:
-        raise SetupError(f"--steps {steps}: {exc}") from None
-    fixed = parse_sets(sets)
-    base = with_env_masks(base, train_env_id, fixed, say)  # as ember-np train: masks where given
+    # as ember-np train: the compiled twin, the preset's schedule lengths over the trial's
+    # steps, action masks where the env gives them (the --set fields stay apart: fixed)
+    spec, fixed = resolve_preset(env_id, None, sets, steps, (num_envs, vectorization),
+                                 gymnasium_env, say)  # fmt: skip
     fixed = {k: list(v) if isinstance(v, tuple) else v for k, v in fixed.items()}  # JSON's
-    if evals > steps:
-        raise SetupError(f"--evals must be <= --steps (got {evals} > {steps})")
-    settings = TuneSettings(env_id, train_env_id, steps, n_seeds, evals, eval_episodes, seed,
-                            fixed, base.to_dict(), num_envs, vectorization)  # fmt: skip
+    if evals > spec.steps:
+        raise SetupError(f"--evals must be <= --steps (got {evals} > {spec.steps})")
+    run = spec.replace(preset=None, eval_episodes=eval_episodes)  # the study records no preset
+    settings = TuneSettings(env_id, run, n_seeds, evals, seed, fixed)
     try:  # what is fixed, with the searched fields adjusted to it as every trial adjusts them
         config_for(settings, {})
     except (ValueError, TypeError) as exc:
@@ -337,7 +344,7 @@ def evaluate_config(
     """Train one agent per seed and return each one's final greedy evaluation.
 
     The K agents train side by side: after every 1/E of ``settings.steps``
-    each is evaluated greedily (``settings.eval_episodes`` episodes, the mean
+    each is evaluated greedily (``settings.run.eval_episodes`` episodes, the mean
     reward), and ``report(step, iqm of the K means)`` is called for every
     evaluation but the last; if it returns True the trial stops
     (``optuna.TrialPruned``). Each stretch of training is the one loop
@@ -352,20 +359,15 @@ def evaluate_config(
     """
     import gymnasium as gym
 
-    from ember_np.dqn.agent import DqnAgent
     from ember_np.stats import iqm
     from ember_np.training.loop import train_and_evaluate
-    from ember_np.training.trainer import DqnTrainer
 
     env = gym.make(settings.train_env_id)
     # K buffers fill side by side: refuse before allocating (SetupError) rather
     # than have the trial killed for memory half way through.
     check_replay_memory(env, config, copies=len(seeds))
     env.close()
-    trainers = []
-    for seed in seeds:
-        env = make_train_env(settings.train_env_id, settings.num_envs, settings.vectorization)
-        trainers.append(DqnTrainer(env, DqnAgent.for_env(env, config, seed=seed), seed=seed))
+    trainers = [build(settings.run.replace(config=config, seed=seed)) for seed in seeds]
     marks = [settings.steps * (i + 1) // settings.evals for i in range(settings.evals)]
     scores: list[float] = []
     for mark in marks:
@@ -373,7 +375,7 @@ def evaluate_config(
         # vector step at or past its mark; the overshoot is not added to later marks)
         scores = [
             float(train_and_evaluate(trainer, max(mark - trainer.agent.total_steps, 0), None,
-                                     settings.eval_episodes).mean_reward)
+                                     settings.run.eval_episodes).mean_reward)
             for trainer in trainers
         ]  # fmt: skip
         if report is not None and mark < settings.steps and report(mark, iqm(scores)):

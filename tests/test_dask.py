@@ -352,11 +352,16 @@ def test_without_a_scheduler_dask_is_not_imported(tmp_path):
 
 def test_a_seed_that_raises_on_a_worker_is_named_and_the_others_go_on(cluster, tmp_path, capsys):
     from ember_np.training.multiseed import train_seeds
+    from ember_np.training.spec import RunSpec
 
     _, client = cluster
     client.wait_for_workers(2, timeout=60)
     result = train_seeds(
-        "NoSuchEnv-v0", [3, 4], steps=100, root=tmp_path, progress=False, scheduler=client
+        RunSpec("NoSuchEnv-v0", steps=100),
+        [3, 4],
+        root=tmp_path,
+        progress=False,
+        scheduler=client,
     )  # fmt: skip  (a client of the caller's: left open)
     assert result.failed == [3, 4] and result.runs == []
     err = capsys.readouterr().err

@@ -19,6 +19,7 @@ from helpers import SMALL_ARGS, still_running
 
 from ember_np.cli import main
 from ember_np.training.multiseed import load_multiseed, parse_seeds, train_seeds
+from ember_np.training.spec import RunSpec
 
 SMALL = SMALL_ARGS
 TRAIN = ["train", "CartPole-v1", "--steps", "1500", "--eval-every", "500", "--eval-episodes",
@@ -74,8 +75,9 @@ def test_python_api_trains_a_list_of_seeds(tmp_path):
     from ember_np.presets import get_preset
 
     config = get_preset("ember").config.replace(min_replay_size=200, hidden_sizes=(32,))
-    result = train_seeds("ember_np/CartPole-v1", [4, 2], config=config, steps=600, workers=1,
-                         root=tmp_path, eval_every=300, eval_episodes=1, progress=False)  # fmt: skip
+    run = RunSpec("ember_np/CartPole-v1", config=config, steps=600, eval_every=300,
+                  eval_episodes=1)  # fmt: skip
+    result = train_seeds(run, [4, 2], workers=1, root=tmp_path, progress=False)
     assert [r.seed for r in result.runs] == [2, 4] or [r.seed for r in result.runs] == [4, 2]
     assert sorted(r.run_dir.name for r in result.runs) == ["seed_2", "seed_4"]
     assert all([s for s, _, _ in r.curve] == [300, 600, 600] for r in result.runs)
@@ -94,9 +96,11 @@ def test_python_api_trains_a_list_of_seeds(tmp_path):
     ],
 )
 def test_train_seeds_rejects_bad_arguments(kwargs, message, tmp_path):
-    args = {"seeds": [0], "steps": 10, "root": tmp_path, "progress": False, **kwargs}
+    settings = {"steps": 10, **{k: v for k, v in kwargs.items() if k in ("steps", "eval_every")}}
+    args = {"seeds": [0], "root": tmp_path, "progress": False,
+            **{k: v for k, v in kwargs.items() if k not in settings}}  # fmt: skip
     with pytest.raises(ValueError, match=message):
-        train_seeds("ember_np/CartPole-v1", **args)
+        train_seeds(RunSpec("ember_np/CartPole-v1", **settings), **args)
     assert not list(tmp_path.iterdir())  # refused before any directory is made
 
 
@@ -266,9 +270,9 @@ def test_the_largest_seed_and_count_are_accepted():
 
 def test_train_seeds_refuses_too_many_seeds_before_making_a_directory(tmp_path):
     with pytest.raises(ValueError, match="at most 10,000 seeds"):
-        train_seeds("ember_np/CartPole-v1", range(10_001), steps=10, root=tmp_path)
+        train_seeds(RunSpec("ember_np/CartPole-v1", steps=10), range(10_001), root=tmp_path)
     with pytest.raises(ValueError, match="at most 9223372036854775807"):
-        train_seeds("ember_np/CartPole-v1", [2**63], steps=10, root=tmp_path)
+        train_seeds(RunSpec("ember_np/CartPole-v1", steps=10), [2**63], root=tmp_path)
     assert not list(tmp_path.iterdir())
 
 
@@ -299,7 +303,7 @@ def test_train_seeds_refuses_too_many_workers_before_making_a_directory(tmp_path
     from ember_np.training.multiseed import WORKERS_PER_CORE, default_workers
 
     with pytest.raises(ValueError, match="workers must be at most"):
-        train_seeds("CartPole-v1", [0], steps=10,
+        train_seeds(RunSpec("CartPole-v1", steps=10), [0],
                     workers=WORKERS_PER_CORE * default_workers() + 1, root=tmp_path)  # fmt: skip
     assert not list(tmp_path.iterdir())
 
@@ -376,9 +380,9 @@ def test_train_seeds_holds_the_parent_lock_while_it_trains(tmp_path):
                                    capture_output=True, text=True).stdout.strip())  # fmt: skip
 
     config = get_preset("ember").config.replace(min_replay_size=64, hidden_sizes=(8,))
-    result = train_seeds("ember_np/CartPole-v1", [0], config=config, steps=100, workers=1,
-                         root=tmp_path, eval_every=100, eval_episodes=1, progress=False,
-                         on_start=on_start)  # fmt: skip
+    run = RunSpec("ember_np/CartPole-v1", config=config, steps=100, eval_every=100,
+                  eval_episodes=1)  # fmt: skip
+    result = train_seeds(run, [0], workers=1, root=tmp_path, progress=False, on_start=on_start)
     assert seen == [str(os.getpid())]  # held, and naming this process
     with parent_lock(result.parent) as lock:  # released when train_seeds returned
         assert lock.held

@@ -143,12 +143,13 @@ def test_a_tune_trial_scores_what_the_old_interleaved_loop_scored():
     1,000 steps up to each mark, one evaluation per trainer per mark.
     """
     from ember_np.dqn.config import DqnConfig
+    from ember_np.training.spec import RunSpec
     from ember_np.tune import TuneSettings, evaluate_config
 
     config = DqnConfig(hidden_sizes=(32,), batch_size=32, min_replay_size=200,
                        buffer_capacity=5_000, train_freq=4)  # fmt: skip
-    settings = TuneSettings("CartPole-v1", "ember_np/CartPole-v1", 2_500, 2, 3, 2, 0, {},
-                            config.to_dict())  # fmt: skip
+    run = RunSpec("ember_np/CartPole-v1", config=config, steps=2_500, eval_episodes=2)
+    settings = TuneSettings("CartPole-v1", run, 2, 3, 0, {})
     reports: list[tuple[int, float]] = []
     scores = evaluate_config(settings, config, [3, 4], lambda s, v: reports.append((s, v)) or False)
 

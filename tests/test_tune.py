@@ -60,13 +60,15 @@ def states(study):
     return [t.state for t in study.get_trials(deepcopy=False)]
 
 
-def settings(**changes):
-    base = TuneSettings(
-        "CartPole-v1", "ember_np/CartPole-v1", 3000, 2, 3, 3, 0,
-        {"hidden_sizes": [32], "train_freq": 4, "gradient_steps": 1, "batch_size": 32},
-        DqnConfig().to_dict(),
-    )  # fmt: skip
-    return dataclasses.replace(base, **changes)
+def settings(steps=3000, fixed=None, base=None):
+    """A study's settings: K=2 seeds, E=3 evaluations of 3 episodes on the compiled CartPole."""
+    from ember_np.training.spec import RunSpec
+
+    fixed = {"hidden_sizes": [32], "train_freq": 4, "gradient_steps": 1, "batch_size": 32} if (
+        fixed is None) else fixed  # fmt: skip
+    config = DqnConfig.from_dict(base) if base is not None else DqnConfig()
+    run = RunSpec("ember_np/CartPole-v1", config=config, steps=steps, eval_episodes=3)
+    return TuneSettings("CartPole-v1", run, 2, 3, 0, fixed)
 
 
 # -- without Optuna ---------------------------------------------------------------

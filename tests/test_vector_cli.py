@@ -172,11 +172,11 @@ def test_tune_with_num_envs_trains_trials_on_n_envs(tmp_path, capsys):
 
     settings = settings_for("CartPole-v1", (200, 1, 1, 1), 0, ["hidden_sizes=[8]"],
                             num_envs=4)  # fmt: skip
-    assert settings.num_envs == 4 and settings.vectorization is None
+    assert settings.run.num_envs == 4 and settings.run.vectorization is None
     assert TuneSettings.from_dict(settings.to_dict()) == settings
     old = settings.to_dict()
     del old["num_envs"], old["vectorization"]  # a study made before --num-envs
-    assert TuneSettings.from_dict(old).num_envs == 1
+    assert TuneSettings.from_dict(old).run.num_envs == 1
     assert main(["tune", "CartPole-v1", "--trials", "1", "--seeds", "1", "--steps", "200",
                  "--evals", "1", "--eval-episodes", "1", "--workers", "1", "--num-envs", "4",
                  "--dir", str(tmp_path / "t"), "--set", "hidden_sizes=[8]",
@@ -281,10 +281,12 @@ def test_result_json_is_accepted_exactly_where_the_rule_stops(tmp_path, n, vecto
     """--steps 202: native copies stop at 204 only; 2 gymnasium copies at 202 or 203."""
     from ember_np.dqn.config import DqnConfig
     from ember_np.training.seeds import SPEC_FILE, SeedSpec
+    from ember_np.training.spec import RunSpec
 
-    spec = SeedSpec("ember_np/CartPole-v1" if vectorization is None else "CartPole-v1",
-                    DqnConfig(), 202, "x", "v", eval_every=100, num_envs=n,
-                    vectorization=vectorization)  # fmt: skip
+    run = RunSpec("ember_np/CartPole-v1" if vectorization is None else "CartPole-v1",
+                  config=DqnConfig(), steps=202, eval_every=100, num_envs=n,
+                  vectorization=vectorization)  # fmt: skip
+    spec = SeedSpec(run, "x", "v")
     (tmp_path / SPEC_FILE).write_text(json.dumps({"spec": spec.to_dict(), "seeds": [0]}))
     (tmp_path / "seed_0").mkdir()
     curve = [[100, 1.0, 0.1], [200, 2.0, 0.2], [last, 3.0, 0.3]]

@@ -17,8 +17,6 @@ from ember_np.training import setup
 from ember_np.training.setup import one_line
 
 __all__ = [
-    "DEFAULT_EVAL_EPISODES",
-    "DEFAULT_EVAL_EVERY",
     "Parser",
     "Progress",
     "UsageError",
@@ -35,9 +33,6 @@ __all__ = [
     "save_plot",
     "seeds_argument",
 ]
-
-DEFAULT_EVAL_EVERY = 10_000
-DEFAULT_EVAL_EPISODES = 10
 
 
 class UsageError(Exception):

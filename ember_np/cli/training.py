@@ -20,18 +20,13 @@ from typing import Any
 
 from ember_np.cli import common
 from ember_np.cli.common import (
-    DEFAULT_EVAL_EPISODES,
-    DEFAULT_EVAL_EVERY,
     Progress,
     UsageError,
     add_vector_arguments,
     non_negative,
-    open_run,
     positive,
-    read_config,
     seeds_argument,
 )
-from ember_np.dqn.config import DqnConfig
 from ember_np.stats import EvalReport
 from ember_np.training.loop import LoopCallback, train_and_evaluate
 from ember_np.training.multiseed import (
@@ -43,16 +38,16 @@ from ember_np.training.multiseed import (
     resume_seeds,
     train_seeds,
 )
-from ember_np.training.setup import (
-    NATIVE_IDS,
-    check_checkpoint_env,
-    check_replay_memory,
-    first_compile_notice,
-    native_to_plain,
-    parse_sets,
-    run_name,
-    vector_settings,
-    with_env_masks,
+from ember_np.training.setup import first_compile_notice, run_name
+from ember_np.training.spec import (
+    DEFAULT_CHECKPOINT_FREQ,
+    DEFAULT_EVAL_EPISODES,
+    DEFAULT_EVAL_EVERY,
+    DEFAULT_KEEP,
+    RunSpec,
+    build,
+    open_resumed,
+    resolve,
 )
 
 __all__ = [
@@ -168,92 +163,48 @@ def env_id_and_sets(env_id: str | None, sets: list[str]) -> tuple[str, list[str]
 
 def cmd_train(args: argparse.Namespace) -> int:
     """``ember-np train``: one run (or ``--seeds``: many) with a preset and overrides."""
-    from ember_np import DqnAgent, DqnTrainer, TrainingRun
+    from ember_np import TrainingRun
     from ember_np._blas import set_blas_threads
-    from ember_np.presets import Preset, default_preset, get_preset
 
     set_blas_threads(1)  # the same numbers on any core count (and in --seeds workers)
     args.env_id, args.set = env_id_and_sets(args.env_id, args.set or [])
     check_scheduler_options(args, args.seeds is not None)
     board = tensorboard_callback(args.tensorboard)  # exit 2 without tensorboardX, at once
-    env_id = args.env_id
-    native = not args.gymnasium_env and env_id in NATIVE_IDS
-    if native:
-        env_id = NATIVE_IDS[env_id]
-    env = common.make_train_env(env_id, args.num_envs, args.vectorization)
-    args.vectorization = vector_settings(env_id, args.num_envs, args.vectorization)[1]
-    plain_id = native_to_plain(args.env_id)
-    preset: Preset | None
-    if args.preset is not None:
-        try:
-            preset = get_preset(args.preset, plain_id)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    else:
-        preset = default_preset(plain_id)
-    steps = args.steps if args.steps is not None else (preset.steps if preset else 100_000)
-    # the preset's schedule lengths are fractions of the run: resolved against --steps
-    # here, before --set (an explicit --set epsilon_decay_steps=N wins)
     try:
-        config = preset.config_for(steps) if preset is not None else DqnConfig()
-    except ValueError as exc:  # a length beyond int64 (a huge --steps)
-        raise UsageError(f"--steps {steps}: {exc}") from None
-    # a preset of another env is recorded and filed as ENV/NAME, never as the env's own
-    preset_name = preset.name_for(plain_id) if preset is not None else None
-    overrides = parse_sets(args.set or [])
-    if overrides:
-        try:
-            config = config.replace(**overrides)
-        except (ValueError, TypeError) as exc:
-            raise UsageError(f"--set: {exc}") from None
-    # said once the env, preset and overrides are known to be good (a mistyped env id
-    # gets its one-line error alone), before the first kernel runs (with_env_masks
-    # resets the env)
-    notice = first_compile_notice(native, args.num_envs)
-    if notice:
-        print(notice, file=sys.stderr, flush=True)
-    if native:
-        print(f"{args.env_id}: training on {env_id}, the compiled env (bit for bit "
-              "gymnasium's); --gymnasium-env uses gymnasium's own")  # fmt: skip
-    config = with_env_masks(config, env_id, overrides)
-    try:
-        check_replay_memory(env, config)
-        agent = DqnAgent.for_env(env, config, seed=args.seed)
+        spec = resolve(args.env_id, args.preset, args.set, args.steps,
+                       (args.num_envs, args.vectorization), args.gymnasium_env)  # fmt: skip
+        spec = spec.replace(seed=args.seed, eval_every=args.eval_every,
+                            eval_episodes=args.eval_episodes,
+                            checkpoint_freq=args.checkpoint_freq, keep=args.keep)  # fmt: skip
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    # said once the env, preset and overrides are known to be good (a mistyped env id
+    # gets its one-line error alone), before the first kernel runs
+    notice = first_compile_notice(spec.env_source == "compiled", spec.num_envs)
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
+    if spec.env_id != args.env_id:
+        print(f"{args.env_id}: training on {spec.env_id}, the compiled env (bit for bit "
+              "gymnasium's); --gymnasium-env uses gymnasium's own")  # fmt: skip
     name = args.name or run_name(args.env_id)
-    version = args.version or (run_name(preset_name) if preset_name else "default")
+    version = args.version or (run_name(spec.preset) if spec.preset else "default")
     if args.seeds is not None:
-        env.close()  # made for the checks above (async copies: their processes go now)
-        return train_many(args, env_id, preset_name, config,
-                          (steps, name, version))  # fmt: skip
-    try:
+        return train_many(args, spec, name, version)
+
+    def new_run() -> TrainingRun:
         run = TrainingRun.create(name, version, root=args.root)
+        run.write_config(spec.to_dict())
+        return run
+
+    try:
+        trainer = build(spec, new_run, make=common.make_train_env)
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    run.write_config(
-        {
-            "env_id": env_id,
-            "preset": preset_name,
-            "seed": args.seed,
-            "steps": steps,
-            "eval_every": args.eval_every,
-            "eval_episodes": args.eval_episodes,
-            "checkpoint_freq": args.checkpoint_freq,
-            "keep": args.keep,
-            **vector_fields(args.num_envs, args.vectorization),
-            "dqn": config.to_dict(),
-        }
-    )
-    print(f"run directory: {run.dir}")
-    print(f"{args.env_id}: preset {preset_name or '(none: DqnConfig defaults)'}, "
-          f"{steps:,} steps, seed {args.seed}"
-          f"{envs_text(args.num_envs, args.vectorization)}")  # fmt: skip
-    trainer = DqnTrainer(
-        env, agent, seed=args.seed, run=run,
-        checkpoint_freq=args.checkpoint_freq, keep_checkpoints=args.keep,
-    )  # fmt: skip
-    train_loop(trainer, steps, args.eval_every, args.eval_episodes, args.quiet,
+    print(f"run directory: {trainer.run.dir}")
+    print(f"{args.env_id}: preset {spec.preset or '(none: DqnConfig defaults)'}, "
+          f"{spec.steps:,} steps, seed {spec.seed}"
+          f"{envs_text(spec.num_envs, spec.vectorization)}")  # fmt: skip
+    train_loop(trainer, spec.steps, spec.eval_every, spec.eval_episodes, args.quiet,
                [board] if board is not None else [])  # fmt: skip
     return 0
 
@@ -272,10 +223,9 @@ def tensorboard_callback(log_dir: str | None) -> Any:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """``ember-np resume``: continue a run from latest.npz, or finish a multi-seed run."""
-    from ember_np import CheckpointError, DqnAgent, DqnTrainer
+    from ember_np import CheckpointError
     from ember_np._blas import set_blas_threads
     from ember_np.training.run import RunLockedError
-    from ember_np.training.trainer import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP_CHECKPOINTS
 
     board = tensorboard_callback(args.tensorboard)  # exit 2 without tensorboardX, at once
     if is_multiseed(args.run_path):
@@ -284,54 +234,22 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if args.steps is None:
         raise UsageError("the following arguments are required: --steps")
     set_blas_threads(1)  # as train: the same numbers on any core count
-    run = open_run(args.run_path)
-    try:
-        run.lock()  # before anything is read: one writer per run
-    except (RunLockedError, OSError) as exc:
+    try:  # what the library's resume() trains, with the progress bar and its messages
+        spec, trainer, restored = open_resumed(args.run_path, common.make_train_env)
+    except (RunLockedError, CheckpointError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    saved = read_config(run)
-    num_envs, vectorization = saved_vector_fields(saved)
-    env = common.make_train_env(saved["env_id"], num_envs, vectorization)
-    latest = run.latest_checkpoint_path()
-    try:
-        agent = DqnAgent.from_checkpoint(latest)
-    except CheckpointError as exc:
-        raise UsageError(str(exc)) from None
-    check_checkpoint_env(env, saved["env_id"], agent.encoder, agent.action_mapper, latest)
-    seed = int(saved.get("seed", 0)) + agent.total_steps  # a fresh episode stream
-    trainer = DqnTrainer(
-        env, agent, seed=seed, run=run,
-        checkpoint_freq=int(saved.get("checkpoint_freq", DEFAULT_CHECKPOINT_FREQ)),
-        keep_checkpoints=int(saved.get("keep", DEFAULT_KEEP_CHECKPOINTS)),
-    )  # fmt: skip
-    eval_every = int(saved.get("eval_every", DEFAULT_EVAL_EVERY))
-    eval_episodes = int(saved.get("eval_episodes", DEFAULT_EVAL_EPISODES))
-    if num_envs > 1:
-        say_env_state(trainer, num_envs, vectorization)
-    print(f"resuming {run.dir} at step {agent.total_steps:,} (epsilon {agent.epsilon:.3f}, "
-          f"{len(agent.buffer):,} transitions in the replay buffer): {args.steps:,} more "
-          f"steps, to step {agent.total_steps + args.steps:,}")  # fmt: skip
-    train_loop(trainer, args.steps, eval_every, eval_episodes, args.quiet,
+    agent = trainer.agent
+    if spec.num_envs > 1:
+        say_env_state(trainer, spec.num_envs, spec.vectorization, restored)
+    print(f"resuming {trainer.run.dir} at step {agent.total_steps:,} (epsilon "
+          f"{agent.epsilon:.3f}, {len(agent.buffer):,} transitions in the replay buffer): "
+          f"{args.steps:,} more steps, to step {agent.total_steps + args.steps:,}")  # fmt: skip
+    train_loop(trainer, args.steps, spec.eval_every, spec.eval_episodes, args.quiet,
                [board] if board is not None else [])  # fmt: skip
     return 0
 
 
 # -- N envs (--num-envs) ------------------------------------------------------------------
-
-
-def vector_fields(num_envs: int, vectorization: str | None) -> dict[str, Any]:
-    """What config.json (and train_seeds) get of ``--num-envs`` / ``--vectorization``:
-    nothing for one env (its config.json as before)."""
-    return {} if num_envs == 1 else {"num_envs": num_envs, "vectorization": vectorization}
-
-
-def saved_vector_fields(saved: dict[str, Any]) -> tuple[int, str | None]:
-    """config.json's ``num_envs`` and ``vectorization`` (1 and None in older runs)."""
-    num_envs, vectorization = saved.get("num_envs", 1), saved.get("vectorization")
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise UsageError(f"config.json: num_envs must be an integer >= 1, got {num_envs!r}: "
-                         "set it to the number of envs the run trained on")  # fmt: skip
-    return num_envs, vectorization
 
 
 def envs_text(num_envs: int, vectorization: str | None) -> str:
@@ -341,14 +259,10 @@ def envs_text(num_envs: int, vectorization: str | None) -> str:
     return f", {num_envs} envs ({vectorization or 'compiled, one loop'})"
 
 
-def say_env_state(trainer: Any, num_envs: int, vectorization: str | None) -> None:
-    """Resume of N envs: continue their episodes (native, state saved) or say they start afresh."""
-    from ember_np import CheckpointError
-
-    try:
-        restored = trainer.restore_env_state()
-    except (CheckpointError, ValueError) as exc:
-        raise UsageError(f"{trainer.env_state_path()}: {exc}") from None
+def say_env_state(trainer: Any, num_envs: int, vectorization: str | None,
+                  restored: bool | None) -> None:  # fmt: skip
+    """Resume of N envs: say whether they continue their episodes (native, state saved) or
+    start afresh."""
     if restored:
         print(f"{num_envs} envs continue their episodes in progress (saved with latest.npz)")
     elif vectorization is None:
@@ -364,20 +278,8 @@ def say_env_state(trainer: Any, num_envs: int, vectorization: str | None) -> Non
 # -- many seeds ---------------------------------------------------------------------------
 
 
-def train_many(
-    args: Any,
-    env_id: str,
-    preset: str | None,
-    config: DqnConfig,
-    where: tuple[int, str, str],
-) -> int:
-    """``ember-np train ENV_ID --seeds K``: the options ``cmd_train`` resolved; exit status.
-
-    ``where`` is (steps per seed, run name, run version).
-    """
-
-    steps, name, version = where
-
+def train_many(args: Any, spec: RunSpec, name: str, version: str) -> int:
+    """``ember-np train ENV_ID --seeds K``: the spec ``cmd_train`` resolved; exit status."""
     client = connect_scheduler(args.scheduler)  # before anything is written
     if client is not None:
         workers = None
@@ -390,19 +292,16 @@ def train_many(
 
     def announce(parent: Path) -> None:
         started.append(parent)
-        print(f"{len(seeds)} seeds ({format_seeds(seeds)}) of {env_id}, preset "
-              f"{preset or '(none: DqnConfig defaults)'}, {steps:,} steps each"
-              f"{envs_text(args.num_envs, args.vectorization)}, on {on}; "
+        print(f"{len(seeds)} seeds ({format_seeds(seeds)}) of {spec.env_id}, preset "
+              f"{spec.preset or '(none: DqnConfig defaults)'}, {spec.steps:,} steps each"
+              f"{envs_text(spec.num_envs, spec.vectorization)}, on {on}; "
               f"runs: {parent}/seed_<s>/")  # fmt: skip
         sys.stdout.flush()
 
     with seeds_command(client, lambda: started[0] if started else None):
         result = train_seeds(
-            env_id, seeds, config=config, steps=steps, workers=workers, root=args.root,
-            name=name, version=version, preset=preset, eval_every=args.eval_every,
-            eval_episodes=args.eval_episodes, checkpoint_freq=args.checkpoint_freq,
-            keep=args.keep, progress=not args.quiet, on_start=announce, scheduler=client,
-            **vector_fields(args.num_envs, args.vectorization),
+            spec, seeds, workers=workers, root=args.root, name=name, version=version,
+            progress=not args.quiet, on_start=announce, scheduler=client,
         )  # fmt: skip
     print(result.summary())
     seed_events(args.tensorboard, result.runs)
@@ -535,8 +434,7 @@ SCHEDULER_HELP = (
 
 
 def add_train_parser(sub: Any) -> None:
-    """Register ``train`` on the command line's subparsers."""
-    from ember_np.training.trainer import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP_CHECKPOINTS
+    """Register ``train`` on the command line's subparsers (its defaults: :class:`RunSpec`'s)."""
 
     p = sub.add_parser("train", help="train DQN on a gymnasium env, with a TrainingRun")
     p.add_argument(
@@ -572,7 +470,7 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--eval-episodes", type=positive, default=DEFAULT_EVAL_EPISODES)
     p.add_argument("--checkpoint-freq", type=positive, default=DEFAULT_CHECKPOINT_FREQ)
     p.add_argument(
-        "--keep", type=non_negative, default=DEFAULT_KEEP_CHECKPOINTS,
+        "--keep", type=non_negative, default=DEFAULT_KEEP,
         help="numbered checkpoints kept",
     )  # fmt: skip
     p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="override DqnConfig fields")

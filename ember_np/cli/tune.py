@@ -16,6 +16,7 @@ from typing import Any
 
 from ember_np.cli.common import UsageError, add_vector_arguments, non_negative, positive
 from ember_np.training.multiseed import check_workers, default_workers
+from ember_np.training.spec import DEFAULT_EVAL_EPISODES
 from ember_np.tune import (
     DEFAULT_HEARTBEAT,
     INSTALL_HINT,
@@ -61,7 +62,7 @@ def add_tune_parser(sub: Any) -> None:
     p.add_argument("--timeout", type=positive, help="seconds after which no trial starts")
     p.add_argument("--seed", type=non_negative, default=0, help="study seed (default 0)")
     p.add_argument("--evals", type=positive, default=5, help="evaluations per seed (default 5)")
-    p.add_argument("--eval-episodes", type=positive, default=10)
+    p.add_argument("--eval-episodes", type=positive, default=DEFAULT_EVAL_EPISODES)
     p.add_argument(
         "--heartbeat", type=positive, default=DEFAULT_HEARTBEAT,
         help="seconds between heartbeats; a silent trial is failed and retried after 3x",
@@ -117,7 +118,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(
         f"study {name!r} in {masked(storage_url)}: {args.trials} trials, {settings.seeds} "
         f"seeds x {settings.steps:,} steps on {settings.train_env_id}"
-        f"{f' ({settings.num_envs} envs)' if settings.num_envs > 1 else ''}, {workers} workers"
+        f"{f' ({settings.run.num_envs} envs)' if settings.run.num_envs > 1 else ''}, "
+        f"{workers} workers"
     )
     spec = {
         "storage": storage_url, "study": name, "trials": args.trials,

@@ -1,7 +1,8 @@
-"""Training drivers: DqnTrainer and TrainingRun; the loop's public callbacks.
+"""Training drivers: DqnTrainer and TrainingRun; the loop's public callbacks; run specs.
 
 ``LoopCallback`` (its events and their order, ``CALL_ORDER``),
-``train_and_evaluate`` and ``TensorBoardCallback`` can be imported from here;
+``train_and_evaluate``, ``TensorBoardCallback``, a run's settings
+(``RunSpec``, ``resolve``, ``build``) and ``resume`` can be imported from here;
 like ``ember_np``'s own names they are imported on first use (PEP 562), so
 importing a submodule (``ember_np.training.run``) loads nothing more.
 """
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ember_np.training.loop import CALL_ORDER, LoopCallback, train_and_evaluate
+    from ember_np.training.spec import RunSpec, build, resolve, resume
     from ember_np.training.tensorboard import TensorBoardCallback
 
 _HOMES = {
@@ -20,9 +22,22 @@ _HOMES = {
     "LoopCallback": "ember_np.training.loop",
     "train_and_evaluate": "ember_np.training.loop",
     "TensorBoardCallback": "ember_np.training.tensorboard",
+    "RunSpec": "ember_np.training.spec",
+    "build": "ember_np.training.spec",
+    "resolve": "ember_np.training.spec",
+    "resume": "ember_np.training.spec",
 }
 
-__all__ = ["CALL_ORDER", "LoopCallback", "TensorBoardCallback", "train_and_evaluate"]
+__all__ = [
+    "CALL_ORDER",
+    "LoopCallback",
+    "RunSpec",
+    "TensorBoardCallback",
+    "build",
+    "resolve",
+    "resume",
+    "train_and_evaluate",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -61,7 +61,6 @@ from typing import Any
 import numpy as np
 
 from ember_np.checkpoint import atomic_write_text
-from ember_np.dqn.config import DqnConfig
 from ember_np.training.run import DirectoryLock, check_name
 from ember_np.training.seed_run import train_seed
 from ember_np.training.seeds import (
@@ -78,6 +77,7 @@ from ember_np.training.seeds import (
     read_spec,
 )
 from ember_np.training.setup import vector_settings
+from ember_np.training.spec import RunSpec
 
 __all__ = [
     "MAX_SEED",
@@ -191,11 +191,9 @@ def check_workers(workers: Any) -> int:
 
 
 def train_seeds(
-    env_id: str,
+    run: RunSpec,
     seeds: Iterable[int],
     *,
-    config: DqnConfig | None = None,
-    steps: int = 100_000,
     workers: int | None = None,
     root: str | os.PathLike[str] = "runs",
     name: str | None = None,
@@ -203,33 +201,27 @@ def train_seeds(
     progress: bool = True,
     on_start: Callable[[Path], None] | None = None,
     scheduler: Any = None,
-    **options: Any,
 ) -> MultiSeedResult:
-    """Train ``seeds`` independently on ``workers`` processes; returns their results.
+    """Train ``run`` once per seed of ``seeds``, on ``workers`` processes; returns their results.
 
     Each seed is the run :func:`train_seed` makes (``ember-np train env_id
     --seed s`` with the same options), in ``<root>/<name>/<version>/<time>/seed_<s>/``.
 
     Parameters
     ----------
-    env_id : str
-        A gymnasium id, e.g. ``"ember_np/CartPole-v1"`` (compiled, fused training).
+    run : RunSpec
+        What every seed trains (its ``seed`` is replaced by each seed's):
+        the env (e.g. ``"ember_np/CartPole-v1"``, compiled, fused training),
+        the config, the steps per seed, the evaluation and checkpoint settings,
+        the envs stepped together (:func:`~ember_np.training.spec.resolve`
+        builds one as ``ember-np train`` does).
     seeds : iterable of int
         Distinct seeds in ``0..MAX_SEED`` (2**63 - 1), at most ``MAX_SEEDS`` (10,000).
-    config : DqnConfig, optional
-        Default ``DqnConfig()``.
-    steps : int
-        Env steps per seed.
     workers : int, optional
         Worker processes (default: one per core; never more than the seeds).
     root, name, version
-        Where the parent directory goes (name defaults to ``env_id`` with
+        Where the parent directory goes (name defaults to ``run.env_id`` with
         ``/`` replaced by ``-``).
-    **options
-        ``preset`` (recorded in each run's config.json), ``eval_every``,
-        ``eval_episodes``, ``checkpoint_freq``, ``keep``, ``num_envs``,
-        ``vectorization``: as ``ember-np train``'s options (defaults 10,000,
-        10, 10,000, 5, 1, None; see :class:`SeedSpec`).
     progress : bool
         One tqdm bar over all seeds' env steps (stderr).
     on_start : callable, optional
@@ -248,6 +240,9 @@ def train_seeds(
         ``failed`` lists the seeds whose worker died or raised; their partial
         runs stay on disk, and :func:`resume_seeds` finishes them.
     """
+    if not isinstance(run, RunSpec):
+        raise ValueError(f"run must be a RunSpec (e.g. RunSpec({run!r}, steps=...) for an "
+                         f"env id), got {type(run).__name__}")  # fmt: skip
     seeds = [int(s) for s in itertools.islice(seeds, MAX_SEEDS + 1)]  # never a huge list
     if not seeds:
         raise ValueError("seeds must name at least one seed, got none")
@@ -259,19 +254,8 @@ def train_seeds(
                          f"{format_seeds(seeds)}")  # fmt: skip
     if max(seeds) > MAX_SEED:
         raise ValueError(f"seeds must be at most {MAX_SEED} (2**63 - 1), got {max(seeds)}")
-    known = {"preset", "eval_every", "eval_episodes", "checkpoint_freq", "keep", "num_envs",
-             "vectorization"}  # fmt: skip
-    if set(options) - known:
-        raise ValueError(f"unknown options {sorted(set(options) - known)}; train_seeds takes "
-                         f"{', '.join(sorted(known))} besides its named parameters")  # fmt: skip
-    spec = SeedSpec(env_id, config or DqnConfig(), int(steps), name or env_id.replace("/", "-"),
-                    version, **options)  # fmt: skip
-    for option, minimum in (("steps", 1), ("eval_every", 1), ("eval_episodes", 1),
-                            ("checkpoint_freq", 1), ("keep", 0)):  # fmt: skip
-        if getattr(spec, option) < minimum:
-            raise ValueError(f"{option} must be an integer >= {minimum}, got "
-                             f"{getattr(spec, option)}")  # fmt: skip
-    vector_settings(spec.env_id, spec.num_envs, spec.vectorization)  # SetupError if bad
+    spec = SeedSpec(run, name or run.env_id.replace("/", "-"), version)
+    vector_settings(run.env_id, run.num_envs, run.vectorization)  # SetupError if bad
     if workers is not None:
         _check_not_both(workers, scheduler)
         workers = check_workers(workers)

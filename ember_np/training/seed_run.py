@@ -18,7 +18,7 @@ from ember_np.checkpoint import atomic_write_text
 from ember_np.stats import EvalReport
 from ember_np.training.loop import LoopCallback, train_and_evaluate
 from ember_np.training.seeds import RESULT_FILE, SeedResult, SeedSpec
-from ember_np.training.setup import make_train_env
+from ember_np.training.spec import build
 
 __all__ = ["CurveCallback", "train_seed"]
 
@@ -32,36 +32,36 @@ def train_seed(
     """Train one seed into the new run directory ``run_dir``; returns its result.
 
     The same run as ``ember-np train`` with ``--seed seed`` and ``spec``'s
-    options: the same env, agent and trainer, the same loop
+    options: ``spec.run`` with the seed, built by :func:`~ember_np.training.spec.build`, the
+    same loop
     (:func:`~ember_np.training.loop.train_and_evaluate`), a greedy evaluation
     every ``spec.eval_every`` steps and a final one. ``on_steps(n)`` is
     called after each chunk (progress). Writes ``result.json`` into the run
     directory last.
     """
-    from ember_np.dqn.agent import DqnAgent
     from ember_np.training.run import TrainingRun
-    from ember_np.training.trainer import DqnTrainer
 
     t0 = time.perf_counter()
-    env = make_train_env(spec.env_id, spec.num_envs, spec.vectorization)
+    run = spec.run.replace(seed=seed)
+
+    def new_run() -> TrainingRun:
+        made = TrainingRun.create_in(run_dir, spec.name, spec.version)
+        made.write_config(run.to_dict())
+        return made
+
+    trainer = build(run, new_run)
     try:  # closed at the end: an async vector env's processes stop with the seed
-        agent = DqnAgent.for_env(env, spec.config, seed=seed)
-        run = TrainingRun.create_in(run_dir, spec.name, spec.version)
-        run.write_config(spec.run_config(seed))
-        trainer = DqnTrainer(env, agent, seed=seed, run=run,
-                             checkpoint_freq=spec.checkpoint_freq,
-                             keep_checkpoints=spec.keep)  # fmt: skip
         curve = CurveCallback(t0, on_steps)
         # A seed that does not finish is trained again from the start (resume_seeds), so
         # its latest.npz is written with the numbered checkpoints and at its end only
         # (each write, replay buffer included, cost about a tenth of a chunk's training).
-        report = train_and_evaluate(trainer, spec.steps, spec.eval_every, spec.eval_episodes,
+        report = train_and_evaluate(trainer, run.steps, run.eval_every, run.eval_episodes,
                                     [curve], latest_every_chunk=False)  # fmt: skip
     finally:
-        env.close()
-    result = SeedResult(seed, run.dir, report.mean_reward, trainer.best_eval_reward, curve.curve,
-                        time.perf_counter() - t0)  # fmt: skip
-    atomic_write_text(run.dir / RESULT_FILE, json.dumps(result.to_dict(), indent=1))
+        trainer.env.close()
+    result = SeedResult(seed, trainer.run.dir, report.mean_reward, trainer.best_eval_reward,
+                        curve.curve, time.perf_counter() - t0)  # fmt: skip
+    atomic_write_text(trainer.run.dir / RESULT_FILE, json.dumps(result.to_dict(), indent=1))
     return result
 
 

@@ -13,7 +13,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from ember_np._validate import is_int
 from ember_np.dqn.config import DqnConfig
 from ember_np.training.loop import eval_mark, stop_steps
 from ember_np.training.setup import one_line
+from ember_np.training.spec import RunSpec
 
 __all__ = [
     "MAX_SEED",
@@ -43,61 +44,64 @@ RESULT_FILE = "result.json"
 
 @dataclass(frozen=True)
 class SeedSpec:
-    """What every seed of a multi-seed run trains: the options of ``ember-np train``.
+    """What every seed of a multi-seed run trains: a :class:`RunSpec` and where it is filed.
 
-    ``env_id`` is the environment actually made (``ember_np/CartPole-v1`` for
-    the command line's default); ``preset`` is recorded in each run's
-    ``config.json`` as the single-seed command records it. ``num_envs``
-    envs are stepped together (``--num-envs``; ``vectorization`` ``"sync"``
-    or ``"async"`` for a gymnasium env's copies, None for one env or a native env's).
+    ``run`` is the spec each seed trains, its ``seed`` replaced by the seed's
+    own (``run.env_id`` is the environment actually made,
+    ``ember_np/CartPole-v1`` for the command line's default); ``name`` and
+    ``version`` file the parent directory (``<root>/<name>/<version>/<time>/``).
+    The spec's fields can be read from here too (``spec.steps``, ...).
     """
 
-    env_id: str
-    config: DqnConfig
-    steps: int
+    run: RunSpec
     name: str
     version: str
-    preset: str | None = None
-    eval_every: int = 10_000
-    eval_episodes: int = 10
-    checkpoint_freq: int = 10_000
-    keep: int = 5
-    num_envs: int = 1
-    vectorization: str | None = None
+
+    def __getattr__(self, name: str) -> Any:  # spec.steps, spec.env_id, ...: the run's
+        if name in _RUN_FIELDS:
+            return getattr(self.run, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def run_config(self, seed: int) -> dict[str, Any]:
-        """The seed's ``config.json``: what ``ember-np train --seed seed`` writes
-        (``num_envs`` and ``vectorization`` only with N > 1)."""
-        vector = {"num_envs": self.num_envs, "vectorization": self.vectorization}
-        return {
-            "env_id": self.env_id,
-            "preset": self.preset,
-            "seed": seed,
-            "steps": self.steps,
-            "eval_every": self.eval_every,
-            "eval_episodes": self.eval_episodes,
-            "checkpoint_freq": self.checkpoint_freq,
-            "keep": self.keep,
-            **(vector if self.num_envs > 1 else {}),
-            "dqn": self.config.to_dict(),
-        }
+        """The seed's ``config.json``: what ``ember-np train --seed seed`` writes."""
+        return self.run.replace(seed=seed).to_dict()
 
     def stop_steps(self) -> range:
         """The total steps a seed's run can end at (:func:`~ember_np.training.loop.stop_steps`):
         ``steps``, or with N envs the first vector-step boundary at or past it
         (a native env's copies: exactly the first multiple of N; a gymnasium
         vector env, whose reset rows add no transition: up to N - 1 past it)."""
-        whole = self.num_envs == 1 or self.vectorization is None
-        return stop_steps(self.steps, self.num_envs, whole)
+        run = self.run
+        whole = run.num_envs == 1 or run.vectorization is None
+        return stop_steps(run.steps, run.num_envs, whole)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["config"] = self.config.to_dict()
-        return out
+        """``seeds.json``'s ``spec``: the run's settings, its config under ``config``."""
+        run = self.run
+        return {
+            "env_id": run.env_id, "config": run.config.to_dict(), "steps": run.steps,
+            "name": self.name, "version": self.version, "preset": run.preset,
+            "eval_every": run.eval_every, "eval_episodes": run.eval_episodes,
+            "checkpoint_freq": run.checkpoint_freq, "keep": run.keep,
+            "num_envs": run.num_envs, "vectorization": run.vectorization,
+        }  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SeedSpec:
-        return cls(**{**data, "config": DqnConfig.from_dict(data["config"])})
+        """Inverse of :meth:`to_dict`; keys an older ``seeds.json`` lacks take the defaults."""
+        unknown = sorted(set(data) - set(_SPEC_KEYS))
+        if unknown:
+            raise ValueError(f"unknown keys {unknown}")
+        settings = {k: data[k] for k in _RUN_FIELDS if k in data and k != "config"}
+        run = RunSpec(config=DqnConfig.from_dict(data["config"]), **settings)
+        return cls(run, data["name"], data["version"])
+
+
+#: The RunSpec fields a SeedSpec passes on (``spec.steps`` is ``spec.run.steps``).
+_RUN_FIELDS = frozenset(f.name for f in fields(RunSpec))
+#: The keys of ``seeds.json``'s ``spec``.
+_SPEC_KEYS = ("env_id", "config", "steps", "name", "version", "preset", "eval_every",
+              "eval_episodes", "checkpoint_freq", "keep", "num_envs", "vectorization")  # fmt: skip
 
 
 @dataclass(frozen=True)
