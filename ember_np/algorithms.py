@@ -1,0 +1,166 @@
+"""The algorithm registry: the one place the commands find an algorithm.
+
+An algorithm is registered once, as an :class:`Algorithm`: its config class,
+how to build and restore its agent, its presets, the format tag of its
+checkpoints, how to read a checkpoint as a deployable policy, and optionally
+its tune search space and ONNX export. Everything above the algorithms (the
+command line's ``train --algo``, ``--seeds`` on processes or Dask,
+``resume``, ``eval``, ``tune``, ``report``, ``export``, :class:`RunSpec
+<ember_np.training.spec.RunSpec>`) asks :func:`get_algorithm` and nothing
+else, so a second algorithm needs no change above this module.
+
+Names:
+
+* ``"dqn"``: built in (:mod:`ember_np.dqn.algorithm`), the default.
+* ``"package.module:NAME"``: an algorithm defined outside ember_np.
+  ``package.module`` is imported and its attribute ``NAME`` must be an
+  :class:`Algorithm`. The full string is what a run records (config.json's
+  ``"algorithm"``), so worker processes and ``resume`` find it again the same
+  way, as gymnasium's ``"module:EnvId"`` ids do.
+
+This module imports no algorithm until one is asked for: ``import ember_np``
+stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: The algorithm a run uses when none is named (``--algo`` / config.json without one).
+DEFAULT_ALGORITHM = "dqn"
+
+#: Built-in algorithms: name -> ``"module:attribute"`` of their :class:`Algorithm`.
+BUILT_IN: dict[str, str] = {"dqn": "ember_np.dqn.algorithm:DQN"}
+
+
+def _no_presets(env_id: str) -> dict[str, Any]:
+    return {}
+
+
+def _no_default(env_id: str) -> Any:
+    return None
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One algorithm, as the layers above it see it.
+
+    Attributes
+    ----------
+    name : str
+        What ``--algo`` takes and config.json records; also the config.json key
+        that holds the config (``"dqn": {...}``).
+    config_class : type
+        A frozen dataclass with ``to_dict()``, ``from_dict(d)`` and
+        ``replace(**fields)`` (``--set`` goes through ``replace``).
+    checkpoint_format : str
+        The ``"format"`` tag of the agent checkpoints it writes; a checkpoint of
+        another algorithm is refused naming both.
+    make_agent : callable
+        ``(env, config, seed) -> agent``: a fresh agent implementing
+        :class:`~ember_np.types.LearningAgent` for ``env``.
+    load_agent : callable
+        ``(path) -> agent``: an agent restored from one of its checkpoints
+        (``resume``).
+    load_policy : callable
+        ``(path) -> policy``: the greedy policy of a checkpoint, with ``act(obs)``,
+        ``encoder`` and ``action_mapper`` (``eval``).
+    presets : callable
+        ``(env_id) -> {name: Preset}``: the env's ready-made configs (may be empty).
+    default_preset : callable
+        ``(env_id) -> Preset | None``: the preset a run uses when none is named.
+    get_preset : callable or None
+        ``(name, env_id) -> Preset``: a preset by any name the algorithm takes
+        (files included); None: names from ``presets`` only.
+    describe_agent : callable
+        ``(agent) -> str``: its state in a few words (``resume``'s first line).
+    tune_space : callable or None
+        ``(trial, settings) -> config``: an Optuna trial's config; None: the
+        algorithm cannot be tuned.
+    export_onnx : callable or None
+        ``(checkpoint, output) -> dict``: the checkpoint's policy as an ONNX file;
+        None: no ONNX export.
+    """
+
+    name: str
+    config_class: type
+    checkpoint_format: str
+    make_agent: Callable[[Any, Any, int], Any]
+    load_agent: Callable[[Path], Any]
+    load_policy: Callable[[Path], Any]
+    presets: Callable[[str], Mapping[str, Any]] = _no_presets
+    default_preset: Callable[[str], Any] = _no_default
+    get_preset: Callable[[str, str], Any] | None = None
+    describe_agent: Callable[[Any], str] = str
+    tune_space: Callable[[Any, Any], Any] | None = None
+    export_onnx: Callable[[Path, Path], dict[str, Any]] | None = None
+
+    def preset(self, name: str, env_id: str) -> Any:
+        """The preset ``name`` for ``env_id``; ValueError listing the names it takes."""
+        if self.get_preset is not None:
+            return self.get_preset(name, env_id)
+        presets = self.presets(env_id)
+        if name not in presets:
+            known = ", ".join(presets) or "none"
+            raise ValueError(
+                f"unknown {self.name} preset {name!r} for {env_id} (its presets: {known}); "
+                "leave --preset out for the config's defaults, or use --set fields"
+            )
+        return presets[name]
+
+
+_LOADED: dict[str, Algorithm] = {}
+
+
+def known_algorithms() -> list[str]:
+    """The built-in names and every ``module:NAME`` algorithm loaded so far."""
+    return sorted(set(BUILT_IN) | set(_LOADED))
+
+
+def get_algorithm(name: str | None = None) -> Algorithm:
+    """The algorithm called ``name`` (None: :data:`DEFAULT_ALGORITHM`).
+
+    Raises
+    ------
+    ValueError
+        For a name that is neither built in nor an importable ``module:NAME``
+        holding an :class:`Algorithm`, naming what was given and what exists.
+    """
+    name = DEFAULT_ALGORITHM if name is None else name
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"an algorithm name must be a non-empty string, got {name!r}")
+    if name in _LOADED:
+        return _LOADED[name]
+    target = BUILT_IN.get(name, name)
+    module_name, colon, attribute = target.partition(":")
+    if not colon or not module_name or not attribute:
+        raise ValueError(
+            f"unknown algorithm {name!r}; built in: {', '.join(sorted(BUILT_IN))}, or "
+            "'package.module:NAME' for an Algorithm defined elsewhere"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"algorithm {name!r}: cannot import {module_name!r} ({exc})") from None
+    algorithm = getattr(module, attribute, None)
+    if not isinstance(algorithm, Algorithm):
+        raise ValueError(
+            f"algorithm {name!r}: {module_name}.{attribute} must be an "
+            f"ember_np.algorithms.Algorithm, got {type(algorithm).__name__}"
+        )
+    if name in BUILT_IN and algorithm.name != name:
+        raise ValueError(f"built-in algorithm {name!r} is registered as {algorithm.name!r}")
+    _LOADED[name] = algorithm
+    return algorithm
+
+
+def algorithm_of_config(saved: Mapping[str, Any]) -> str:
+    """The algorithm a run's config.json names (``"algorithm"``; older runs: dqn)."""
+    name = saved.get("algorithm", DEFAULT_ALGORITHM)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"config.json's 'algorithm' must be a name, got {name!r}")
+    return name
