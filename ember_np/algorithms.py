@@ -25,6 +25,7 @@ stays light.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,10 @@ class Algorithm:
         (files included); None: names from ``presets`` only.
     describe_agent : callable
         ``(agent) -> str``: its state in a few words (``resume``'s first line).
+    check_setup : callable or None
+        ``(env, config, copies) -> None``: raise ValueError (one line, saying what
+        to change) for a config this machine cannot run, before anything is
+        allocated; ``copies`` agents will live at once (a tune trial's seeds).
     tune_space : callable or None
         ``(trial, settings) -> config``: an Optuna trial's config; None: the
         algorithm cannot be tuned.
@@ -96,6 +101,7 @@ class Algorithm:
     default_preset: Callable[[str], Any] = _no_default
     get_preset: Callable[[str, str], Any] | None = None
     describe_agent: Callable[[Any], str] = str
+    check_setup: Callable[[Any, Any, int], None] | None = None
     tune_space: Callable[[Any, Any], Any] | None = None
     export_onnx: Callable[[Path, Path], dict[str, Any]] | None = None
 
@@ -156,6 +162,34 @@ def get_algorithm(name: str | None = None) -> Algorithm:
         raise ValueError(f"built-in algorithm {name!r} is registered as {algorithm.name!r}")
     _LOADED[name] = algorithm
     return algorithm
+
+
+def check_checkpoint_format(path: str | os.PathLike[str], algorithm: str) -> None:
+    """Refuse a checkpoint that ``algorithm`` did not write, naming both algorithms.
+
+    Raises
+    ------
+    CheckpointError
+        The file is not a checkpoint, or its ``"format"`` tag is another
+        algorithm's (named when it is one :func:`known_algorithms` holds).
+    """
+    from ember_np.checkpoint import CheckpointError, format_tag
+
+    expected = get_algorithm(algorithm)
+    tag = format_tag(path)
+    if tag is None:
+        raise CheckpointError(os.fspath(path), f"not an ember_np checkpoint (no 'format' "
+                              f"key), expected {expected.checkpoint_format!r} ({expected.name})")
+    if tag == expected.checkpoint_format:
+        return
+    writers = [n for n in known_algorithms() if get_algorithm(n).checkpoint_format == tag]
+    wrote = f"a {writers[0]} checkpoint" if writers else "an unknown algorithm's checkpoint"
+    raise CheckpointError(
+        os.fspath(path),
+        f"{wrote} (format {tag!r}), but this run's algorithm is {algorithm} "
+        f"(format {expected.checkpoint_format!r}): resume or evaluate it with the "
+        "algorithm that wrote it"
+    )
 
 
 def algorithm_of_config(saved: Mapping[str, Any]) -> str:

@@ -438,6 +438,27 @@ def load_arrays(
         return {key: _read_array(f, m) for key, m in members.items() if not key.startswith(skip)}
 
 
+def format_tag(path: str | os.PathLike[str]) -> str | None:
+    """A checkpoint's ``"format"`` tag (which algorithm wrote it), reading that array
+    alone after :func:`inspect_archive`'s checks; None when it has none.
+
+    Raises
+    ------
+    CheckpointError
+        As :func:`load_arrays`, or a ``"format"`` that is not a string.
+    """
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise CheckpointError(p, "no such checkpoint file")
+    with _unreadable_as_checkpoint_error(p), open(p, "rb") as f:
+        members = _inspect(p, f, None)
+        if AgentKeys.FORMAT not in members:
+            return None
+        return Reader(p, {AgentKeys.FORMAT: _read_array(f, members[AgentKeys.FORMAT])}).string(
+            AgentKeys.FORMAT
+        )
+
+
 def string_array(value: str) -> np.ndarray:
     """A 0-d unicode array holding ``value`` (how strings are stored)."""
     return np.array(value, dtype=np.str_)

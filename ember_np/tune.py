@@ -59,8 +59,9 @@ from typing import Any
 
 import numpy as np
 
+from ember_np.algorithms import get_algorithm
 from ember_np.dqn.config import DqnConfig
-from ember_np.training.setup import SetupError, check_replay_memory
+from ember_np.training.setup import SetupError
 from ember_np.training.spec import RunSpec, build, resolve_preset
 from ember_np.tune_results import best_preset, importances, summary
 from ember_np.tune_storage import (
@@ -365,8 +366,14 @@ def evaluate_config(
     env = gym.make(settings.train_env_id)
     # K buffers fill side by side: refuse before allocating (SetupError) rather
     # than have the trial killed for memory half way through.
-    check_replay_memory(env, config, copies=len(seeds))
-    env.close()
+    check_setup = get_algorithm(settings.run.algorithm).check_setup
+    try:
+        if check_setup is not None:
+            check_setup(env, config, len(seeds))
+    except ValueError as exc:
+        raise SetupError(str(exc)) from None
+    finally:
+        env.close()
     trainers = [build(settings.run.replace(config=config, seed=seed)) for seed in seeds]
     marks = [settings.steps * (i + 1) // settings.evals for i in range(settings.evals)]
     scores: list[float] = []

@@ -24,6 +24,13 @@ import numpy as np
 
 from ember_np.algorithms import Algorithm
 from ember_np.checkpoint import CheckpointError, Reader, json_array, save_arrays, string_array
+from ember_np.encoding import (
+    IndexActionMapper,
+    describe,
+    encoder_for_space,
+    encoder_from_description,
+    mapper_from_description,
+)
 
 FORMAT = "tests.random_agent"
 
@@ -58,8 +65,12 @@ class RandomAgent:
 
     action_masks = False
 
-    def __init__(self, num_actions: int, config: RandomConfig, seed: int = 0) -> None:
-        self.num_actions = int(num_actions)
+    def __init__(
+        self, encoder: Any, action_mapper: IndexActionMapper, config: RandomConfig, seed: int = 0
+    ) -> None:
+        self.encoder = encoder
+        self.action_mapper = action_mapper
+        self.num_actions = int(action_mapper.num_actions)
         self.config = config
         self.seed = int(seed)
         self._rng = np.random.default_rng([self.seed, 1])
@@ -82,13 +93,13 @@ class RandomAgent:
         return self._draw(self._rng)
 
     def encode(self, obs: Any) -> np.ndarray:
-        return np.asarray(obs, dtype=np.float32).reshape(-1)
+        return np.asarray(self.encoder.encode(obs), dtype=np.float32)
 
     def act_encoded(self, x: np.ndarray) -> int:
         return self._draw(self._rng)
 
-    def index_to_action(self, index: int) -> int:
-        return int(index)
+    def index_to_action(self, index: int) -> Any:
+        return self.action_mapper.index_to_action(int(index))
 
     # -- learning (none)
     def observe(self, experience: Any) -> bool:
@@ -124,8 +135,10 @@ class RandomAgent:
             "format": string_array(FORMAT),
             "format_version": np.int64(1),
             "counters": np.array([self._total_steps, 0], dtype=np.int64),
-            "meta": json_array({"num_actions": self.num_actions, "seed": self.seed,
-                                "previous": self._previous, "config": self.config.to_dict()}),
+            "meta": json_array({"seed": self.seed, "previous": self._previous,
+                                "config": self.config.to_dict(),
+                                "encoder": describe(self.encoder),
+                                "mapper": describe(self.action_mapper)}),
             "rng": json_array(state),
         })  # fmt: skip
         return Path(path)
@@ -145,7 +158,9 @@ class RandomAgent:
         reader = Reader(path)
         reader.check_format(FORMAT)
         meta = reader.json("meta")
-        agent = cls(meta["num_actions"], RandomConfig.from_dict(meta["config"]), meta["seed"])
+        agent = cls(encoder_from_description(meta["encoder"]),
+                    mapper_from_description(meta["mapper"]),
+                    RandomConfig.from_dict(meta["config"]), meta["seed"])  # fmt: skip
         return agent.load(path)
 
     # -- no compiled loop
@@ -161,18 +176,18 @@ class RandomPolicy:
 
     def __init__(self, agent: RandomAgent) -> None:
         self.agent = agent
-        self.encoder = None
-        self.action_mapper = None
+        self.encoder = agent.encoder
+        self.action_mapper = agent.action_mapper
 
     def act(self, obs: Any) -> int:
         return self.agent.act(obs)
 
 
 def _make_agent(env: Any, config: Any, seed: int) -> RandomAgent:
-    space = getattr(env, "single_action_space", None) or env.action_space
-    if not hasattr(space, "n"):
-        raise ValueError(f"the random agent needs a discrete action space, got {space}")
-    return RandomAgent(int(space.n), config, seed)
+    obs_space = getattr(env, "single_observation_space", env.observation_space)
+    action_space = getattr(env, "single_action_space", env.action_space)
+    return RandomAgent(encoder_for_space(obs_space), IndexActionMapper.for_space(action_space),
+                       config, seed)  # fmt: skip
 
 
 def _load_policy(path: Path) -> RandomPolicy:

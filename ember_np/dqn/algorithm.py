@@ -50,6 +50,46 @@ def _get_preset(name: str, env_id: str) -> Any:
     return get_preset(name, env_id)
 
 
+def check_replay_memory(env: Any, config: DqnConfig, copies: int = 1) -> None:
+    """Refuse replay buffers that do not fit in the memory available, before allocating them.
+
+    Parameters
+    ----------
+    env : gymnasium.Env or VectorEnv
+        The env whose observation and action spaces (a vector env's: one copy's)
+        set a transition's size.
+    config : DqnConfig
+        Its ``buffer_capacity`` is the rows of each buffer.
+    copies : int, default 1
+        Buffers that will live at once (a tune trial trains its K seeds side by side).
+
+    Raises
+    ------
+    ValueError
+        ``copies x config.buffer_capacity`` rows of ``env``'s transitions need
+        more bytes than the machine has available (the message says which
+        ``buffer_capacity`` fits).
+    """
+    from ember_np._memory import available_memory, format_bytes
+    from ember_np.dqn.replay import transition_dtype
+    from ember_np.encoding import IndexActionMapper, encoder_for_space
+
+    obs_space = getattr(env, "single_observation_space", env.observation_space)
+    action_space = getattr(env, "single_action_space", env.action_space)
+    obs_size = encoder_for_space(obs_space).obs_size
+    n_actions = IndexActionMapper.for_space(action_space).num_actions
+    per_row = transition_dtype(obs_size, n_actions).itemsize
+    need = copies * config.buffer_capacity * per_row
+    free = available_memory()
+    if free is not None and need > free:
+        buffers = "the replay buffer" if copies == 1 else f"{copies} replay buffers"
+        raise ValueError(
+            f"buffer_capacity={config.buffer_capacity} needs {format_bytes(need)} for {buffers} "
+            f"({per_row} bytes a transition), more than the {format_bytes(free)} of "
+            f"memory available: use --set buffer_capacity=N with N <= {free // per_row // copies:,}"
+        )
+
+
 def _describe(agent: Any) -> str:
     return f"epsilon {agent.epsilon:.3f}, {len(agent.buffer):,} transitions in the replay buffer"
 
@@ -77,6 +117,7 @@ DQN = Algorithm(
     default_preset=_default_preset,
     get_preset=_get_preset,
     describe_agent=_describe,
+    check_setup=check_replay_memory,
     tune_space=_suggest,
     export_onnx=_export_onnx,
 )
