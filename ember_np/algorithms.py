@@ -29,13 +29,25 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 #: The algorithm a run uses when none is named (``--algo`` / config.json without one).
 DEFAULT_ALGORITHM = "dqn"
 
 #: Built-in algorithms: name -> ``"module:attribute"`` of their :class:`Algorithm`.
 BUILT_IN: dict[str, str] = {"dqn": "ember_np.dqn.algorithm:DQN"}
+
+
+class SearchSpace(Protocol):
+    """What ``ember-np tune`` needs of an algorithm's search space."""
+
+    def suggest_config(self, trial: Any, settings: Any) -> Any:
+        """A config for an Optuna ``trial`` (fields in ``settings.fixed`` not searched)."""
+        ...
+
+    def config_for(self, settings: Any, values: Mapping[str, Any]) -> Any:
+        """``settings``' base config with the sampled ``values`` and fixed fields."""
+        ...
 
 
 def _no_presets(env_id: str) -> dict[str, Any]:
@@ -83,9 +95,10 @@ class Algorithm:
         ``(env, config, copies) -> None``: raise ValueError (one line, saying what
         to change) for a config this machine cannot run, before anything is
         allocated; ``copies`` agents will live at once (a tune trial's seeds).
-    tune_space : callable or None
-        ``(trial, settings) -> config``: an Optuna trial's config; None: the
-        algorithm cannot be tuned.
+    tune_space : SearchSpace or None
+        ``ember-np tune``'s search space (an object or module with
+        ``suggest_config(trial, settings)`` and ``config_for(settings, values)``,
+        e.g. :mod:`ember_np.dqn.search_space`); None: the algorithm cannot be tuned.
     export_onnx : callable or None
         ``(checkpoint, output) -> dict``: the checkpoint's policy as an ONNX file;
         None: no ONNX export.
@@ -102,7 +115,7 @@ class Algorithm:
     get_preset: Callable[[str, str], Any] | None = None
     describe_agent: Callable[[Any], str] = str
     check_setup: Callable[[Any, Any, int], None] | None = None
-    tune_space: Callable[[Any, Any], Any] | None = None
+    tune_space: SearchSpace | None = None
     export_onnx: Callable[[Path, Path], dict[str, Any]] | None = None
 
     def preset(self, name: str, env_id: str) -> Any:
@@ -178,8 +191,11 @@ def check_checkpoint_format(path: str | os.PathLike[str], algorithm: str) -> Non
     expected = get_algorithm(algorithm)
     tag = format_tag(path)
     if tag is None:
-        raise CheckpointError(os.fspath(path), f"not an ember_np checkpoint (no 'format' "
-                              f"key), expected {expected.checkpoint_format!r} ({expected.name})")
+        raise CheckpointError(
+            os.fspath(path),
+            f"not an ember_np checkpoint (no 'format' "
+            f"key), expected {expected.checkpoint_format!r} ({expected.name})",
+        )
     if tag == expected.checkpoint_format:
         return
     writers = [n for n in known_algorithms() if get_algorithm(n).checkpoint_format == tag]
@@ -188,7 +204,7 @@ def check_checkpoint_format(path: str | os.PathLike[str], algorithm: str) -> Non
         os.fspath(path),
         f"{wrote} (format {tag!r}), but this run's algorithm is {algorithm} "
         f"(format {expected.checkpoint_format!r}): resume or evaluate it with the "
-        "algorithm that wrote it"
+        "algorithm that wrote it",
     )
 
 

@@ -17,7 +17,7 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
-from ember_np import tune_storage  # noqa: E402
+from ember_np.tune import storage as tune_storage  # noqa: E402
 from ember_np.cli import build_parser, main  # noqa: E402
 from ember_np.training.setup import SetupError  # noqa: E402
 

@@ -492,7 +492,8 @@ def add_train_parser(sub: Any) -> None:
         "--keep", type=non_negative, default=DEFAULT_KEEP,
         help="numbered checkpoints kept",
     )  # fmt: skip
-    p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="override fields of the algorithm's config (DqnConfig for dqn)")
+    p.add_argument("--set", nargs="+", metavar="KEY=VALUE",
+                   help="override fields of the algorithm's config (DqnConfig for dqn)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--tensorboard", metavar="DIR",

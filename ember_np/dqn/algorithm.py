@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ember_np.algorithms import Algorithm
+from ember_np.dqn import search_space
 from ember_np.dqn.config import DqnConfig
 
 
@@ -94,12 +95,6 @@ def _describe(agent: Any) -> str:
     return f"epsilon {agent.epsilon:.3f}, {len(agent.buffer):,} transitions in the replay buffer"
 
 
-def _suggest(trial: Any, settings: Any) -> Any:
-    from ember_np.tune import suggest_config
-
-    return suggest_config(trial, settings)
-
-
 def _export_onnx(checkpoint: Path, output: Path) -> dict[str, Any]:
     from ember_np.export import export_onnx
 
@@ -118,7 +113,7 @@ DQN = Algorithm(
     get_preset=_get_preset,
     describe_agent=_describe,
     check_setup=check_replay_memory,
-    tune_space=_suggest,
+    tune_space=search_space,
     export_onnx=_export_onnx,
 )
 """DQN: :class:`~ember_np.DqnConfig`, :class:`~ember_np.DqnAgent`,
