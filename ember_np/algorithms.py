@@ -105,7 +105,7 @@ class Algorithm:
     """
 
     name: str
-    config_class: type
+    config_class: type[Any]
     checkpoint_format: str
     make_agent: Callable[[Any, Any, int], Any]
     load_agent: Callable[[Path], Any]

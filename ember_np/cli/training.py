@@ -493,7 +493,7 @@ def add_train_parser(sub: Any) -> None:
         help="numbered checkpoints kept",
     )  # fmt: skip
     p.add_argument("--set", nargs="+", metavar="KEY=VALUE",
-                   help="override fields of the algorithm's config (DqnConfig for dqn)")  # fmt: skip
+                   help="override the algorithm's config fields (DqnConfig for dqn)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--tensorboard", metavar="DIR",

@@ -266,7 +266,8 @@ def with_env_masks(
     """``config`` with action masks on when ``env_id`` gives them, unless ``overrides`` chose.
 
     The one place ``train`` and ``tune`` decide it, so both build the same
-    config. A config without an ``action_masks`` field is returned as it is. ``say`` gets the one line that says masks were turned on.
+    config. A config without an ``action_masks`` field is returned as it is.
+    ``say`` gets the one line that says masks were turned on.
     """
     if not hasattr(config, "action_masks"):  # an algorithm without masks
         return config
