@@ -53,6 +53,7 @@ from ember_np.dqn.agent_kernels import (  # noqa: E402
 )
 from ember_np.dqn.noisy import acting_params  # noqa: E402
 from ember_np.envs._dispatch import reset_copy, step_copy  # noqa: E402
+from ember_np.training import drivers  # noqa: E402
 
 TRAIN_FREQ, BATCH, N_VEC = 64, 32, 16
 
@@ -68,10 +69,9 @@ def side_by_side(trainers: dict[int, Any], steps: int, rounds: int) -> dict[int,
     interleaved: ``total``, ``kernel`` (inside the compiled loop) and ``python``
     (the rest); ``wall``: the median wall-clock transitions/s."""
     inside = dict.fromkeys(trainers, 0.0)
-    for n, tr in trainers.items():
-        agent = tr.agent
-        name = "run_fused" if n == 1 else "run_fused_vector"
-        run = getattr(agent, name)
+    for n in trainers:  # the compiled loop the fused driver of each N calls
+        name = "fused_steps" if n == 1 else "fused_vec_steps"
+        run = getattr(drivers, name)
 
         def timed(*args: Any, run: Callable[..., int] = run, n: int = n) -> int:
             t0 = time.process_time()
@@ -80,7 +80,7 @@ def side_by_side(trainers: dict[int, Any], steps: int, rounds: int) -> dict[int,
             finally:
                 inside[n] += time.process_time() - t0
 
-        setattr(agent, name, timed)
+        setattr(drivers, name, timed)
     rows: dict[int, list[tuple[float, float, float]]] = {n: [] for n in trainers}
     for _ in range(rounds):
         for n, tr in trainers.items():

@@ -165,7 +165,9 @@ class ReplayBuffer(Protocol):
 class LearningAgent(Protocol):
     """What :class:`~ember_np.DqnTrainer` needs of an agent (ember-rl 0.3's ``LearningAgent``).
 
-    :class:`~ember_np.DqnAgent` implements it; the trainer uses nothing else.
+    :class:`~ember_np.DqnAgent` implements it; the trainer uses nothing else
+    (its compiled loops over native envs also need an agent's kernels: see
+    :class:`~ember_np.training.drivers.FusableAgent`, which DqnAgent implements too).
     The trainer's loop works on encoded observations and action indices, so
     that each observation is encoded once: ``x = encode(obs)``, ``index =
     act_encoded(x)``, ``env.step(index_to_action(index))``, ``observe_encoded``.
@@ -228,6 +230,12 @@ class LearningAgent(Protocol):
         """Whether the most recent observed step trained."""
         ...
 
+    @property
+    def last_loss(self) -> float:
+        """The most recent training loss; NaN before the first (or for an agent
+        without one): a training episode's log row then carries no ``loss``."""
+        ...
+
     def epsilon_at(self, step: int) -> float:
         """The exploration rate after ``step`` env steps."""
         ...
@@ -241,19 +249,10 @@ class LearningAgent(Protocol):
         """Restore a checkpoint written by :meth:`save`."""
         ...
 
-    # -- the fused compiled loop
-    def can_fuse(self, env: Any) -> bool:
-        """Whether :meth:`run_fused` can drive this native env."""
-        ...
-
-    def run_fused(self, env: Any, n_steps: int, loop: Any) -> int:
-        """``n_steps`` env steps in one compiled loop (see ``training/_fused.py``)."""
-        ...
-
 
 #: Every member of :class:`LearningAgent` (for error messages).
 LEARNING_AGENT_MEMBERS = (
     "act", "act_epsilon_greedy", "encode", "act_encoded", "index_to_action", "observe",
-    "observe_encoded", "total_steps", "n_updates", "last_step_trained", "epsilon_at", "save",
-    "load", "can_fuse", "run_fused",
+    "observe_encoded", "total_steps", "n_updates", "last_step_trained", "last_loss",
+    "epsilon_at", "save", "load",
 )  # fmt: skip

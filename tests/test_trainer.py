@@ -62,23 +62,34 @@ def test_same_seeds_give_identical_metric_streams():
 
 
 class WithoutLastLoss(DqnAgent):
-    """An agent without ``last_loss``, which LearningAgent does not name."""
+    """An agent without ``last_loss``, which LearningAgent names."""
 
     @property
     def last_loss(self):
         raise AttributeError("last_loss")
 
 
-def test_the_trainer_needs_no_last_loss_of_an_agent():
-    """The trainer uses an agent through LearningAgent only: an episode's end reads no
-    ``last_loss`` (it raised AttributeError at the first end); the loss is left out."""
+class NoLoss(DqnAgent):
+    """An agent with no loss to report (``last_loss`` NaN)."""
+
+    @property
+    def last_loss(self):
+        return float("nan")
+
+
+def test_the_trainer_reads_the_loss_through_learning_agent(tmp_path):
+    """The trainer uses an agent through LearningAgent only, which names ``last_loss``:
+    an agent without it is refused, naming it; a NaN loss leaves ``loss`` out of the
+    episodes' log rows."""
     env = gym.make("CartPole-v1")
-    agent = WithoutLastLoss.for_env(env, FAST)
-    assert not hasattr(agent, "last_loss")
-    trainer = DqnTrainer(env, agent, seed=0)
+    with pytest.raises(ValueError, match=r"implement LearningAgent.*'last_loss'"):
+        DqnTrainer(env, WithoutLastLoss.for_env(env, FAST), seed=0)
+    agent = NoLoss.for_env(env, FAST)
+    trainer = DqnTrainer(env, agent, seed=0, run=TrainingRun.create("r", "v", root=tmp_path))
     metrics = list(itertools.islice(trainer.steps(), 300))
     assert sum(m.episode_done for m in metrics) >= 5 and agent.n_updates > 0
-    assert trainer.stats.summary()["episode_length"] > 0
+    rows = trainer.run.read_train_episodes()
+    assert len(rows) >= 5 and all(set(r["extras"]) == {"epsilon"} for r in rows)
 
 
 class RecordingEnv(gym.Wrapper):

@@ -32,23 +32,20 @@ from ember_np._validate import check_int
 from ember_np.checkpoint import (
     AGENT_FORMAT,
     FORMAT_VERSION,
-    CheckpointError,
     Reader,
     json_array,
     save_arrays,
     string_array,
 )
-from ember_np.checkpoint import (
-    AgentKeys as K,
-)
+from ember_np.checkpoint import AgentKeys as K
 from ember_np.dqn.agent_io import (
     buffer_for,
     check_checkpoint_architecture,
     check_config_architecture,
     config_differences,
     configure_buffer,
+    read_agent_parts,
     read_learner_state,
-    read_seed,
     seed_array,
 )
 from ember_np.dqn.agent_kernels import (
@@ -62,7 +59,7 @@ from ember_np.dqn.agent_kernels import (
     train_from_buffer,
     update_settings_now,
 )
-from ember_np.dqn.agent_vec import VectorMethods
+from ember_np.dqn.agent_vec import VecStep, VectorLearner
 from ember_np.dqn.circular import CircularBuffer
 from ember_np.dqn.config import DqnConfig
 from ember_np.dqn.forward import refused_observation
@@ -78,8 +75,6 @@ from ember_np.encoding import (
     describe,
     encode_for_network,
     encoder_for_space,
-    encoder_from_description,
-    mapper_from_description,
     nonfinite_observation,
 )
 from ember_np.rng import Rng
@@ -90,13 +85,13 @@ __all__ = ["DqnAgent"]
 _F32 = np.dtype(np.float32)
 
 
-class DqnAgent(VectorMethods):
+class DqnAgent:
     """A DQN agent: acts epsilon-greedily, stores experience, learns from replay.
 
     With several envs stepped together (a vectorised env) the agent acts on
     them in one batch and learns from their transitions one by one, each
-    env's kept apart in the buffer (:class:`VectorMethods`: ``set_num_envs``,
-    ``observe_vector``, ``act_epsilon_greedy_batch``).
+    env's kept apart in the buffer (``set_num_envs``, ``observe_vector``,
+    ``act_epsilon_greedy_batch``: its :class:`~ember_np.dqn.agent_vec.VectorLearner`'s).
 
     Parameters
     ----------
@@ -171,7 +166,7 @@ class DqnAgent(VectorMethods):
             ]
             if missing:
                 raise ValueError(f"buffer does not implement ReplayBuffer: missing {missing}")
-        self.buffer = buffer
+        self.buffer: Any = buffer  # (a default one or any ReplayBuffer: its kernel members vary)
         self._fast_buffer = type(buffer) in (CircularBuffer, PrioritizedBuffer)
         # Live state shared with the kernels, updated in place.
         self._counters = np.zeros(2, dtype=np.int64)  # total_steps, n_updates
@@ -179,7 +174,6 @@ class DqnAgent(VectorMethods):
         # Compiled entry points of the per-step kernels, resolved at their first call.
         self._step_entry: Any = None
         self._explore_entry: Any = None
-        self._vec_entry: Any = None
         self.config = config  # sets the kernels' settings and state
 
     @property
@@ -211,6 +205,7 @@ class DqnAgent(VectorMethods):
             self._net, self.buffer.kernel_state if self._fast_buffer else None, self._settings,
             self._counters, self._replay_rng.state, self._explore_rng.state, self._out,
         )  # fmt: skip
+        self._vector = VectorLearner(self, self._state, self._fast_buffer, self._flat_encoder)
 
     @classmethod
     def for_env(cls, env: Any, config: DqnConfig | None = None, seed: int = 0) -> DqnAgent:
@@ -261,6 +256,11 @@ class DqnAgent(VectorMethods):
     def last_loss(self) -> float:
         """Mean loss of the most recent training (NaN before the first)."""
         return float(self._out[0])
+
+    @property
+    def kernel_state(self) -> AgentState:
+        """The live state the agent's kernels take (the trainer's compiled loops run on it)."""
+        return self._state
 
     @property
     def epsilon(self) -> float:
@@ -365,6 +365,58 @@ class DqnAgent(VectorMethods):
             if x is not None and x.shape == self._obs_shape:
                 return x
         return encode_for_network(self.encoder, obs, self._obs_shape)
+
+    # -- N envs at once (VectorLearner's: ember_np.dqn.agent_vec) -----------------
+    def encode_batch(self, obs_batch: Any) -> np.ndarray:
+        """The encoder's output for a batch: C-contiguous float32 (N, obs_size)."""
+        return self._vector.encode_batch(obs_batch)
+
+    def indices_to_actions(self, indices: np.ndarray) -> np.ndarray:
+        """The env actions of action indices (int (N,)), as an array (the mapper's)."""
+        return self._vector.indices_to_actions(indices)
+
+    def act_batch(self, obs_batch: Any, action_masks: Any = None) -> np.ndarray:
+        """Greedy env actions for a batch (:meth:`VectorLearner.act_batch`)."""
+        return self._vector.act_batch(obs_batch, action_masks)
+
+    def act_epsilon_greedy_batch(self, obs_batch: Any, action_masks: Any = None) -> np.ndarray:
+        """Exploring env actions for a batch (:meth:`VectorLearner.act_epsilon_greedy_batch`)."""
+        return self._vector.act_epsilon_greedy_batch(obs_batch, action_masks)
+
+    @property
+    def num_envs(self) -> int:
+        """Envs whose transitions the replay buffer keeps apart (1 for a custom buffer)."""
+        return self._vector.num_envs
+
+    def set_num_envs(self, num_envs: int) -> None:
+        """Get ready to learn from ``num_envs`` envs stepped together.
+
+        The default buffer keeps each env's transitions in a stream of its
+        own (:class:`~ember_np.CircularBuffer`'s ``num_envs``), so n-step
+        returns never mix envs; it must be empty to be split, or already
+        split so (else ValueError). A custom buffer is pushed every
+        transition in env order.
+        """
+        if self._vector.set_num_envs(num_envs):
+            self.config = self._config  # the kernels' new ReplayState
+
+    def new_vec_step(self, num_envs: int, masks: bool = False) -> VecStep:
+        """Zeroed arrays of one VecStep (:meth:`VectorLearner.new_vec_step`)."""
+        return self._vector.new_vec_step(num_envs, masks)
+
+    def observe_vector(self, step: VecStep) -> np.ndarray:
+        """Learn from one step of N envs, pick their next actions
+        (:meth:`VectorLearner.observe_vector`)."""
+        return self._vector.observe_vector(step)
+
+    def raise_vec_error(self, code: int, step: VecStep) -> None:
+        """Raise the ValueError of a vector kernel's negative return ``code``."""
+        self._vector.raise_vec_error(code, step)
+
+    def can_fuse(self, env: Any) -> bool:
+        """Whether the trainer's compiled loops can drive native env ``env``
+        (:meth:`VectorLearner.can_fuse`)."""
+        return self._vector.can_fuse(env)
 
     # -- learning --------------------------------------------------------------
     def observe(self, experience: Experience, next_action_mask: Any = None) -> bool:
@@ -610,25 +662,7 @@ class DqnAgent(VectorMethods):
         are passed explicitly.
         """
         reader = Reader(path)
-        reader.check_format(AGENT_FORMAT)
-        try:
-            config = DqnConfig.from_dict(reader.json(K.CONFIG))
-            if encoder is None:
-                encoder = encoder_from_description(reader.json(K.ENCODER))
-            if action_mapper is None:
-                action_mapper = mapper_from_description(reader.json(K.MAPPER))
-        except CheckpointError:
-            raise
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise reader.error(f"invalid config or description: {exc}") from None
-        seed = read_seed(reader)
-        stored = tuple(reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1).tolist())
-        expected = (int(encoder.obs_size), *config.hidden_sizes, int(action_mapper.num_actions))
-        if stored != expected:
-            raise reader.error(
-                f"architecture mismatch: the config and encoder describe layer_sizes {expected}, "
-                f"the weights have {stored}"
-            )
+        config, encoder, action_mapper, seed = read_agent_parts(reader, encoder, action_mapper)
         try:
             agent = cls(encoder, action_mapper, config, seed=seed, buffer=buffer)
         except (ValueError, MemoryError) as exc:  # e.g. an absurd buffer capacity
@@ -645,18 +679,18 @@ class DqnAgent(VectorMethods):
         trains its own parameters and nothing is shared with the original.
         """
         state = self.__dict__.copy()
-        for derived in ("_settings", "_net", "_state"):
+        for derived in ("_settings", "_net", "_state", "_vector"):
             del state[derived]
-        state["_step_entry"] = state["_explore_entry"] = state["_vec_entry"] = None
+        state["_step_entry"] = state["_explore_entry"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.pop("_vec_entry", None)  # (older pickles kept the vector step's entry here)
         self.__dict__.update(state)
-        self._vec_entry = None  # (older pickles have no such entry)
         # Own, writeable counters even when unpickled from shared (out-of-band) buffers.
         self._counters = np.array(self._counters, dtype=np.int64)
         self._out = np.array(self._out, dtype=np.float64)
-        self.config = self._config  # rebuilds _settings, _net and _state from the copies
+        self.config = self._config  # rebuilds _settings, _net, _state, _vector from the copies
 
     def __repr__(self) -> str:
         return (

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ember_np.checkpoint import AgentKeys as K
 from ember_np.checkpoint import (
+    AGENT_FORMAT,
     CheckpointError,
     Reader,
     architecture_name,
@@ -20,11 +20,13 @@ from ember_np.checkpoint import (
     noisy_name,
     string_array,
 )  # fmt: skip
+from ember_np.checkpoint import AgentKeys as K
 from ember_np.dqn.circular import CircularBuffer
 from ember_np.dqn.config import DqnConfig
 from ember_np.dqn.head import head_name
 from ember_np.dqn.network import QNetwork
 from ember_np.dqn.prioritized import PrioritizedBuffer
+from ember_np.encoding import encoder_from_description, mapper_from_description
 
 
 def buffer_for(config: DqnConfig, obs_size: int, n_actions: int) -> CircularBuffer:
@@ -193,3 +195,31 @@ def config_differences(reader: Reader, config: DqnConfig) -> list[str]:
     saved = {**json.loads(json.dumps(DqnConfig().to_dict())), **saved}
     keys = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
     return [f"{k} {saved.get(k)!r} (this agent: {mine.get(k)!r})" for k in keys]
+
+
+def read_agent_parts(reader: Reader, encoder: Any, action_mapper: Any) -> tuple[Any, ...]:
+    """What :meth:`DqnAgent.from_checkpoint <ember_np.DqnAgent.from_checkpoint>` builds
+    the agent from: ``(config, encoder, action_mapper, seed)`` of an agent checkpoint,
+    the encoder and mapper rebuilt from their descriptions unless given (not None),
+    all checked against the stored layer sizes. Raises CheckpointError.
+    """
+    reader.check_format(AGENT_FORMAT)
+    try:
+        config = DqnConfig.from_dict(reader.json(K.CONFIG))
+        if encoder is None:
+            encoder = encoder_from_description(reader.json(K.ENCODER))
+        if action_mapper is None:
+            action_mapper = mapper_from_description(reader.json(K.MAPPER))
+    except CheckpointError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise reader.error(f"invalid config or description: {exc}") from None
+    seed = read_seed(reader)
+    stored = tuple(reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1).tolist())
+    expected = (int(encoder.obs_size), *config.hidden_sizes, int(action_mapper.num_actions))
+    if stored != expected:
+        raise reader.error(
+            f"architecture mismatch: the config and encoder describe layer_sizes {expected}, "
+            f"the weights have {stored}"
+        )
+    return config, encoder, action_mapper, seed

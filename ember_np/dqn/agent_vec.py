@@ -1,13 +1,17 @@
-"""DqnAgent's members for N envs at once and for the fused compiled loops.
+"""DqnAgent's collaborator for N envs at once: batched acting and the vector step.
 
-:class:`VectorMethods` is a base class of :class:`~ember_np.DqnAgent` (kept
-here so each module stays readable): batched acting, the vector step the
-trainer calls after stepping N envs, the replay buffer's streams, and the
-compiled loops over native envs.
+:class:`VectorLearner` holds what :class:`~ember_np.DqnAgent` does for N envs
+stepped together (the agent delegates its ``act_batch``,
+``act_epsilon_greedy_batch``, ``set_num_envs``, ``new_vec_step``,
+``observe_vector``, ``raise_vec_error``, ``can_fuse`` ... to it): it works on
+the agent's kernel state (:attr:`DqnAgent.kernel_state
+<ember_np.DqnAgent.kernel_state>`) and public members. The compiled training
+loops over native envs are the trainer's (``ember_np.training.drivers``), which
+call the agent's kernels; nothing here imports the training layer.
 
 Reading map of one vector step (``DqnTrainer`` with N envs), in call order::
 
-    VectorMethods.observe_vector       this module: checks, then one kernel call
+    DqnAgent.observe_vector            dqn/agent.py -> VectorLearner.observe_vector
       agent_vec_step                   dqn/agent_kernels.py
         observe_one (env by env)       push into the env's stream, count, sync, train
         act_batch_explore              N epsilon-greedy actions, one forward pass
@@ -26,6 +30,7 @@ from ember_np.dqn.agent_kernels import (
     BAD_ACT_OBS,
     ENV_CODES,
     NO_TRANSITION,
+    AgentState,
     VecStep,
     act_batch_explore,
     agent_vec_step,
@@ -33,40 +38,42 @@ from ember_np.dqn.agent_kernels import (
 )
 from ember_np.dqn.mlp import greedy_actions_checked, greedy_actions_legal_checked
 from ember_np.encoding import IndexActionMapper, nonfinite_row
-from ember_np.training._fused import FusedVecLoop, fused_steps, fused_vec_steps
 
-__all__ = ["NO_TRANSITION", "VecStep", "VectorMethods"]
+__all__ = ["NO_TRANSITION", "VecStep", "VectorLearner"]
 
 
-class VectorMethods:
-    """Batched acting, N-env steps and the fused loops of :class:`~ember_np.DqnAgent`.
+class VectorLearner:
+    """Batched acting and N-env steps of one :class:`~ember_np.DqnAgent`.
 
-    Not used on its own: it reads the agent's networks, buffer, counters and
-    random streams.
+    Parameters
+    ----------
+    agent : DqnAgent
+        The agent it acts and learns for (its buffer, networks, encoder, mapper,
+        and for a custom buffer its ``observe_encoded`` / ``act_encoded``).
+    state : AgentState
+        The agent's kernel state (rebuilt with the agent's config, and so is this).
+    fast_buffer : bool
+        Whether the agent's buffer is a default one the kernels push into.
+    flat_encoder : bool
+        Whether the agent's encoder is a VecEncoder of a 1-D shape (a cast).
     """
 
-    # Set by DqnAgent.__init__ (declared for type checkers).
-    _state: Any
-    _net: Any
-    _settings: Any
-    _counters: np.ndarray
-    _explore_rng: Any
-    _fast_buffer: bool
-    _flat_encoder: bool
-    _vec_entry: Any
-    buffer: Any
-    online: Any
-    encoder: Any
-    action_mapper: Any
+    def __init__(self, agent: Any, state: AgentState, fast_buffer: bool,
+                 flat_encoder: bool) -> None:  # fmt: skip
+        self.agent = agent
+        self.state = state
+        self.fast_buffer = fast_buffer
+        self.flat_encoder = flat_encoder
+        self.vec_entry: Any = None  # agent_vec_step's compiled entry, at its first call
 
     # -- acting on a batch ----------------------------------------------------
     def encode_batch(self, obs_batch: Any) -> np.ndarray:
         """The encoder's output for a batch: C-contiguous float32 (N, obs_size)."""
-        x = as_f32(self.encoder.encode_batch(obs_batch), "the encoder's output")
-        if x.ndim != 2 or x.shape[1] != self.online.obs_size:
+        x = as_f32(self.agent.encoder.encode_batch(obs_batch), "the encoder's output")
+        if x.ndim != 2 or x.shape[1] != self.agent.online.obs_size:
             raise ValueError(
                 f"expected a batch of observations encoded to shape (N, "
-                f"{self.online.obs_size}), got {x.shape}"
+                f"{self.agent.online.obs_size}), got {x.shape}"
             )
         return x
 
@@ -74,11 +81,11 @@ class VectorMethods:
         """Masks (N, n_actions) as the kernels' bool array; None: width 0 (all legal)."""
         if masks is None:
             return np.zeros((n, 0), dtype=np.bool_)
-        return check_action_masks(masks, n, self.online.n_actions)
+        return check_action_masks(masks, n, self.agent.online.n_actions)
 
     def indices_to_actions(self, indices: np.ndarray) -> np.ndarray:
         """The env actions of action indices (int (N,)), as an array (the mapper's)."""
-        mapper = self.action_mapper
+        mapper = self.agent.action_mapper
         if isinstance(mapper, IndexActionMapper):
             return indices + mapper.start
         return np.array([mapper.index_to_action(int(i)) for i in indices])
@@ -91,11 +98,12 @@ class VectorMethods:
         """
         x = self.encode_batch(obs_batch)
         out = np.empty(x.shape[0], dtype=np.int64)
-        mean, sizes = self.online.mean_params, self._net.sizes  # noisy layers: their means
+        # noisy layers: their means
+        mean, sizes = self.agent.online.mean_params, self.state.net.sizes
         if action_masks is None:
             row = greedy_actions_checked(mean, sizes, x, out) if len(x) else -1
         else:
-            legal = check_action_masks(action_masks, x.shape[0], self.online.n_actions)
+            legal = check_action_masks(action_masks, x.shape[0], self.agent.online.n_actions)
             row = greedy_actions_legal_checked(mean, sizes, x, legal, out)
         if row >= 0:
             raise nonfinite_row(x, row, "obs_batch")
@@ -112,10 +120,10 @@ class VectorMethods:
         x = self.encode_batch(obs_batch)
         n = x.shape[0]
         out = np.empty(n, dtype=np.int64)
-        eps = epsilon_now(self._settings, int(self._counters[0]))
+        eps = epsilon_now(self.state.settings, int(self.state.counters[0]))
         masks = self._masks_for(action_masks, n)
-        state = self._explore_rng.state
-        row = act_batch_explore(self._net, eps, state, x, masks, np.ones(n, np.bool_), out)
+        state = self.state.explore_rng
+        row = act_batch_explore(self.state.net, eps, state, x, masks, np.ones(n, np.bool_), out)
         if row >= 0:
             raise nonfinite_row(x, row, "obs_batch")
         return self.indices_to_actions(out)
@@ -124,32 +132,30 @@ class VectorMethods:
     @property
     def num_envs(self) -> int:
         """Envs whose transitions the replay buffer keeps apart (1 for a custom buffer)."""
-        return int(getattr(self.buffer, "num_envs", 1))
+        return int(getattr(self.agent.buffer, "num_envs", 1))
 
-    def set_num_envs(self, num_envs: int) -> None:
-        """Get ready to learn from ``num_envs`` envs stepped together.
-
-        The default buffer keeps each env's transitions in a stream of its
-        own (:class:`~ember_np.CircularBuffer`'s ``num_envs``), so n-step
-        returns never mix envs; it must be empty to be split, or already
-        split so. A custom buffer is pushed every transition in env order.
+    def set_num_envs(self, num_envs: int) -> bool:
+        """Split the default buffer into ``num_envs`` streams (see
+        :meth:`DqnAgent.set_num_envs <ember_np.DqnAgent.set_num_envs>`); returns
+        whether the agent's kernel state must be rebuilt (a new ReplayState).
 
         Raises
         ------
         ValueError
             When the buffer holds transitions of another number of envs.
         """
-        if self._fast_buffer:
-            self.buffer.set_num_envs(num_envs)
-            self.config = self.config  # type: ignore[has-type]  # the kernels' new ReplayState
+        if not self.fast_buffer:
+            return False
+        self.agent.buffer.set_num_envs(num_envs)
+        return True
 
     def new_vec_step(self, num_envs: int, masks: bool = False) -> VecStep:
         """Zeroed arrays of one :class:`VecStep` of ``num_envs`` envs, for :meth:`observe_vector`.
 
         ``masks``: room for (N, n_actions) action masks (else width 0: all legal).
         """
-        n, k = int(num_envs), self.online.obs_size
-        width = self.online.n_actions if masks else 0
+        n, k = int(num_envs), self.agent.online.obs_size
+        width = self.agent.online.n_actions if masks else 0
         return VecStep(
             np.zeros((n, k), np.float32), np.zeros(n, np.int64), np.zeros(n, np.float64),
             np.zeros((n, k), np.float32), np.zeros(n, np.int64),
@@ -186,17 +192,17 @@ class VectorMethods:
             On a transition the buffer rejects or a non-finite observation to
             act on; the transitions of the envs before it were learnt from.
         """
-        if self._fast_buffer and self.num_envs != step.statuses.shape[0]:
+        if self.fast_buffer and self.num_envs != step.statuses.shape[0]:
             raise ValueError(
                 f"the step has {step.statuses.shape[0]} envs but the replay buffer keeps "
                 f"{self.num_envs} streams: call set_num_envs({step.statuses.shape[0]}) first"
             )
-        if not self._fast_buffer:
+        if not self.fast_buffer:
             return self._observe_vector_python(step)
-        run = self._vec_entry
+        run = self.vec_entry
         if run is None:  # same argument types every time: skip numba's dispatch
-            run = self._vec_entry = entry_point(agent_vec_step, self._state, step)
-        code = run(self._state, step)
+            run = self.vec_entry = entry_point(agent_vec_step, self.state, step)
+        code = run(self.state, step)
         if code < 0:
             self.raise_vec_error(code, step)
         return step.next_actions
@@ -207,64 +213,46 @@ class VectorMethods:
         if kind == BAD_ACT_OBS:
             raise nonfinite_row(step.act_obs, env, "the observations to act on")
         try:
-            self.buffer.raise_push_error(kind, int(step.actions[env]), float(step.rewards[env]),
-                                         step.obs[env], step.next_obs[env],
-                                         int(step.statuses[env]), env)  # fmt: skip
+            self.agent.buffer.raise_push_error(kind, int(step.actions[env]),
+                                               float(step.rewards[env]), step.obs[env],
+                                               step.next_obs[env], int(step.statuses[env]),
+                                               env)  # fmt: skip
         except ValueError as exc:
             raise ValueError(f"env {env}: {exc}") from None
 
     def _observe_vector_python(self, step: VecStep) -> np.ndarray:
         """:meth:`observe_vector` for a custom buffer: env by env through Python."""
+        agent = self.agent
         trained = False
         for e, status in enumerate(step.statuses.tolist()):
             if status != NO_TRANSITION:
                 mask = step.next_masks[e] if step.next_masks.shape[1] else None
-                self.observe_encoded(step.obs[e], int(step.actions[e]), step.rewards[e],  # type: ignore[attr-defined]
-                                     step.next_obs[e], status, next_action_mask=mask)  # fmt: skip
-                trained = trained or self.last_step_trained  # type: ignore[attr-defined]
+                agent.observe_encoded(step.obs[e], int(step.actions[e]), step.rewards[e],
+                                      step.next_obs[e], status, next_action_mask=mask)  # fmt: skip
+                trained = trained or agent.last_step_trained
         for e in range(step.statuses.shape[0]):
             step.next_actions[e] = 0
             if step.acting[e]:
                 mask = step.act_masks[e] if step.act_masks.shape[1] else None
-                step.next_actions[e] = self.act_encoded(step.act_obs[e], action_mask=mask)  # type: ignore[attr-defined]
-        self._state.out[1] = float(trained)
+                step.next_actions[e] = agent.act_encoded(step.act_obs[e], action_mask=mask)
+        self.state.out[1] = float(trained)
         return step.next_actions
 
-    # -- the fused compiled loops -------------------------------------------------
+    # -- the fused compiled loops (the trainer's drivers run them) ----------------
     def can_fuse(self, env: Any) -> bool:
-        """Whether :meth:`run_fused` (or, for a ``NativeVecEnv``, :meth:`run_fused_vector`)
-        can drive ``env``, a native env (``ember_np.envs``).
+        """Whether the trainer's compiled loops (``ember_np.training.drivers``) can
+        drive ``env``, a native env (``ember_np.envs``) or a ``NativeVecEnv``.
 
         It can with the default CircularBuffer, VecEncoder and
         IndexActionMapper(start=0), for an env of the network's sizes.
         """
-        mapper = self.action_mapper
+        mapper = self.agent.action_mapper
         single = getattr(env, "single", env)  # a NativeVecEnv's copies
         return (
-            self._fast_buffer
-            and self._flat_encoder
+            self.fast_buffer
+            and self.flat_encoder
             and type(mapper) is IndexActionMapper
             and mapper.start == 0
-            and single.obs_size == self.online.obs_size
-            and single.n_actions == self.online.n_actions
+            and single.obs_size == self.agent.online.obs_size
+            and single.n_actions == self.agent.online.n_actions
         )
-
-    def run_fused(self, env: Any, n_steps: int, loop: Any) -> int:
-        """``n_steps`` env steps of ``env`` and this agent in one compiled loop.
-
-        ``loop`` is the trainer's :class:`~ember_np.training._fused.FusedLoop`
-        (read and updated in place). Needs :meth:`can_fuse`. Returns 0, or
-        -code when the env produced a transition the buffer rejected.
-        """
-        return int(fused_steps(int(n_steps), env.kernel_state, loop, self._state))
-
-    def run_fused_vector(self, env: Any, until: int, loop: FusedVecLoop) -> int:
-        """Vector steps of ``env`` (a ``NativeVecEnv``) and this agent in one compiled
-        loop, until :attr:`total_steps` reaches ``until``.
-
-        ``loop`` is the trainer's :class:`~ember_np.training._fused.FusedVecLoop`
-        (read and updated in place). Needs :meth:`can_fuse` and
-        :meth:`set_num_envs` ``(env.num_envs)``. Returns 0, or a negative
-        code for :meth:`raise_vec_error`.
-        """
-        return int(fused_vec_steps(int(until), env.kernel_state, loop, self._state))

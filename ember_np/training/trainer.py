@@ -11,6 +11,11 @@ Both do the same bookkeeping: episode statistics, ``train_episodes.jsonl``,
 numbered checkpoints every ``checkpoint_freq`` steps with rotation,
 ``latest.npz`` and ``metadata.json``.
 
+The trainer advances through one of four drivers (``training/drivers.py``:
+one env or N envs, through Python or in a compiled loop), which return the
+episodes that ended; the trainer alone numbers, records and logs them and
+decides where checkpoints fall (:func:`~ember_np.training.drivers.checkpoints_passed`).
+
 A vectorised env (a gymnasium ``VectorEnv`` or a ``NativeVecEnv``) of N
 copies is stepped N at a time (``training/vector.py``): ``total_steps``,
 ``train(n)``, ``checkpoint_freq`` and every schedule of the agent count env
@@ -31,16 +36,27 @@ stopped.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
-import numpy as np
-
-from ember_np._masks import warn_if_masks_ignored
 from ember_np._validate import check_int
 from ember_np.checkpoint import load_arrays, save_arrays
 from ember_np.stats import EpisodeRecord, EvalReport, StatsTracker
+from ember_np.training.drivers import (
+    FUSED_CHUNK,
+    STATUSES,
+    DriverError,
+    EndedColumns,
+    FusableAgent,
+    FusedSingleDriver,
+    FusedVectorDriver,
+    SingleEnvDriver,
+    StepDriver,
+    action_mask_of,
+    checkpoints_passed,
+    next_checkpoint,
+)
 from ember_np.training.evaluation import make_eval_env
 from ember_np.training.run import TrainingRun
 from ember_np.types import LEARNING_AGENT_MEMBERS as _AGENT_MEMBERS
@@ -61,15 +77,8 @@ DEFAULT_CHECKPOINT_FREQ = 10_000
 #: Numbered checkpoints kept on disk, unless told otherwise (trainer and CLI).
 DEFAULT_KEEP_CHECKPOINTS = 5
 
-_STATUSES = tuple(EpisodeStatus)  # indexed by value
-FUSED_CHUNK = 65_536  # most env steps per compiled call (bounds the record arrays)
 #: The native vector envs' state beside ``latest.npz`` (:meth:`DqnTrainer.restore_env_state`).
 ENV_STATE_FILE = "latest_envs.npz"
-
-
-def action_mask_of(info: Any) -> Any:
-    """``info["action_mask"]`` when the env gives one (gymnasium's convention), else None."""
-    return info.get("action_mask") if isinstance(info, dict) else None
 
 
 def takes_masks(agent: Any) -> bool:
@@ -210,7 +219,6 @@ class DqnTrainer:
         self._env = env
         self._agent = agent
         self._masks = takes_masks(agent)  # False: the env's info["action_mask"] is ignored
-        self._watch_masks = not self._masks  # until the warning that they are ignored
         self.seed = check_int("seed", seed, minimum=0, maximum=None)  # any size: SeedSequence
         self.run = run
         self.checkpoint_freq = check_int("checkpoint_freq", checkpoint_freq)
@@ -219,24 +227,28 @@ class DqnTrainer:
         self.save_buffer = bool(save_buffer)
         self._eval_env = eval_env
         self._eval_env_seeded = False
-        self._x: Any = None  # encoded current observation
-        self._index = 0  # action index already chosen for it
-        self._first_reset_done = False
         self._episode = 0
         self._checkpointed_at = -1  # total_steps of the last numbered checkpoint
         self._vec = VectorDriver(env, agent, self.seed, self._masks) if vector else None
+        # the Python driver: steps() always, train() unless fused (the fused ones share its state)
+        single = None if vector else SingleEnvDriver(env, agent, self.seed, self._masks)
+        self._python: StepDriver = self._vec or single  # type: ignore[assignment]
         if run is not None:
             self._attach_run(run)
-        self._native = self._fusable_env()
-        if fused and self._native is None:
+        native = self._fusable_env()
+        if fused and native is None:
             raise ValueError(
                 "fused=True needs a native env (ember_np.envs, e.g. gym.make('ember_np/"
                 "CartPole-v1'), or a NativeVecEnv) and an agent with the default "
                 "CircularBuffer, VecEncoder and IndexActionMapper(start=0)"
             )
-        self.fused = self._native is not None and fused is not False
-        self._episode_step = 0
-        self._episode_reward = 0.0
+        self.fused = native is not None and fused is not False
+        self._driver: StepDriver = self._python
+        self._fold = self.fused and self._vec is not None  # (_record's fold)
+        if self.fused and self._vec is not None:
+            self._driver = FusedVectorDriver(self._vec, agent)
+        elif self.fused and single is not None:
+            self._driver = FusedSingleDriver(single, native, agent)
         self._best_eval_reward = run.best_eval_reward if run is not None else -math.inf
 
     def _attach_run(self, run: TrainingRun) -> None:
@@ -265,7 +277,8 @@ class DqnTrainer:
             native = self._env if isinstance(self._env, NativeVecEnv) else None
         else:
             native = unwrap_native(self._env)
-        if native is None or not self._agent.can_fuse(native):
+        agent = self._agent
+        if native is None or not isinstance(agent, FusableAgent) or not agent.can_fuse(native):
             return None
         return native
 
@@ -321,12 +334,14 @@ class DqnTrainer:
         transition, in env order (``env`` says which); stopping between two
         of them stops after that vector step.
         """
-        if self._vec is not None:
-            while True:
-                yield from self._vector_step(True)
-        step = self._step
+        step, agent, make = self._python.step, self._agent, StepMetrics._make
         while True:
-            yield step(True)  # type: ignore[misc]
+            before = agent.total_steps
+            metrics, ended = step(self._episode)
+            self._record(ended)
+            self._checkpoint_if_passed(before)
+            for fields in metrics:
+                yield make(fields)
 
     def train(self, n_steps: int, *, save_latest: bool = True) -> None:
         """Run ``n_steps`` more env steps of training (with checkpoints and logs).
@@ -335,24 +350,29 @@ class DqnTrainer:
         steps, and ``latest.npz`` and the metadata are also brought up to date
         when training stops between two of them, unless ``save_latest`` is
         False (a caller that trains on at once and saves at its own end: the
-        numbered checkpoints still write both).
+        numbered checkpoints still write both). The driver runs (compiled
+        chunks when :attr:`fused`) end at each checkpoint step, so every path
+        writes the same logs and checkpoints at the same steps.
         """
         n = check_int("n_steps", n_steps, minimum=0)
-        if self._vec is not None:
-            self._train_vector(n)
-        elif self.fused:
-            self._train_fused(n)
-        else:
-            step = self._step
-            for _ in range(n):
-                step(False)
-        total = self._agent.total_steps
-        between = n and total % self.checkpoint_freq and total != self._checkpointed_at
-        if save_latest and self.run is not None and between:
+        agent, run, freq = self._agent, self.run, self.checkpoint_freq
+        end = agent.total_steps + n
+        while (before := agent.total_steps) < end:
+            until = min(end, before + FUSED_CHUNK)
+            if run is not None:
+                until = min(until, next_checkpoint(before, freq))
+            try:
+                ended = self._driver.run(until)
+            except DriverError as exc:  # what ended before the failed step is still recorded
+                self._record(exc.ended, self._fold)
+                raise exc.error from None
+            self._record(ended, self._fold)
+            self._checkpoint_if_passed(before)
+        if save_latest and run is not None and n and agent.total_steps != self._checkpointed_at:
             # End between two numbered checkpoints: keep latest.npz current, so
             # nothing trained here is lost when the process stops.
             self._save_latest()
-            self.run.update_metadata(self._agent.total_steps, self._episode)
+            run.update_metadata(agent.total_steps, self._episode)
 
     def _episode_extras(self, total_steps: int, loss: float) -> dict[str, float]:
         """What a finished episode's log row carries besides reward and length.
@@ -366,221 +386,34 @@ class DqnTrainer:
             extras["loss"] = loss
         return extras
 
-    def _reset(self) -> None:
-        """Start an episode: reset the env, encode the observation, pick the first action."""
-        if not self._first_reset_done:
-            self._first_reset_done = True
-            obs, info = self._env.reset(seed=self.seed)
-        else:
-            obs, info = self._env.reset()
-        self._episode_step = 0
-        self._episode_reward = 0.0
-        self._x = self._agent.encode(obs)
-        if self._watch_masks:
-            self._watch_masks = not warn_if_masks_ignored(info)
-        mask = action_mask_of(info) if self._masks else None
-        if mask is None:
-            self._index = self._agent.act_encoded(self._x)
-        else:
-            # cast: masks go by keyword, only to an agent that takes them (LearningAgent's doc)
-            self._index = cast(Any, self._agent).act_encoded(self._x, action_mask=mask)
+    def _record(self, ended: EndedColumns, fold: bool = False) -> None:
+        """Number the episodes a driver ended, fold them into the stats, log them.
 
-    def _step(self, metrics: bool = True) -> StepMetrics | None:
-        """One env step with all bookkeeping; the StepMetrics only if ``metrics``.
-
-        Each observation is encoded once, and the agent's compiled step stores
-        the transition, trains when due and already picks the next action (what
-        ``act_epsilon_greedy`` plus ``observe(Experience(...))`` do, in one call).
+        ``fold`` (the compiled vector loop's chunks, thousands of episodes each):
+        without a run and with statistics of rewards and lengths only, fold them
+        as columns (no record per episode, the same statistics).
         """
-        if self._x is None:
-            self._reset()
-        agent = self._agent
-        x = self._x
-        index = self._index
-        next_obs, reward, terminated, truncated, info = self._env.step(agent.index_to_action(index))
-        code = 1 if terminated else (2 if truncated else 0)  # EpisodeStatus values
-        nx = agent.encode(next_obs)
-        if self._watch_masks:
-            self._watch_masks = not warn_if_masks_ignored(info)
-        mask = action_mask_of(info) if self._masks else None
-        if mask is None:
-            next_index = agent.observe_encoded(x, index, reward, nx, code, code == 0)
-        else:  # the next state's legal actions: stored for the target, obeyed by the next action
-            next_index = cast(Any, agent).observe_encoded(x, index, reward, nx, code, code == 0,
-                                                          next_action_mask=mask)  # fmt: skip
-        reward = float(reward)
-        self._episode_reward += reward
-        self._episode_step += 1
-        total = agent.total_steps
-        result = None
-        if metrics:
-            result = StepMetrics(
-                total, self._episode, self._episode_step, reward, self._episode_reward,
-                # the action was picked before this step was counted
-                agent.epsilon_at(total - 1), agent.last_step_trained, code != 0,
-                _STATUSES[code],
-            )  # fmt: skip
-        if code:
-            record = EpisodeRecord(
-                self._episode_reward, self._episode_step, _STATUSES[code],
-                self._episode_extras(total, getattr(agent, "last_loss", math.nan)),
-            )  # fmt: skip
-            self.stats.update(record)
-            if self.run is not None:
-                self.run.log_train_episode(record, self._episode, total)
-            self._episode += 1
-            self._reset()
-        else:
-            self._x = nx
-            self._index = next_index
-        if self.run is not None and total % self.checkpoint_freq == 0:
-            self.checkpoint()
-        return result
-
-    def _train_fused(self, n: int) -> None:
-        """``n`` steps through the agent's compiled loop (:meth:`LearningAgent.run_fused`).
-
-        Chunks end at checkpoint steps, so logs and checkpoints are written at
-        the same steps, with the same contents, as the Python path writes them.
-        """
-        from ember_np.training._fused import FusedLoop
-
-        if self._x is None:
-            self._reset()
-        agent = self._agent
-        remaining = n
-        while remaining > 0:
-            total = agent.total_steps
-            chunk = min(remaining, FUSED_CHUNK)
-            if self.run is not None:
-                chunk = min(chunk, self.checkpoint_freq - total % self.checkpoint_freq)
-            x = np.array(self._x, dtype=np.float32)
-            loop = FusedLoop(
-                x, np.empty_like(x),
-                np.array([self._index, self._episode_step, self._episode, 0], dtype=np.int64),
-                np.array([self._episode_reward]), np.empty((chunk, 2)),
-                np.empty((chunk, 4), dtype=np.int64),
-            )  # fmt: skip
-            code = agent.run_fused(self._native, chunk, loop)
-            ints = loop.ints
-            self._x = x
-            self._index = int(ints[0])
-            self._episode_step = int(ints[1])
-            self._episode = int(ints[2])
-            self._episode_reward = float(loop.episode_reward[0])
-            ended = []
-            for r in range(int(ints[3])):
-                length, status, steps, episode = (int(v) for v in loop.rec_ints[r])
-                record = EpisodeRecord(
-                    float(loop.rec_floats[r, 0]), length, _STATUSES[status],
-                    self._episode_extras(steps, float(loop.rec_floats[r, 1])),
-                )  # fmt: skip
-                self.stats.update(record)
-                ended.append((record, episode, steps, None))
-            if self.run is not None:
-                self.run.log_train_episodes(ended)  # the chunk's episodes: one fsync
-            if code < 0:
-                raise ValueError(
-                    f"the environment produced a transition the replay buffer rejected "
-                    f"(error {-code}: a non-finite observation or reward)"
-                )
-            if self.run is not None and agent.total_steps % self.checkpoint_freq == 0:
-                self.checkpoint()
-            remaining -= chunk
-
-    def _train_vector(self, n: int) -> None:
-        """Vector steps until ``n`` more transitions are counted (the last step may pass it).
-
-        Native envs run in the agent's compiled loop in chunks that end at
-        checkpoint steps; gymnasium vector envs step through Python.
-        """
-        agent = self._agent
-        vec = self._vec
-        assert vec is not None
-        end = agent.total_steps + n
-        if self.fused and vec.step_arrays is None:
-            vec.start()
-        while agent.total_steps < end:
-            before = agent.total_steps
-            if not self.fused:
-                self._vector_step(False)  # (checkpoints when due)
-                continue
-            until = min(end, before + FUSED_CHUNK)
-            if self.run is not None:
-                until = min(until, (before // self.checkpoint_freq + 1) * self.checkpoint_freq)
-            ended = vec.run_fused(until, self._episode)
-            if self.run is None and not self.stats.needs_records:  # no record per episode
-                self.stats.update_columns(ended.rewards, ended.lengths)
-                self._episode += len(ended.rewards)
-            else:
-                self._log_ends(ended.rows())
-            self._checkpoint_if_passed(before)
-
-    def _vector_step(self, metrics: bool) -> list[StepMetrics]:
-        """One Python vector step with its bookkeeping; its StepMetrics if ``metrics``."""
-        vec = self._vec
-        assert vec is not None
-        if vec.step_arrays is None:
-            vec.start()
-        agent = self._agent
-        before = agent.total_steps
-        steps_in = vec.episode_steps.copy()
-        rewards_in = vec.episode_rewards.copy()
-        ends = vec.step_python()
-        result = []
-        if metrics:
-            result = self._vector_metrics(before, steps_in, rewards_in, ends)
-        self._log_ends(ends)
-        self._checkpoint_if_passed(before)
-        return result
-
-    def _vector_metrics(self, before: int, steps_in: np.ndarray, rewards_in: np.ndarray,
-                        ends: list[Any]) -> list[StepMetrics]:  # fmt: skip
-        """The StepMetrics of a vector step's transitions, in env order."""
-        from ember_np.training.vector import NO_TRANSITION
-
-        s = self._vec.step_arrays  # type: ignore[union-attr]
-        agent = self._agent
-        out = []
-        k = before
-        episode = self._episode
-        for e, code in enumerate(s.statuses.tolist()):
-            if code == NO_TRANSITION:
-                continue
-            k += 1
-            reward = float(s.rewards[e])
-            out.append(StepMetrics(
-                k, episode, int(steps_in[e]) + 1, reward,
-                float(rewards_in[e]) + reward, agent.epsilon_at(before),
-                agent.last_step_trained, code != 0, _STATUSES[code], e,
-            ))  # fmt: skip
-            episode += code != 0
-        return out
-
-    def _log_ends(self, ends: Iterable[tuple[float, int, int, int, int, float]]) -> None:
-        """Record the episodes vector steps ended (stats, ``train_episodes.jsonl``).
-
-        ``ends``: rows of :class:`~ember_np.training.vector.EpisodeEnd`'s fields.
-        Without a run nothing outlives its episode (no record kept per chunk).
-        """
-        vec = self._vec
-        assert vec is not None
-        many, run = vec.num_envs > 1, self.run
+        if fold and self.run is None and not self.stats.needs_records:
+            self.stats.update_columns(ended.rewards, ended.lengths)
+            self._episode += len(ended.rewards)
+            return
+        many, run = self.num_envs > 1, self.run
         update, extras = self.stats.update, self._episode_extras
         entries = []
-        for reward, length, status, steps, env, loss in ends:
-            record = EpisodeRecord(reward, length, _STATUSES[status], extras(steps, loss))
+        for reward, length, status, steps, env, loss in ended.rows():
+            record = EpisodeRecord(reward, length, STATUSES[status], extras(steps, loss))
             update(record)
             if run is not None:
                 entries.append((record, self._episode, steps, env if many else None))
             self._episode += 1
         if run is not None:
-            run.log_train_episodes(entries)  # a chunk's or a vector step's: one fsync
+            run.log_train_episodes(entries)  # a driver run's episodes: one write, one fsync
 
     def _checkpoint_if_passed(self, before: int) -> None:
-        """A numbered checkpoint when the last vector step reached a multiple of checkpoint_freq."""
-        freq = self.checkpoint_freq
-        if self.run is not None and self._agent.total_steps // freq > before // freq:
+        """A numbered checkpoint when the last step reached or passed a checkpoint step."""
+        if self.run is not None and checkpoints_passed(
+            before, self._agent.total_steps, self.checkpoint_freq
+        ):
             self.checkpoint()
 
     def checkpoint(self) -> None:

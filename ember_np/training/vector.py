@@ -4,8 +4,11 @@
 ``AsyncVectorEnv``, ``gymnasium.make_vec``) or a :class:`~ember_np.envs.NativeVecEnv`,
 keeps each env's episode in progress, hands every vector step to the
 agent's :meth:`~ember_np.DqnAgent.observe_vector` and returns the episodes
-that ended. :class:`~ember_np.DqnTrainer` uses it for a vector env: the
-logs, checkpoints and evaluation stay the trainer's.
+that ended: the Python vector driver of :mod:`ember_np.training.drivers`
+(whose :class:`~ember_np.training.drivers.FusedVectorDriver` runs a
+``NativeVecEnv`` on the same state in the compiled loop).
+:class:`~ember_np.DqnTrainer` uses it for a vector env: the logs,
+checkpoints and evaluation stay the trainer's.
 
 How an episode end becomes transitions (gymnasium 1.x ``autoreset_mode``):
 
@@ -26,24 +29,22 @@ gives it (same numbers, same random draws).
 
 Reading map, in call order::
 
-    VectorDriver.start / step_python   this module: env.step, episode ends, masks
+    VectorDriver.run / step            this module: env.step, episode ends, masks
       DqnAgent.observe_vector          dqn/agent_vec.py -> agent_vec_step (one kernel)
-    VectorDriver.run_fused             a NativeVecEnv: training/_fused.py fused_vec_steps
+    FusedVectorDriver.run              a NativeVecEnv: training/_fused.py fused_vec_steps
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from ember_np._masks import warn_if_masks_ignored
 from ember_np.dqn.agent_kernels import NO_TRANSITION
+from ember_np.training.drivers import STATUSES, DriverError, EndedColumns
 
 __all__ = [
-    "EndedColumns",
-    "EpisodeEnd",
     "VectorDriver",
     "is_vector_env",
     "make_single_env",
@@ -55,39 +56,6 @@ VECTOR_AGENT_MEMBERS = ("set_num_envs", "new_vec_step", "observe_vector", "encod
                         "indices_to_actions")  # fmt: skip
 #: Keys gymnasium.make_vec adds to a spec's kwargs (not the env's own).
 _VECTOR_KWARGS = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")
-
-
-class EpisodeEnd(NamedTuple):
-    """An episode that ended during a vector step.
-
-    reward, length, status : the episode's total reward, steps and EpisodeStatus value.
-    total_steps : the agent's transitions counted when its last one was.
-    env : the index of the env that played it.
-    loss : the latest training loss after the vector step (NaN before the first).
-    """
-
-    reward: float
-    length: int
-    status: int
-    total_steps: int
-    env: int
-    loss: float
-
-
-class EndedColumns(NamedTuple):
-    """The episodes a fused chunk ended, as columns of :class:`EpisodeEnd`'s fields
-    (lists of Python floats and ints, one entry per episode, in the order they ended)."""
-
-    rewards: list[float]
-    lengths: list[int]
-    statuses: list[int]
-    total_steps: list[int]
-    envs: list[int]
-    losses: list[float]
-
-    def rows(self) -> Iterator[tuple[float, int, int, int, int, float]]:
-        """The episodes one by one, as rows of :class:`EpisodeEnd`'s fields."""
-        return zip(*self)
 
 
 def is_vector_env(env: Any) -> bool:
@@ -226,11 +194,50 @@ class VectorDriver:
         return np.asarray(info["action_mask"]).astype(np.bool_, copy=False)
 
     # -- the Python path --------------------------------------------------------
-    def step_python(self) -> list[EpisodeEnd]:
-        """One vector step through Python (env.step, then one agent kernel call).
+    def run(self, until: int) -> EndedColumns:
+        """Vector steps until the agent has counted ``until`` transitions (the
+        last one may pass it); the episodes that ended (:class:`StepDriver
+        <ember_np.training.drivers.StepDriver>`)."""
+        if self.step_arrays is None:
+            self.start()
+        ended = EndedColumns.empty()
+        agent = self.agent
+        try:
+            while agent.total_steps < until:
+                self.step_python(ended)
+        except Exception as exc:
+            raise DriverError(exc, ended) from exc
+        return ended
 
-        Returns the episodes that ended, in env order.
-        """
+    def step(self, episode: int) -> tuple[list[tuple[Any, ...]], EndedColumns]:
+        """One vector step: the StepMetrics fields of its transitions, in env order
+        (``episode``: the index the first episode to end gets), and the episodes
+        that ended (:class:`StepDriver <ember_np.training.drivers.StepDriver>`)."""
+        if self.step_arrays is None:
+            self.start()
+        agent = self.agent
+        before = agent.total_steps
+        steps_in = self.episode_steps.copy()
+        rewards_in = self.episode_rewards.copy()
+        ended = EndedColumns.empty()
+        self.step_python(ended)
+        s = self.step_arrays
+        out = []
+        k = before
+        epsilon, trained = agent.epsilon_at(before), agent.last_step_trained
+        for e, code in enumerate(s.statuses.tolist()):
+            if code == NO_TRANSITION:
+                continue
+            k += 1
+            reward = float(s.rewards[e])
+            out.append((k, episode, int(steps_in[e]) + 1, reward, float(rewards_in[e]) + reward,
+                        epsilon, trained, code != 0, STATUSES[code], e))  # fmt: skip
+            episode += code != 0
+        return out, ended
+
+    def step_python(self, ended: EndedColumns) -> None:
+        """One vector step through Python (env.step, then one agent kernel call);
+        the episodes that ended go to ``ended``, in env order."""
         s = self.step_arrays
         agent = self.agent
         actions = agent.indices_to_actions(s.actions)
@@ -257,10 +264,9 @@ class VectorDriver:
             self._final_observations(codes, info)
         total = agent.total_steps
         agent.observe_vector(s)
-        ends = self._count(total)
+        self._count(total, ended)
         s.obs[:] = s.act_obs
         s.actions[:] = s.next_actions
-        return ends
 
     def _final_observations(self, codes: np.ndarray, info: Any) -> None:
         """SAME_STEP: each finished env's transition ends at its real last observation."""
@@ -279,12 +285,11 @@ class VectorDriver:
             for e in done:  # the last state's legal actions, when the env gave them
                 s.next_masks[e] = True if masks is None else np.asarray(masks[e], bool)
 
-    def _count(self, total_before: int) -> list[EpisodeEnd]:
-        """Add the step's rewards to the episodes in progress; return those that ended."""
+    def _count(self, total_before: int, ended: EndedColumns) -> None:
+        """Add the step's rewards to the episodes in progress; those that ended go to ``ended``."""
         s = self.step_arrays
-        ends = []
         k = total_before
-        loss = float(getattr(self.agent, "last_loss", float("nan")))
+        loss = float(self.agent.last_loss)
         for e, status in enumerate(s.statuses.tolist()):
             if status == NO_TRANSITION:
                 continue
@@ -292,37 +297,11 @@ class VectorDriver:
             self.episode_rewards[e] += float(s.rewards[e])
             self.episode_steps[e] += 1
             if status:
-                ends.append(EpisodeEnd(float(self.episode_rewards[e]),
-                                       int(self.episode_steps[e]), status, k, e, loss))  # fmt: skip
+                ended.append(float(self.episode_rewards[e]), int(self.episode_steps[e]), status,
+                             k, e, loss)  # fmt: skip
                 self.episode_rewards[e] = 0.0
                 self.episode_steps[e] = 0
         self.transitions = k - total_before
-        return ends
-
-    # -- the fused path ---------------------------------------------------------
-    def run_fused(self, until: int, episode: int) -> EndedColumns:
-        """Vector steps of a NativeVecEnv in the agent's compiled loop until the
-        agent has counted ``until`` transitions; ``episode`` is the index the
-        next finished episode gets. Returns the episodes that ended as columns
-        of plain Python numbers (one ``tolist()`` per column: no NumPy scalar,
-        no object per episode)."""
-        from ember_np.training._fused import VEC_N_RECORDS, FusedVecLoop
-
-        agent = self.agent
-        n = self.num_envs
-        rows = -(-(until - agent.total_steps) // n) * n  # whole vector steps, N records each
-        loop = FusedVecLoop(
-            self.step_arrays, np.array([episode, 0], dtype=np.int64), self.episode_steps,
-            self.episode_rewards, np.empty((rows, 2)), np.empty((rows, 5), dtype=np.int64),
-        )  # fmt: skip
-        code = agent.run_fused_vector(self.env, until, loop)
-        self.env.obs[:] = self.step_arrays.obs  # the env object shows where its copies are
-        if code < 0:
-            agent.raise_vec_error(code, self.step_arrays)
-        ended = int(loop.ints[VEC_N_RECORDS])
-        floats, ints = loop.rec_floats[:ended].T, loop.rec_ints[:ended].T
-        return EndedColumns(floats[0].tolist(), ints[0].tolist(), ints[1].tolist(),
-                            ints[2].tolist(), ints[4].tolist(), floats[1].tolist())  # fmt: skip
 
     # -- saving the envs (native only) --------------------------------------------
     def state_arrays(self) -> dict[str, np.ndarray]:
