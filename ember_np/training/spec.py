@@ -31,6 +31,13 @@ from typing import Any, NamedTuple
 
 from ember_np._validate import is_int
 from ember_np.algorithms import DEFAULT_ALGORITHM, check_checkpoint_format, get_algorithm
+from ember_np.training.defaults import (
+    DEFAULT_CHECKPOINT_FREQ,
+    DEFAULT_EVAL_EPISODES,
+    DEFAULT_EVAL_EVERY,
+    DEFAULT_KEEP,
+    DEFAULT_STEPS,
+)
 from ember_np.training.setup import (
     NATIVE_IDS,
     VECTORIZATIONS,
@@ -60,16 +67,6 @@ __all__ = [
     "resume",
 ]
 
-#: Env steps of a run whose preset names no budget (or that has no preset).
-DEFAULT_STEPS = 100_000
-#: Env steps between greedy evaluations.
-DEFAULT_EVAL_EVERY = 10_000
-#: Greedy episodes per evaluation.
-DEFAULT_EVAL_EPISODES = 10
-#: Env steps between numbered checkpoints.
-DEFAULT_CHECKPOINT_FREQ = 10_000
-#: Numbered checkpoints kept (older ones are deleted).
-DEFAULT_KEEP = 5
 
 #: The integer fields of a spec and their least value.
 _AT_LEAST = {"seed": 0, "steps": 1, "eval_every": 1, "eval_episodes": 1,
