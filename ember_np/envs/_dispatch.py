@@ -38,12 +38,17 @@ STATE_SIZE = 8
 class EnvState(NamedTuple):
     """One native env as kernels see it (one value); the base of each env's class.
 
+    kind : int, the env's row in ``NATIVE_ENV_TABLE``. No kernel reads it (the
+        class names the env); it stays because the fused loops' fast-math
+        kernels are optimised in the context of this layout, and without it
+        some of their results (C51's losses) changed in the last bits.
     state : ndarray of float64, shape (STATE_SIZE,), the physical state.
     counters : ndarray of int64, shape (2,); counters[0] counts the episode's steps.
     rng : ndarray of uint64, shape (4,), the PCG64 state resets draw from.
     max_steps : int, the time limit (0: none).
     """
 
+    kind: int
     state: np.ndarray
     counters: np.ndarray
     rng: np.ndarray
@@ -54,11 +59,13 @@ class VecEnvState(NamedTuple):
     """N copies of one native env as kernels see them (one value); the base of each
     env's class.
 
-    states : float64 (N, STATE_SIZE); counters : int64 (N, 2);
-    rngs : uint64 (N, 4), each copy's reset stream; max_steps : int (0: none).
+    kind : int, as :class:`EnvState`'s; states : float64 (N, STATE_SIZE);
+    counters : int64 (N, 2); rngs : uint64 (N, 4), each copy's reset stream;
+    max_steps : int (0: none).
     Row i is copy i's :class:`EnvState`.
     """
 
+    kind: int
     states: np.ndarray
     counters: np.ndarray
     rngs: np.ndarray

@@ -68,6 +68,7 @@ class NativeEnv(gym.Env):
     # Set on each env's class from its row of NATIVE_ENV_TABLE:
     SPEC: ClassVar[NativeEnvSpec]
     STATES: ClassVar[d.EnvStateClasses]  # its EnvState and VecEnvState classes
+    KIND: ClassVar[int]  # its row in NATIVE_ENV_TABLE (nothing dispatches on it)
     MAX_STEPS: ClassVar[int]
     GYMNASIUM_ID: ClassVar[str]
 
@@ -89,7 +90,7 @@ class NativeEnv(gym.Env):
     @property
     def kernel_state(self) -> d.EnvState:
         """This env's live arrays as one :class:`~ember_np.envs._dispatch.EnvState`."""
-        return self.STATES.single(self.state, self.counters, self._rng.state,
+        return self.STATES.single(self.KIND, self.state, self.counters, self._rng.state,
                                   int(self.max_steps))  # fmt: skip
 
     @property
@@ -197,6 +198,7 @@ def _install(row: NativeEnvSpec) -> None:
     for made in states:
         globals()[made.__name__] = made  # numba's cache pickles them by reference
     cls.SPEC = row
+    cls.KIND = NATIVE_ENV_TABLE.index(row)
     cls.STATES = states
     cls.GYMNASIUM_ID = row.gymnasium_id
     cls.MAX_STEPS = row.max_steps
@@ -253,6 +255,7 @@ class NativeVecEnv:
         cls = NATIVE_ENVS[key]
         check_int("num_envs", num_envs)
         self.single = cls(max_steps=max_steps)
+        self.kind = cls.KIND
         self.max_steps = self.single.max_steps
         self.num_envs = int(num_envs)
         n, k = self.num_envs, self.single.obs_size
@@ -270,7 +273,7 @@ class NativeVecEnv:
     @property
     def kernel_state(self) -> d.VecEnvState:
         """The copies' live arrays as one :class:`~ember_np.envs._dispatch.VecEnvState`."""
-        return self.single.STATES.vector(self.states, self.counters, self.rng_states,
+        return self.single.STATES.vector(self.kind, self.states, self.counters, self.rng_states,
                                          int(self.max_steps))  # fmt: skip
 
     @property
