@@ -38,10 +38,9 @@ STATE_SIZE = 8
 class EnvState(NamedTuple):
     """One native env as kernels see it (one value); the base of each env's class.
 
-    kind : int, the env's row in ``NATIVE_ENV_TABLE``. No kernel reads it (the
-        class names the env); it stays because the fused loops' fast-math
-        kernels are optimised in the context of this layout, and without it
-        some of their results (C51's losses) changed in the last bits.
+    kind : int, the env's row in ``NATIVE_ENV_TABLE`` (its class's ``KIND``):
+        a label for people reading a state; no kernel reads it, the class
+        names the env.
     state : ndarray of float64, shape (STATE_SIZE,), the physical state.
     counters : ndarray of int64, shape (2,); counters[0] counts the episode's steps.
     rng : ndarray of uint64, shape (4,), the PCG64 state resets draw from.
