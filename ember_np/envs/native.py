@@ -26,6 +26,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ember_np._arrays import as_i64
+from ember_np._jit import entry_point
 from ember_np._validate import check_int
 from ember_np.envs import _dispatch as d
 from ember_np.envs._acrobot import acrobot_reset, acrobot_step
@@ -86,6 +87,7 @@ class NativeEnv(gym.Env):
         self._obs = np.zeros(self.obs_size, dtype=np.float32)
         self._rng = Rng(np.random.SeedSequence())  # unseeded until reset(seed=...)
         self._has_reset = False
+        self._step: Any = None  # step_env's entry point, resolved on the first step
 
     @property
     def kernel_state(self) -> d.EnvState:
@@ -119,7 +121,10 @@ class NativeEnv(gym.Env):
             raise ValueError(f"action must be an integer in [0, {self.n_actions}), got {action!r}")
         if not self._has_reset:
             raise ValueError("call reset() before step()")
-        reward, terminated, truncated = d.step_env(self.kernel_state, a, self._obs)
+        state = self.kernel_state
+        if self._step is None:  # the same types every call: resolved once (entry_point)
+            self._step = entry_point(d.step_env, state, a, self._obs)
+        reward, terminated, truncated = self._step(state, a, self._obs)
         return self._obs.copy(), float(reward), bool(terminated), bool(truncated), {}
 
 
@@ -267,6 +272,7 @@ class NativeVecEnv:
         self.rewards = np.zeros(n, dtype=np.float64)
         self.terminated = np.zeros(n, dtype=np.bool_)
         self.truncated = np.zeros(n, dtype=np.bool_)
+        self._step_batch: Any = None  # step_batch's entry point, resolved on the first step
         self.observation_space = self.single.observation_space
         self.action_space = self.single.action_space
 
@@ -306,8 +312,11 @@ class NativeVecEnv:
             raise ValueError(f"expected actions of shape ({self.num_envs},), got {a.shape}")
         if a.size and (a.min() < 0 or a.max() >= self.single.n_actions):
             raise ValueError(f"actions must be in [0, {self.single.n_actions})")
-        d.step_batch(self.kernel_state, a, self.obs, self.final_obs, self.rewards,
-                     self.terminated, self.truncated)  # fmt: skip
+        args = (self.kernel_state, a, self.obs, self.final_obs, self.rewards, self.terminated,
+                self.truncated)  # fmt: skip
+        if self._step_batch is None:  # the same types every call: resolved once (entry_point)
+            self._step_batch = entry_point(d.step_batch, *args)
+        self._step_batch(*args)
         return self.obs.copy(), self.rewards.copy(), self.terminated.copy(), self.truncated.copy()
 
     def close(self) -> None:
