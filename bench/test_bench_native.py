@@ -28,15 +28,7 @@ def test_native_random_rollout(benchmark, env_id):
     env = unwrap_native(gym.make(f"ember_np/{env_id}"))
     env.reset(seed=0)
     n = 2_000_000 if env_id != "Acrobot-v1" else 200_000
-    args = (
-        env.KIND,
-        env.state,
-        env.counters,
-        env.rng.state,
-        env._obs,
-        env.max_steps,
-        env.n_actions,
-    )
+    args = (env.kernel_state, np.zeros(env.obs_size, np.float32), env.n_actions)
     d.random_rollout(*args, 10)
     benchmark.pedantic(d.random_rollout, args=(*args, n), rounds=5, iterations=1)
     _per_second(benchmark, n)

@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["NATIVE_ENV_ENTRY_POINTS", "register_native_envs", "register_when_gymnasium_loads"]
 
-#: gymnasium id -> entry point of each native environment (ember_np.envs.native.NATIVE_ENVS).
+#: gymnasium id -> entry point of each native environment: the light mirror of
+#: ember_np.envs.native.NATIVE_ENV_TABLE's ids and classes (importing the table
+#: would import numba); tests/test_envs_native.py checks that they agree.
 NATIVE_ENV_ENTRY_POINTS: dict[str, str] = {
     "ember_np/CartPole-v1": "ember_np.envs.native:CartPoleEnv",
     "ember_np/Acrobot-v1": "ember_np.envs.native:AcrobotEnv",

@@ -125,17 +125,18 @@ def test_unwrap_native_refuses_wrappers_that_change_steps():
 
 @pytest.mark.parametrize("env_id, cls", PAIRS)
 def test_random_rollout_is_the_env_stepped_with_the_same_draws(env_id, cls):
-    """The benchmark's compiled loop (one copy per kind) against the env stepped from Python."""
+    """The benchmark's compiled loop (one copy per env class) against the env stepped
+    from Python."""
     from ember_np.envs import _dispatch as d
     from ember_np.rng import next_below
 
     env = cls()
     env.reset(seed=5)
     n_actions = int(env.action_space.n)
-    state, counters = env.state.copy(), env.counters.copy()
-    rng, obs = env.rng.state.copy(), np.zeros(env.observation_space.shape, np.float32)
-    episodes = d.random_rollout(cls.KIND, state, counters, rng, obs, env.max_steps, n_actions,
-                                3_000)  # fmt: skip
+    copy = cls.STATES.single(cls.KIND, env.state.copy(), env.counters.copy(),
+                             env.rng.state.copy(), env.max_steps)  # fmt: skip
+    obs = np.zeros(env.observation_space.shape, np.float32)
+    episodes = d.random_rollout(copy, obs, n_actions, 3_000)
     expected, last = 0, None
     for _ in range(3_000):
         last, _, term, trunc, _ = env.step(int(next_below(env.rng.state, n_actions)))
@@ -143,7 +144,60 @@ def test_random_rollout_is_the_env_stepped_with_the_same_draws(env_id, cls):
             expected += 1
             last, _ = env.reset()
     assert episodes == expected >= 5
-    np.testing.assert_array_equal(state, env.state)
-    np.testing.assert_array_equal(counters, env.counters)
-    np.testing.assert_array_equal(rng, env.rng.state)
+    np.testing.assert_array_equal(copy.state, env.state)
+    np.testing.assert_array_equal(copy.counters, env.counters)
+    np.testing.assert_array_equal(copy.rng, env.rng.state)
     np.testing.assert_array_equal(obs, last)
+
+
+def test_every_native_env_is_one_row_of_the_table():
+    """The ids gymnasium knows, the registration's light list, NATIVE_ENVS and each
+    class's attributes all come from NATIVE_ENV_TABLE, one row per env."""
+    from ember_np._registration import NATIVE_ENV_ENTRY_POINTS
+    from ember_np.envs import _dispatch as d
+    from ember_np.envs.native import NATIVE_ENV_TABLE, NATIVE_ENVS
+
+    ids = [row.id for row in NATIVE_ENV_TABLE]
+    assert ids == [f"ember_np/{env_id}" for env_id, _ in PAIRS]  # every env, once
+    assert [row.env_class for row in NATIVE_ENV_TABLE] == [cls for _, cls in PAIRS]
+    registered = {env_id for env_id in gym.registry if env_id.startswith("ember_np/")}
+    assert registered == set(ids) == set(NATIVE_ENV_ENTRY_POINTS) == set(NATIVE_ENVS)
+    for row in NATIVE_ENV_TABLE:
+        cls = row.env_class
+        assert gym.spec(row.id).entry_point == NATIVE_ENV_ENTRY_POINTS[row.id]
+        assert NATIVE_ENV_ENTRY_POINTS[row.id] == f"{cls.__module__}:{cls.__name__}"
+        env = gym.make(row.id)
+        assert type(env.unwrapped) is cls is NATIVE_ENVS[row.id]
+        assert cls.SPEC is row and NATIVE_ENV_TABLE[cls.KIND] is row
+        assert (cls.GYMNASIUM_ID, cls.MAX_STEPS) == (row.gymnasium_id, row.max_steps)
+        assert env.unwrapped.max_steps == row.max_steps
+        assert env.observation_space == row.observation_space
+        assert env.action_space == row.action_space
+        theirs = gym.make(row.gymnasium_id)  # the env it reproduces
+        assert theirs.observation_space.shape == row.observation_space.shape
+        assert theirs.action_space == row.action_space
+        assert theirs.spec.max_episode_steps == row.max_steps
+        # the kernel-facing states are the row's own classes, so the dispatch compiles
+        # this env's dynamics alone
+        single, vector = cls.STATES
+        assert type(env.unwrapped.kernel_state) is single and single.__base__ is d.EnvState
+        vec = NativeVecEnv(row.gymnasium_id, 2)
+        assert type(vec.kernel_state) is vector and vector.__base__ is d.VecEnvState
+        assert len({single, vector} & {r.env_class.STATES.single for r in NATIVE_ENV_TABLE}) == 1
+
+
+def test_one_dispatch_mechanism_by_class():
+    """The integer-kind dispatch (env_step / env_reset over a kind) is gone: a state of
+    the base class, whose kind field names an env but whose class names none, is refused."""
+    from numba.core.errors import TypingError
+
+    from ember_np.envs import _dispatch as d
+
+    for removed in ("env_step", "env_reset", "ENV_STATES", "VEC_ENV_STATES", "CARTPOLE",
+                    "ACROBOT", "MOUNTAINCAR"):  # fmt: skip
+        assert not hasattr(d, removed), removed
+    env = CartPoleEnv()
+    env.reset(seed=0)
+    base = d.EnvState(CartPoleEnv.KIND, env.state, env.counters, env.rng.state, env.max_steps)
+    with pytest.raises(TypingError, match="name no dynamics"):
+        d.step_env(base, 0, np.zeros(4, np.float32))

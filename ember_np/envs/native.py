@@ -8,6 +8,10 @@ registered as ``ember_np/CartPole-v1``, ``ember_np/Acrobot-v1`` and
 ``ember_np/MountainCar-v0``, so they work wherever a gymnasium env does. Their
 state lives in NumPy arrays that compiled code can step directly: the
 vectorised :class:`NativeVecEnv` and ``DqnTrainer``'s fused training loop.
+
+Each env is one row of :data:`NATIVE_ENV_TABLE` (a :class:`NativeEnvSpec`):
+its class's attributes, the state classes kernels take and ``NATIVE_ENVS``
+are made from the rows.
 """
 
 from __future__ import annotations
@@ -15,22 +19,28 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from ember_np._arrays import as_i64
+from ember_np._jit import entry_point
 from ember_np._validate import check_int
 from ember_np.envs import _dispatch as d
+from ember_np.envs._acrobot import acrobot_reset, acrobot_step
+from ember_np.envs._cartpole import cartpole_reset, cartpole_step
+from ember_np.envs._mountaincar import mountaincar_reset, mountaincar_step
 from ember_np.rng import Rng
 
 __all__ = [
+    "NATIVE_ENV_TABLE",
     "AcrobotEnv",
     "CartPoleEnv",
     "MountainCarEnv",
     "NativeEnv",
+    "NativeEnvSpec",
     "NativeVecEnv",
     "unwrap_native",
 ]
@@ -56,7 +66,10 @@ class NativeEnv(gym.Env):
     metadata: dict[str, Any] = {"render_modes": []}  # an instance attribute in gym.Env
     observation_space: spaces.Box
     action_space: spaces.Discrete
-    KIND: ClassVar[int]
+    # Set on each env's class from its row of NATIVE_ENV_TABLE:
+    SPEC: ClassVar[NativeEnvSpec]
+    STATES: ClassVar[d.EnvStateClasses]  # its EnvState and VecEnvState classes
+    KIND: ClassVar[int]  # its row in NATIVE_ENV_TABLE (nothing dispatches on it)
     MAX_STEPS: ClassVar[int]
     GYMNASIUM_ID: ClassVar[str]
 
@@ -74,12 +87,13 @@ class NativeEnv(gym.Env):
         self._obs = np.zeros(self.obs_size, dtype=np.float32)
         self._rng = Rng(np.random.SeedSequence())  # unseeded until reset(seed=...)
         self._has_reset = False
+        self._step: Any = None  # step_env's entry point, resolved on the first step
 
     @property
     def kernel_state(self) -> d.EnvState:
         """This env's live arrays as one :class:`~ember_np.envs._dispatch.EnvState`."""
-        return d.ENV_STATES[self.KIND](int(self.KIND), self.state, self.counters,
-                                       self._rng.state, int(self.max_steps))  # fmt: skip
+        return self.STATES.single(self.KIND, self.state, self.counters, self._rng.state,
+                                  int(self.max_steps))  # fmt: skip
 
     @property
     def rng(self) -> Rng:
@@ -107,53 +121,101 @@ class NativeEnv(gym.Env):
             raise ValueError(f"action must be an integer in [0, {self.n_actions}), got {action!r}")
         if not self._has_reset:
             raise ValueError("call reset() before step()")
-        reward, terminated, truncated = d.step_env(self.kernel_state, a, self._obs)
+        state = self.kernel_state
+        if self._step is None:  # the same types every call: resolved once (entry_point)
+            self._step = entry_point(d.step_env, state, a, self._obs)
+        reward, terminated, truncated = self._step(state, a, self._obs)
         return self._obs.copy(), float(reward), bool(terminated), bool(truncated), {}
-
-
-def _box(high: list[float | np.floating[Any]]) -> spaces.Box:
-    h = np.array(high, dtype=np.float32)
-    return spaces.Box(-h, h, dtype=np.float32)
 
 
 class CartPoleEnv(NativeEnv):
     """gymnasium's CartPole-v1, compiled (500-step episodes)."""
 
-    KIND = d.CARTPOLE
-    MAX_STEPS = 500
-    GYMNASIUM_ID = "CartPole-v1"
-    observation_space = _box(
-        [4.8, np.finfo(np.float32).max, 12 * 2 * math.pi / 360 * 2, np.finfo(np.float32).max]
-    )
-    action_space = spaces.Discrete(2)
-
 
 class AcrobotEnv(NativeEnv):
     """gymnasium's Acrobot-v1, compiled (500-step episodes)."""
-
-    KIND = d.ACROBOT
-    MAX_STEPS = 500
-    GYMNASIUM_ID = "Acrobot-v1"
-    observation_space = _box([1.0, 1.0, 1.0, 1.0, 4 * math.pi, 9 * math.pi])
-    action_space = spaces.Discrete(3)
 
 
 class MountainCarEnv(NativeEnv):
     """gymnasium's MountainCar-v0, compiled (200-step episodes)."""
 
-    KIND = d.MOUNTAINCAR
-    MAX_STEPS = 200
-    GYMNASIUM_ID = "MountainCar-v0"
-    observation_space = spaces.Box(
-        np.array([-1.2, -0.07], dtype=np.float32), np.array([0.6, 0.07], dtype=np.float32),
-        dtype=np.float32,
-    )  # fmt: skip
-    action_space = spaces.Discrete(3)
+
+class NativeEnvSpec(NamedTuple):
+    """One native env, whole: its row of :data:`NATIVE_ENV_TABLE`.
+
+    env_class : the NativeEnv subclass (its attributes are set from this row).
+    gymnasium_id : str, the id of the gymnasium env it reproduces (``"CartPole-v1"``);
+        it is registered as ``"ember_np/" + gymnasium_id``.
+    max_steps : int, the default time limit (gymnasium's ``max_episode_steps``).
+    reset : kernel ``(state, rng_state, obs) -> None``; step : kernel
+        ``(state, action, obs) -> (reward, terminated)``: the dynamics, on a
+        float64 (STATE_SIZE,) state (see ``ember_np.envs._dispatch.state_classes``).
+    observation_space : float32 Box; action_space : Discrete starting at 0.
+    """
+
+    env_class: type[NativeEnv]
+    gymnasium_id: str
+    max_steps: int
+    reset: Any
+    step: Any
+    observation_space: spaces.Box
+    action_space: spaces.Discrete
+
+    @property
+    def id(self) -> str:
+        """The id it is registered with gymnasium under (``ember_np/<gymnasium_id>``)."""
+        return f"ember_np/{self.gymnasium_id}"
 
 
-NATIVE_ENVS: dict[str, type[NativeEnv]] = {
-    f"ember_np/{cls.GYMNASIUM_ID}": cls for cls in (CartPoleEnv, AcrobotEnv, MountainCarEnv)
-}
+def _box(high: list[float]) -> spaces.Box:
+    h = np.array(high, dtype=np.float32)
+    return spaces.Box(-h, h, dtype=np.float32)
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+#: Every native env, one row each. Adding an env: its dynamics kernels (a module
+#: like ``_cartpole.py``), its class above, its row here and its id in
+#: ``ember_np._registration.NATIVE_ENV_ENTRY_POINTS`` (which cannot import this).
+NATIVE_ENV_TABLE: tuple[NativeEnvSpec, ...] = (
+    NativeEnvSpec(
+        CartPoleEnv, "CartPole-v1", 500, cartpole_reset, cartpole_step,
+        _box([4.8, _F32_MAX, 12 * 2 * math.pi / 360 * 2, _F32_MAX]), spaces.Discrete(2),
+    ),
+    NativeEnvSpec(
+        AcrobotEnv, "Acrobot-v1", 500, acrobot_reset, acrobot_step,
+        _box([1.0, 1.0, 1.0, 1.0, 4 * math.pi, 9 * math.pi]), spaces.Discrete(3),
+    ),
+    NativeEnvSpec(
+        MountainCarEnv, "MountainCar-v0", 200, mountaincar_reset, mountaincar_step,
+        spaces.Box(np.array([-1.2, -0.07], dtype=np.float32),
+                   np.array([0.6, 0.07], dtype=np.float32), dtype=np.float32),
+        spaces.Discrete(3),
+    ),
+)  # fmt: skip
+
+
+def _install(row: NativeEnvSpec) -> None:
+    """Give ``row.env_class`` its row's attributes and kernel-facing state classes."""
+    cls = row.env_class
+    name = cls.__name__.removesuffix("Env")
+    states = d.state_classes(name, __name__, row.reset, row.step)
+    for made in states:
+        globals()[made.__name__] = made  # numba's cache pickles them by reference
+    cls.SPEC = row
+    cls.KIND = NATIVE_ENV_TABLE.index(row)
+    cls.STATES = states
+    cls.GYMNASIUM_ID = row.gymnasium_id
+    cls.MAX_STEPS = row.max_steps
+    cls.observation_space = row.observation_space
+    cls.action_space = row.action_space
+
+
+for _row in NATIVE_ENV_TABLE:
+    _install(_row)
+
+#: gymnasium id -> class of every native env.
+NATIVE_ENVS: dict[str, type[NativeEnv]] = {row.id: row.env_class for row in NATIVE_ENV_TABLE}
 
 
 def unwrap_native(env: Any) -> NativeEnv | None:
@@ -210,14 +272,15 @@ class NativeVecEnv:
         self.rewards = np.zeros(n, dtype=np.float64)
         self.terminated = np.zeros(n, dtype=np.bool_)
         self.truncated = np.zeros(n, dtype=np.bool_)
+        self._step_batch: Any = None  # step_batch's entry point, resolved on the first step
         self.observation_space = self.single.observation_space
         self.action_space = self.single.action_space
 
     @property
     def kernel_state(self) -> d.VecEnvState:
         """The copies' live arrays as one :class:`~ember_np.envs._dispatch.VecEnvState`."""
-        return d.VEC_ENV_STATES[self.kind](int(self.kind), self.states, self.counters,
-                                           self.rng_states, int(self.max_steps))  # fmt: skip
+        return self.single.STATES.vector(self.kind, self.states, self.counters, self.rng_states,
+                                         int(self.max_steps))  # fmt: skip
 
     @property
     def spec(self) -> Any:
@@ -239,10 +302,7 @@ class NativeVecEnv:
             check_int("seed", seed, minimum=0, maximum=None)
             for i in range(self.num_envs):
                 self.rng_states[i] = Rng(seed + i).state
-        for i in range(self.num_envs):
-            d.env_reset(
-                self.kind, self.states[i], self.counters[i], self.rng_states[i], self.obs[i]
-            )
+        d.reset_batch(self.kernel_state, self.obs)
         return self.obs.copy()
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -252,10 +312,11 @@ class NativeVecEnv:
             raise ValueError(f"expected actions of shape ({self.num_envs},), got {a.shape}")
         if a.size and (a.min() < 0 or a.max() >= self.single.n_actions):
             raise ValueError(f"actions must be in [0, {self.single.n_actions})")
-        d.step_batch(
-            self.kind, self.states, self.counters, self.rng_states, a, self.max_steps,
-            self.obs, self.final_obs, self.rewards, self.terminated, self.truncated,
-        )  # fmt: skip
+        args = (self.kernel_state, a, self.obs, self.final_obs, self.rewards, self.terminated,
+                self.truncated)  # fmt: skip
+        if self._step_batch is None:  # the same types every call: resolved once (entry_point)
+            self._step_batch = entry_point(d.step_batch, *args)
+        self._step_batch(*args)
         return self.obs.copy(), self.rewards.copy(), self.terminated.copy(), self.truncated.copy()
 
     def close(self) -> None:
