@@ -36,7 +36,7 @@ from ember_np import (
     UpdateOptions,
     VecEncoder,
 )
-from ember_np.dqn.sumtree import SumTree
+from ember_np.dqn.replay.sumtree import SumTree
 from ember_np.envs import NativeVecEnv
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -169,7 +169,7 @@ def env_id_and_sets(env_id: str | None, sets: list[str]) -> tuple[str, list[str]
 def cmd_train(args: argparse.Namespace) -> int:
     """``ember-np train``: one run (or ``--seeds``: many) with a preset and overrides."""
     from ember_np import DqnAgent, DqnTrainer, TrainingRun
-    from ember_np._blas import set_blas_threads
+    from ember_np.nn._blas import set_blas_threads
     from ember_np.presets import Preset, default_preset, get_preset
 
     set_blas_threads(1)  # the same numbers on any core count (and in --seeds workers)
@@ -273,7 +273,7 @@ def tensorboard_callback(log_dir: str | None) -> Any:
 def cmd_resume(args: argparse.Namespace) -> int:
     """``ember-np resume``: continue a run from latest.npz, or finish a multi-seed run."""
     from ember_np import CheckpointError, DqnAgent, DqnTrainer
-    from ember_np._blas import set_blas_threads
+    from ember_np.nn._blas import set_blas_threads
     from ember_np.training.run import RunLockedError
     from ember_np.training.trainer import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP_CHECKPOINTS
 

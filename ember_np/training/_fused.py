@@ -29,8 +29,7 @@ from ember_np.dqn.agent_kernels import (
     epsilon_greedy,
     epsilon_now,
 )
-from ember_np.dqn.learn import copy_into
-from ember_np.dqn.noisy import acting_params
+from ember_np.dqn.learner.noisy import acting_params
 from ember_np.envs._dispatch import (
     EnvState,
     VecEnvState,
@@ -39,6 +38,7 @@ from ember_np.envs._dispatch import (
     step_copy,
     step_env,
 )
+from ember_np.nn.optim import copy_into
 
 # loop.ints[]: the trainer's episode bookkeeping, read and written in place.
 INDEX, EPISODE_STEP, EPISODE, N_RECORDS = range(4)
