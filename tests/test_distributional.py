@@ -21,12 +21,12 @@ import pytest
 
 from ember_np import DqnConfig, QNetwork, UpdateOptions
 from ember_np.dqn.heads.head import DistributionalHead
-from ember_np.dqn.heads.head_kernels import exp_into
 from ember_np.dqn.learner import learn
 from ember_np.dqn.learner import network as nw
 from ember_np.dqn.learner.distributional import c51_project
 from ember_np.nn import mlp
 from ember_np.nn.backprop import head_backward
+from ember_np.nn.softmax import exp_into
 from ember_np.types import Batch
 
 C51 = DistributionalHead("c51", 5, -3.0, 4.0)
