@@ -40,7 +40,8 @@ __all__ = [
 def cmd_eval(args: argparse.Namespace) -> int:
     """``ember-np eval``: greedy episodes of a run's checkpoint, as it was trained."""
     from ember_np import CheckpointError, DqnPolicy, EvalReport, StatsTracker
-    from ember_np.checkpoint import AgentKeys, Reader
+    from ember_np.checkpoint import Reader
+    from ember_np.dqn.checkpoint_format import AgentKeys
     from ember_np.training.trainer import greedy_episode
 
     run = open_run(args.run_path)
