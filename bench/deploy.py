@@ -83,7 +83,7 @@ CHILD = {
         t0 = time.perf_counter()
         import numpy as np
         from ember_np.policy import DqnPolicy
-        import ember_np.dqn.network  # numba and the kernels' module
+        import ember_np.dqn.learner.network  # numba and the kernels' module
         t_import = time.perf_counter() - t0
         policy = DqnPolicy.load(FILES["npz"], backend="numba")
         obs = np.array(OBS, dtype=np.float32)

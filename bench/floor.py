@@ -50,7 +50,7 @@ from ember_np import (
     Rng,
     UpdateOptions,
 )
-from ember_np._blas import KERNEL_BLAS, gemm
+from ember_np.nn._blas import KERNEL_BLAS, gemm
 from ember_np.presets import get_preset
 
 SGEMM_SIZE = 1024

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from floor import ENVS, SGEMM_SIZE, env_sizes, update_call, update_flops
 
-from ember_np._blas import gemm
+from ember_np.nn._blas import gemm
 from ember_np.presets import get_preset
 
 CASES = {"S1": ("ember", "CartPole-v1"), "S2": ("zoo", "CartPole-v1")}

@@ -18,7 +18,7 @@ from conftest import BATCH, SETTINGS, filled_buffer
 from streams import fill
 
 from ember_np import CircularBuffer, QNetwork, UpdateOptions
-from ember_np.dqn.head import DistributionalHead
+from ember_np.dqn.heads.head import DistributionalHead
 
 
 @pytest.mark.parametrize("setting", ["S1", "S2"])

@@ -43,7 +43,7 @@ from ember_np import (
     kernel_threads,
     set_kernel_threads,
 )
-from ember_np._blas import KERNEL_BLAS
+from ember_np.nn._blas import KERNEL_BLAS
 from ember_np.presets import get_preset
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs SIGSTOP / SIGCONT")

@@ -21,7 +21,7 @@ import pytest
 from conftest import BATCH, SETTINGS
 
 from ember_np import Batch, QNetwork, UpdateOptions
-from ember_np.dqn.head import DistributionalHead
+from ember_np.dqn.heads.head import DistributionalHead
 
 HEADS = {"plain": None, "c51": DistributionalHead("c51", 51, -10.0, 10.0),
          "qr": DistributionalHead("qr", 50)}  # fmt: skip

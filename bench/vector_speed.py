@@ -112,7 +112,7 @@ def close(trainers: dict[Any, Any]) -> None:
 
 
 def measure(quick: bool) -> dict[str, Any]:
-    from ember_np._blas import set_blas_threads
+    from ember_np.nn._blas import set_blas_threads
 
     set_blas_threads(1)
     scale = 0.2 if quick else 1.0

@@ -51,7 +51,7 @@ from ember_np.dqn.agent_kernels import (  # noqa: E402
     train_from_buffer,
     update_settings_now,
 )
-from ember_np.dqn.noisy import acting_params  # noqa: E402
+from ember_np.dqn.learner.noisy import acting_params  # noqa: E402
 from ember_np.envs._dispatch import reset_copy, step_copy  # noqa: E402
 from ember_np.training import drivers  # noqa: E402
 
@@ -188,7 +188,7 @@ def main() -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--quick", action="store_true", help="a tenth of the steps")
     args = p.parse_args()
-    from ember_np._blas import set_blas_threads
+    from ember_np.nn._blas import set_blas_threads
 
     set_blas_threads(1)
     scale = 0.1 if args.quick else 1.0

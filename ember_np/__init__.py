@@ -23,11 +23,10 @@ from ember_np._registration import register_when_gymnasium_loads
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports
     from ember_np import envs
-    from ember_np._blas import kernel_threads, set_kernel_threads
     from ember_np.checkpoint import CheckpointError
     from ember_np.dqn.agent import DqnAgent
     from ember_np.dqn.config import DqnConfig
-    from ember_np.dqn.network import QNetwork, UpdateOptions
+    from ember_np.dqn.learner.network import QNetwork, UpdateOptions
     from ember_np.dqn.policy import DqnPolicy
     from ember_np.dqn.replay import Batch, CircularBuffer, PrioritizedBuffer, transition_dtype
     from ember_np.encoding import (
@@ -37,6 +36,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         OneHotEncoder,
         VecEncoder,
     )
+    from ember_np.nn._blas import kernel_threads, set_kernel_threads
     from ember_np.rng import Rng
     from ember_np.stats import (
         Aggregator,
@@ -60,13 +60,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
 
 #: Where each public name lives (imported on first access).
 _HOMES = {
-    "kernel_threads": "ember_np._blas",
-    "set_kernel_threads": "ember_np._blas",
+    "kernel_threads": "ember_np.nn._blas",
+    "set_kernel_threads": "ember_np.nn._blas",
     "CheckpointError": "ember_np.checkpoint",
     "DqnAgent": "ember_np.dqn.agent",
     "DqnConfig": "ember_np.dqn.config",
-    "QNetwork": "ember_np.dqn.network",
-    "UpdateOptions": "ember_np.dqn.network",
+    "QNetwork": "ember_np.dqn.learner.network",
+    "UpdateOptions": "ember_np.dqn.learner.network",
     "DqnPolicy": "ember_np.dqn.policy",
     "Batch": "ember_np.dqn.replay",
     "CircularBuffer": "ember_np.dqn.replay",

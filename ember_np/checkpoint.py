@@ -1,4 +1,6 @@
-"""Checkpoint files: atomic ``.npz`` writes and validated, pickle-free reads.
+"""Checkpoint files: atomic ``.npz`` writes and validated, pickle-free reads (the
+container; what the keys mean is each algorithm's: DQN's in
+``ember_np/dqn/checkpoint_format.py``).
 
 A checkpoint is one ``.npz`` archive of plain arrays (numbers and unicode
 strings; never pickled objects). Writes go to a temporary file in the same
@@ -41,17 +43,21 @@ from ember_np._npz import (
     data_start,
     end_of_central_directory,
 )
-from ember_np.dqn.head import DistributionalHead
 
 __all__ = [
-    "AgentKeys", "ArrayInfo", "CheckpointError", "atomic_write", "fsync_dir", "inspect_archive",
-    "load_arrays", "save_arrays",
+    "ArrayInfo", "CheckpointError", "Reader", "atomic_write", "fsync_dir", "inspect_archive",
+    "load_arrays", "save_arrays", "format_tag", "json_array", "string_array",
+    "FORMAT_KEY", "VERSION_KEY", "COUNTERS_KEY",
 ]  # fmt: skip
 
-#: Identifies an ember_np agent checkpoint; a file without it is foreign.
-AGENT_FORMAT = "ember_np.dqn_agent"
-#: Bumped whenever the layout changes incompatibly.
-FORMAT_VERSION = 1
+#: The key of every checkpoint's format tag (unicode scalar: which format, e.g.
+#: DQN's ``AGENT_FORMAT``) and of its version (int64 scalar), whatever the format.
+FORMAT_KEY = "format"
+VERSION_KEY = "format_version"
+#: The key of every agent checkpoint's counters (int64, the total env steps first):
+#: what ``ember-np eval`` reports a checkpoint's step from, whatever the algorithm.
+COUNTERS_KEY = "counters"
+
 
 #: Most members an archive may hold. An agent checkpoint has 17 + 4 per layer
 #: (weights, biases, online and target) + 7 for the replay buffer.
@@ -64,99 +70,6 @@ MAX_DIRECTORY_BYTES = MAX_MEMBERS * 320
 MAX_INFLATION = 64
 #: Longest ``.npy`` header read (NumPy's own limit for untrusted files).
 MAX_HEADER = 10_000
-
-
-class AgentKeys:
-    """Every key of an agent checkpoint (format version 1): the one place they are spelled.
-
-    Written by ``DqnAgent.state_arrays``, read by ``DqnAgent.load`` /
-    ``from_checkpoint``, ``DqnPolicy.load`` and ``ember-np eval``.
-    """
-
-    FORMAT = "format"  # unicode scalar, AGENT_FORMAT
-    VERSION = "format_version"  # int64 scalar, FORMAT_VERSION
-    CONFIG = "config"  # JSON text: DqnConfig.to_dict()
-    ENCODER = "encoder"  # JSON text: the encoder's description
-    MAPPER = "action_mapper"  # JSON text: the action mapper's description
-    SEED = "seed"  # int64 scalar below 2**63, else its decimal digits (a string)
-    COUNTERS = "counters"  # int64 (2,): total_steps, n_updates
-    RNG_EXPLORE = "rng/explore"  # uint64 (4,): PCG64 state
-    RNG_REPLAY = "rng/replay"  # uint64 (4,): PCG64 state
-    ONLINE = "online/"  # prefix of QNetwork.state_dict() keys (layer_sizes, w<i>, b<i>, adam_*)
-    DUELING = "online/dueling"  # bool scalar: dueling head (absent in older files: plain)
-    TARGET = "target/"  # prefix of the target network's w<i>, b<i>
-    BUFFER = "buffer/"  # prefix of the replay buffer's state_dict() keys (optional)
-    LAYER_NORM = "online/layer_norm"  # bool scalar: LayerNorm (absent in older files: none)
-    HEAD = "online/distributional"  # JSON text: a distributional head (absent: a plain Q head)
-    NOISY = "online/noisy"  # bool scalar True: noisy layers, sigmas sw<i>, sb<i> (absent: none)
-
-    @staticmethod
-    def weight(prefix: str, layer: int) -> str:
-        """Key of layer ``layer``'s weight matrix under ``prefix`` (ONLINE or TARGET)."""
-        return f"{prefix}w{layer}"
-
-    @staticmethod
-    def bias(prefix: str, layer: int) -> str:
-        """Key of layer ``layer``'s bias vector under ``prefix`` (ONLINE or TARGET)."""
-        return f"{prefix}b{layer}"
-
-
-def dueling_flag(state: Any, key: str = "dueling") -> bool:
-    """Whether a network state (a mapping with ``key``: a bool scalar) is dueling.
-
-    A state without ``key`` was written before the dueling head existed and
-    describes a plain network. Raises ValueError on a malformed entry.
-    """
-    if key not in state:
-        return False
-    flag = np.asarray(state[key])
-    if flag.shape != () or flag.dtype != np.bool_:
-        raise ValueError(
-            f"{key!r}: expected a bool scalar, found {flag.dtype} of shape {flag.shape}"
-        )
-    return bool(flag)
-
-
-def layer_norm_flag(state: Any, key: str = "layer_norm") -> bool:
-    """Whether a network state has LayerNorm after its hidden layers: the rule
-    of :func:`dueling_flag` (absent in states written before LayerNorm: False)."""
-    return dueling_flag(state, key)
-
-
-def noisy_flag(state: Any, key: str = "noisy") -> bool:
-    """Whether a network state has noisy linear layers (its sigmas under ``sw<i>``,
-    ``sb<i>``): the rule of :func:`dueling_flag` (written only when True)."""
-    return dueling_flag(state, key)
-
-
-def noisy_name(noisy: bool) -> str:
-    """How error messages name the presence of noisy layers."""
-    return "with noisy layers" if noisy else "without noisy layers"
-
-
-def head_of_state(state: Any, key: str = "distributional") -> DistributionalHead | None:
-    """The distributional head a network state records (JSON text under ``key``:
-    ``DistributionalHead.to_dict()``), or None for a plain Q head (no ``key``).
-    Raises ValueError on a malformed entry."""
-    if key not in state:
-        return None
-    text = np.asarray(state[key])
-    if text.dtype.kind != "U" or text.shape != ():
-        raise ValueError(f"{key!r}: expected JSON text, found {text.dtype} of shape {text.shape}")
-    try:
-        return DistributionalHead.from_dict(json.loads(str(text[()])))
-    except (json.JSONDecodeError, ValueError, TypeError) as exc:
-        raise ValueError(f"{key!r}: not a distributional head ({exc})") from None
-
-
-def layer_norm_name(layer_norm: bool) -> str:
-    """How error messages name the presence of LayerNorm."""
-    return "with LayerNorm" if layer_norm else "without LayerNorm"
-
-
-def architecture_name(dueling: bool) -> str:
-    """How error messages name an architecture."""
-    return "dueling (Q = V + A - mean A)" if dueling else "plain (no dueling head)"
 
 
 class CheckpointError(ValueError):
@@ -452,11 +365,9 @@ def format_tag(path: str | os.PathLike[str]) -> str | None:
         raise CheckpointError(p, "no such checkpoint file")
     with _unreadable_as_checkpoint_error(p), open(p, "rb") as f:
         members = _inspect(p, f, None)
-        if AgentKeys.FORMAT not in members:
+        if FORMAT_KEY not in members:
             return None
-        return Reader(p, {AgentKeys.FORMAT: _read_array(f, members[AgentKeys.FORMAT])}).string(
-            AgentKeys.FORMAT
-        )
+        return Reader(p, {FORMAT_KEY: _read_array(f, members[FORMAT_KEY])}).string(FORMAT_KEY)
 
 
 def string_array(value: str) -> np.ndarray:
@@ -501,34 +412,6 @@ class Reader:
             raise self.error(f"{key!r}: expected {ndim} dimension(s), found shape {arr.shape}")
         return arr
 
-    def dueling(self) -> bool:
-        """Whether the checkpoint's network has a dueling head (:func:`dueling_flag`)."""
-        try:
-            return dueling_flag(self.arrays, AgentKeys.DUELING)
-        except ValueError as exc:
-            raise self.error(str(exc)) from None
-
-    def layer_norm(self) -> bool:
-        """Whether the checkpoint's network has LayerNorm (:func:`layer_norm_flag`)."""
-        try:
-            return layer_norm_flag(self.arrays, AgentKeys.LAYER_NORM)
-        except ValueError as exc:
-            raise self.error(str(exc)) from None
-
-    def noisy(self) -> bool:
-        """Whether the checkpoint's network has noisy layers (:func:`noisy_flag`)."""
-        try:
-            return noisy_flag(self.arrays, AgentKeys.NOISY)
-        except ValueError as exc:
-            raise self.error(str(exc)) from None
-
-    def head(self) -> DistributionalHead | None:
-        """The checkpoint's distributional head, None for a plain Q head (:func:`head_of_state`)."""
-        try:
-            return head_of_state(self.arrays, AgentKeys.HEAD)
-        except ValueError as exc:
-            raise self.error(str(exc)) from None
-
     def string(self, key: str) -> str:
         if key not in self.arrays:
             raise self.error(f"missing key {key!r}")
@@ -554,18 +437,19 @@ class Reader:
             )
         return int(arr[()])
 
-    def check_format(self, expected: str) -> int:
-        """Check the format tag and version; returns the version."""
-        if AgentKeys.FORMAT not in self.arrays:
+    def check_format(self, expected: str, version: int) -> int:
+        """Check the format tag (``expected``) and its version (``version``, the one
+        this ember_np reads); returns the version."""
+        if FORMAT_KEY not in self.arrays:
             raise self.error(
                 f"not an ember_np checkpoint (no 'format' key; keys: {sorted(self.arrays)[:8]})"
             )
-        fmt = self.string(AgentKeys.FORMAT)
+        fmt = self.string(FORMAT_KEY)
         if fmt != expected:
             raise self.error(f"expected a {expected!r} checkpoint, found {fmt!r}")
-        version = self.integer(AgentKeys.VERSION)
-        if version != FORMAT_VERSION:
+        found = self.integer(VERSION_KEY)
+        if found != version:
             raise self.error(
-                f"unknown format version {version} (this ember_np reads version {FORMAT_VERSION})"
+                f"unknown format version {found} (this ember_np reads version {version})"
             )
-        return version
+        return found

@@ -44,7 +44,7 @@ import numpy as np
 
 from ember_np._files import check_output, write_output
 from ember_np.checkpoint import CheckpointError
-from ember_np.dqn.forward import LN_EPS, refused_row
+from ember_np.dqn.heads.forward import LN_EPS, refused_row
 from ember_np.dqn.policy import DqnPolicy
 from ember_np.encoding import IndexActionMapper, describe
 from ember_np.training.run import checkpoint_file_name
@@ -272,7 +272,8 @@ def onnx_greedy_actions(session: Any, obs: Any) -> np.ndarray:
 def _trained_with_masks(source: str) -> bool:
     """The ``action_masks`` setting of the config saved in the checkpoint ``source``
     (False when ``source`` is not a checkpoint file or its config does not say)."""
-    from ember_np.checkpoint import AgentKeys, Reader
+    from ember_np.checkpoint import Reader
+    from ember_np.dqn.checkpoint_format import AgentKeys
     from ember_np.dqn.policy import NOT_READ
 
     if not source or not os.path.isfile(source):

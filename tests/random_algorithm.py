@@ -145,7 +145,7 @@ class RandomAgent:
 
     def load(self, path: str | os.PathLike[str], include_buffer: bool = True) -> RandomAgent:
         reader = Reader(path)
-        reader.check_format(FORMAT)
+        reader.check_format(FORMAT, 1)
         meta, state = reader.json("meta"), reader.json("rng")
         self._total_steps = int(reader.array("counters", "int64", (2,))[0])
         self._previous = int(meta["previous"])
@@ -156,7 +156,7 @@ class RandomAgent:
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike[str]) -> RandomAgent:
         reader = Reader(path)
-        reader.check_format(FORMAT)
+        reader.check_format(FORMAT, 1)
         meta = reader.json("meta")
         agent = cls(encoder_from_description(meta["encoder"]),
                     mapper_from_description(meta["mapper"]),

@@ -34,7 +34,7 @@
    attribute (``agent._counters``), imports an underscore name (``from
    ember_np.tune import _objective``) or names one in ``getattr``-like calls,
    except for the short, reasoned :data:`PRIVATE_READS_ALLOWED`. A kernel test
-   may import a private module (``ember_np._blas``, ``ember_np.envs._dispatch``)
+   may import a private module (``ember_np.nn._blas``, ``ember_np.envs._dispatch``)
    and use its public names.
 
 The import graph (no cycle anywhere, imports inside functions included; the
@@ -276,15 +276,15 @@ def test_the_underscore_rule_catches_imports_and_module_attributes(tmp_path):
     bad = tmp_path / "trainer.py"
     bad.write_text(
         source
-        + "\n\nfrom ember_np.dqn.network import _check_positive_float\n"
-        + "from ember_np.dqn import network as _nw\nimport ember_np.dqn.replay\n\n\n"
-        + "def peek():\n    return _nw._layer_sizes, ember_np.dqn.network._NONE\n"
+        + "\n\nfrom ember_np.dqn.learner.network import _check_positive_float\n"
+        + "from ember_np.dqn.learner import network as _nw\nimport ember_np.dqn.replay\n\n\n"
+        + "def peek():\n    return _nw._layer_sizes, ember_np.dqn.learner.network._NONE\n"
     )
     found = cross_module_underscore_names(bad, "ember_np.training.trainer")
     assert [f.split(": ")[1] for f in found] == [
-        "from ember_np.dqn.network import _check_positive_float",
+        "from ember_np.dqn.learner.network import _check_positive_float",
         "_nw._layer_sizes",
-        "ember_np.dqn.network._NONE",
+        "ember_np.dqn.learner.network._NONE",
     ]
 
 
@@ -335,7 +335,7 @@ def private_reads_in_test(path: Path) -> list[str]:
     """Every underscore name of another object or module that the test file at ``path``
     reads, imports or passes to getattr-like calls (``self._x`` and ``cls._x`` of the
     test's own classes, dunder names, NamedTuple's ``_replace``/``_asdict``/``_fields``/
-    ``_make`` and private submodules such as ``ember_np._blas`` excepted)."""
+    ``_make`` and private submodules such as ``ember_np.nn._blas`` excepted)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     # local names bound to ember_np modules: ``ember_np.x._y`` may name a private module
     modules: dict[str, str] = {}
@@ -395,7 +395,7 @@ def test_the_test_rule_catches_private_reads_and_allows_private_modules(tmp_path
     """Not vacuous: each spelling of a private read is reported, private modules are not."""
     probe = tmp_path / "test_probe.py"
     probe.write_text(
-        "import ember_np._memory\nimport ember_np._blas as blas\n"
+        "import ember_np._memory\nimport ember_np.nn._blas as blas\n"
         "from ember_np.envs import _dispatch\nfrom ember_np.tune import _say\n\n\n"
         "class Local:\n    def f(self):\n        return self._own\n\n\n"
         "def test_peek(agent, monkeypatch):\n"

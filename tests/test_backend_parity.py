@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ember_np import DqnAgent, DqnConfig, DqnPolicy, IndexActionMapper, VecEncoder
-from ember_np.dqn.forward import expected_values, obs_limit
+from ember_np.dqn.heads.forward import expected_values, obs_limit
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -152,7 +152,7 @@ def test_the_limit_bounds_every_float32_value_inside_the_network():
 def qr_policy(backend):
     """A QR policy (1 -> 1 -> 2 actions x 16 quantiles) whose quantiles at x = limit are
     all near float32's max / 8: their float32 sum (not their mean) overflows."""
-    from ember_np.dqn.head import DistributionalHead
+    from ember_np.dqn.heads.head import DistributionalHead
 
     head = DistributionalHead("qr", 16)
     w0, b0 = np.ones(1, np.float32), np.zeros(1, np.float32)
@@ -180,7 +180,7 @@ def test_a_qr_mean_of_quantiles_near_the_float32_max_is_finite_everywhere():
 
 
 def test_expected_values_sums_qr_quantiles_in_float64():
-    from ember_np.dqn.head import DistributionalHead
+    from ember_np.dqn.heads.head import DistributionalHead
 
     out = np.full((2, 3, 16), 3e38, np.float32)
     out[1] = 1.5

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from ember_np._blas import BLAS_LIBRARY, gemm
+from ember_np.nn._blas import BLAS_LIBRARY, gemm
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -70,8 +70,8 @@ def test_library_found_and_no_scipy_linalg_import():
 _WORKER_SHARE = """
 import json, sys, time
 import numpy as np
-import ember_np._blas as blas
-from ember_np._blas import gemm, set_blas_threads
+import ember_np.nn._blas as blas
+from ember_np.nn._blas import gemm, set_blas_threads
 process_threads, kernel = int(sys.argv[1]), int(sys.argv[2])
 set_blas_threads(process_threads)
 if kernel:
@@ -154,7 +154,7 @@ def _process_blas_threads() -> int:
 @pytest.fixture
 def process_blas_threads():
     """Restores the process's BLAS thread count after the test."""
-    from ember_np._blas import set_blas_threads
+    from ember_np.nn._blas import set_blas_threads
 
     before = _process_blas_threads()
     yield set_blas_threads
@@ -195,7 +195,7 @@ def test_training_leaves_the_process_blas_thread_count_unchanged(process_blas_th
 
 
 def test_without_a_private_directory_the_kernels_share_the_process_blas(monkeypatch):
-    import ember_np._blas as blas
+    import ember_np.nn._blas as blas
 
     if blas.KERNELS.shared is None:
         pytest.skip("the BLAS NumPy loaded is not OpenBLAS")
@@ -208,7 +208,7 @@ def test_the_copy_is_a_second_instance_written_once(tmp_path, monkeypatch):
     """Its own thread count; a second import loads the file the first one wrote."""
     from pathlib import Path
 
-    import ember_np._blas as blas
+    import ember_np.nn._blas as blas
 
     shared = blas.KERNELS.shared
     if shared is None:

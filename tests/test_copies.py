@@ -38,7 +38,7 @@ from ember_np import (
     Rng,
     UpdateOptions,
 )
-from ember_np.dqn.replay_kernels import CURSOR_LEN, N_FREE
+from ember_np.dqn.replay.replay_kernels import CURSOR_LEN, N_FREE
 
 
 def _pickled(protocol: int):  # noqa: ANN202

@@ -20,11 +20,13 @@ import numpy as np
 import pytest
 
 from ember_np import DqnConfig, QNetwork, UpdateOptions
-from ember_np.dqn import network as nw
-from ember_np.dqn.backprop import head_backward
-from ember_np.dqn.distributional import c51_project
-from ember_np.dqn.head import DistributionalHead
-from ember_np.dqn.head_kernels import exp_into
+from ember_np.dqn.heads.head import DistributionalHead
+from ember_np.dqn.learner import learn
+from ember_np.dqn.learner import network as nw
+from ember_np.dqn.learner.distributional import c51_project
+from ember_np.nn import mlp
+from ember_np.nn.backprop import head_backward
+from ember_np.nn.softmax import exp_into
 from ember_np.types import Batch
 
 C51 = DistributionalHead("c51", 5, -3.0, 4.0)
@@ -127,7 +129,7 @@ def test_layout_names_the_architecture_where_the_parameter_count_cannot():
     for dueling, layer_norm in ARCHS:
         net = QNetwork((2, 3, 3, 2), dueling=dueling, layer_norm=layer_norm,
                        head=DistributionalHead("qr", 3))  # fmt: skip
-        v_off, ln_off = nw.layout(net.num_params, net.sizes_array)
+        v_off, ln_off = mlp.layout(net.num_params, net.sizes_array)
         assert (v_off >= 0, ln_off >= 0) == (dueling, layer_norm)
 
 
@@ -261,7 +263,7 @@ def kernel_loss(net, target, batch, discounts, weights, legal, double, kappa):
     empty = np.empty(0)
     data = Batch(*batch, discounts, empty, np.empty(0, np.int64), np.packbits(legal, axis=1))
     prio = np.empty(len(discounts))
-    loss = nw.loss_and_grads(state, data, nw.PerSample(weights, prio),
+    loss = learn.loss_and_grads(state, data, nw.PerSample(weights, prio),
                              nw.update_settings(1e-3, kappa, double, None))  # fmt: skip
     return loss, state.grads, prio
 

@@ -88,7 +88,8 @@ _FIRST_UPDATE = textwrap.dedent(
     import json
     import numpy as np
     from ember_np import QNetwork, CircularBuffer, Rng, UpdateOptions
-    from ember_np.dqn import network, replay
+    from ember_np.dqn import replay
+    from ember_np.dqn.learner import network
     net = QNetwork((4, 64, 64, 2), seed=0)
     target = net.copy()
     buf = CircularBuffer(100, 4, 2)
@@ -129,7 +130,7 @@ def test_qnetwork_forward_single_specialization_per_dtype():
     net = QNetwork((3, 4, 2), seed=0)
     for x in (np.zeros(3), np.zeros(3, np.float32), [0, 0, 0], np.zeros(3, np.int64)):
         net.forward(x)
-    from ember_np.dqn import network
+    from ember_np.dqn.learner import network
 
     sigs = network.q_values_checked.signatures  # forward's kernel (checks, then forward_one)
     assert all(str(s[0].dtype) == "float32" for s in sigs), sigs
@@ -196,11 +197,11 @@ _COLD_FUSED_RUN = textwrap.dedent(
 # Kernels that a cold fused CartPole run compiles more than once on purpose: a flag
 # passed as a constant, so each copy is compiled without the other's branch.
 _INTENDED_SPECIALIZATIONS = {
-    "ember_np.dqn.replay_kernels.gather_one_step": 2,  # draw=True (plain) / False (n-step)
-    "ember_np._blas.gemm": 3,  # the transposes of the forward and backward products
+    "ember_np.dqn.replay.replay_kernels.gather_one_step": 2,  # draw=True (plain) / False (n-step)
+    "ember_np.nn._blas.gemm": 3,  # the transposes of the forward and backward products
     "ember_np.envs._acrobot._np_sincos_f32": 2,  # a constant flag
-    "ember_np.dqn.mlp.layer": 2,  # the first layer (Literal 0) and the others
-    "ember_np.dqn.mlp.bias_act": 2,  # the output layer (Literal False) and hidden ones
+    "ember_np.nn.mlp.layer": 2,  # the first layer (Literal 0) and the others
+    "ember_np.nn.mlp.bias_act": 2,  # the output layer (Literal False) and hidden ones
 }
 
 
@@ -241,15 +242,15 @@ def test_a_cold_fused_run_compiles_each_kernel_once_and_env_dynamics_stay_exact(
     signatures: dict[str, list] = {}
     for name, args in result["compiled"]:
         signatures.setdefault(name, []).append(args)
-    for name in ("ember_np.training._fused.fused_steps", "ember_np.dqn.replay_kernels.sample_into",
-                 "ember_np.dqn.backprop.backward", "ember_np.dqn.mlp.forward_into"):  # fmt: skip
+    for name in ("ember_np.training._fused.fused_steps", "ember_np.dqn.replay.replay_kernels.sample_into",
+                 "ember_np.nn.backprop.backward", "ember_np.nn.mlp.forward_into"):  # fmt: skip
         assert name in signatures, f"{name} was not compiled: {sorted(signatures)}"
     # what a CartPole run with a plain head does not use, it does not compile: the other
     # envs' dynamics (picked by the env state's class) and a distributional output layer
     unused = [name for name in signatures
               if name.startswith(("ember_np.envs._acrobot", "ember_np.envs._mountaincar"))
-              or name in ("ember_np.dqn.backprop.head_backward",
-                          "ember_np.dqn.backprop.distributional_backward")]  # fmt: skip
+              or name in ("ember_np.nn.backprop.head_backward",
+                          "ember_np.nn.backprop.distributional_backward")]  # fmt: skip
     assert unused == [], unused
     for name, sigs in signatures.items():
         expected = _INTENDED_SPECIALIZATIONS.get(name, 1)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ember_np import Batch, DqnAgent, DqnConfig, QNetwork, UpdateOptions
 from ember_np.dqn import agent as agent_mod
-from ember_np.dqn import network as nw
+from ember_np.dqn.learner import network as nw
 from ember_np.encoding import IndexActionMapper, VecEncoder
 from ember_np.types import EpisodeStatus, Experience
 

@@ -30,7 +30,9 @@ from ember_np import (
     QNetwork,
     UpdateOptions,
 )
-from ember_np.dqn import network as nw
+from ember_np.dqn.learner import learn
+from ember_np.dqn.learner import network as nw
+from ember_np.nn import mlp
 from ember_np.types import Batch
 
 SIZES = [(3, 6, 2), (3, 6, 5, 3), (4, 6, 5, 4, 2)]
@@ -92,7 +94,7 @@ def test_layout_names_each_architecture_exactly():
         for dueling in DUEL:
             for layer_norm in DUEL if min(sizes[1:-1]) >= 2 else [False]:
                 net = QNetwork(sizes, dueling=dueling, layer_norm=layer_norm)
-                v_off, ln_off = nw.layout(net.num_params, net.sizes_array)
+                v_off, ln_off = mlp.layout(net.num_params, net.sizes_array)
                 assert (v_off >= 0, ln_off >= 0) == (dueling, layer_norm), (sizes, dueling)
 
 
@@ -131,7 +133,7 @@ def test_backprop_matches_finite_differences(sizes, dueling, layer_norm, double)
                         np.zeros(1, np.int64))  # fmt: skip
     hp = nw.update_settings(1e-3, delta, double, None)
     per = nw.PerSample(np.empty(0), np.empty(0))
-    loss = nw.loss_and_grads(state, Batch(*batch, gamma * batch[4]), per, hp)
+    loss = learn.loss_and_grads(state, Batch(*batch, gamma * batch[4]), per, hp)
 
     def fn(p):
         return naive.network_dqn_loss(p, t_flat, sizes, dueling, layer_norm, batch, gamma,

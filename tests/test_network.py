@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from ember_np import Batch, QNetwork, Rng, UpdateOptions
-from ember_np.dqn import network as nw
+from ember_np.dqn.learner import learn
+from ember_np.dqn.learner import network as nw
+from ember_np.nn import optim
 
 make_batch = helpers.make_batch
 
@@ -124,7 +126,7 @@ def kernel_loss_and_grads(net, target, batch, gamma, delta, double, per=NO_PER_S
     data = Batch(*arrays)
     state = state64(flat64(net), flat64(target), net.layer_sizes)
     hp = nw.update_settings(1e-3, delta, double, None)
-    loss = nw.loss_and_grads(state, data, per, hp)
+    loss = learn.loss_and_grads(state, data, per, hp)
     return loss, state.grads
 
 
@@ -186,7 +188,7 @@ def test_clipping_matches_torch_rule_on_finite_difference_gradient(max_norm):
     net, target = QNetwork(sizes, seed=3), QNetwork(sizes, seed=4)
     batch = make_batch(sizes, batch=10, seed=3, dtype=np.float64)
     _, grads = kernel_loss_and_grads(net, target, batch, 0.99, 1.0, True)
-    norm = nw.clip_grad_norm(grads, max_norm)
+    norm = optim.clip_grad_norm(grads, max_norm)
     fd = naive.finite_difference_grad(
         reference_loss_fn(net, target, batch, 0.99, 1.0, True), flat64(net)
     )
@@ -234,7 +236,7 @@ def test_adam_matches_reference_over_several_steps():
     state = nw.NetState(params, params, np.zeros(2, np.int64), g, m, v, t)
     for _ in range(25):
         g[:] = rng.standard_normal(n).astype(np.float32)
-        nw.adam_step(state, 1e-2)
+        optim.adam_step(state, 1e-2)
         ref_params = ref.step(ref_params, g.astype(np.float64))
     assert t[0] == 25
     np.testing.assert_allclose(params, ref_params, rtol=2e-5, atol=2e-6)
@@ -257,7 +259,7 @@ def test_update_equals_reference_step(double):
         expected_loss = loss_fn(ref_params)
         state = state64(ref_params, flat64(target), sizes)
         hp = nw.update_settings(1e-3, 1.0, double, 10.0)
-        nw.loss_and_grads(state, Batch(*batch64, 0.99 * batch64[4]), NO_PER_SAMPLE, hp)
+        learn.loss_and_grads(state, Batch(*batch64, 0.99 * batch64[4]), NO_PER_SAMPLE, hp)
         ref_params = ref_adam.step(ref_params, naive.clip_grad_norm(state.grads, 10.0))
         loss = net.update(
             batch,

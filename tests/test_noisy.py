@@ -32,9 +32,10 @@ from ember_np import (
     QNetwork,
     UpdateOptions,
 )
-from ember_np.dqn import network as nw
-from ember_np.dqn.head import DistributionalHead
-from ember_np.dqn.noisy import (
+from ember_np.dqn.heads.head import DistributionalHead
+from ember_np.dqn.learner import learn
+from ember_np.dqn.learner import network as nw
+from ember_np.dqn.learner.noisy import (
     noise_size,
     noisy_layer_table,
     noisy_net_state,
@@ -221,7 +222,7 @@ def kernel_loss(net, target, batch, discounts, weights, legal, double, eps, flat
     w = np.empty(0) if weights is None else weights
     data = Batch(*batch, discounts, np.empty(0), np.empty(0, np.int64),
                  np.packbits(legal, axis=1))  # fmt: skip
-    loss = nw.loss_and_grads(state, data, nw.PerSample(w, np.empty(0)),
+    loss = learn.loss_and_grads(state, data, nw.PerSample(w, np.empty(0)),
                              nw.update_settings(1e-3, 1.0, double, None))  # fmt: skip
     return loss, state.grads
 
@@ -280,7 +281,7 @@ def test_noise_changes_the_loss_and_zero_sigmas_give_the_plain_network():
     state = nw.net_state(flat[:n_base].copy(), t_eff, plain.sizes_array, np.zeros(n_base),
                          np.zeros(0), np.zeros(0), np.zeros(1, np.int64), True)  # fmt: skip
     data = Batch(*batch, discounts, np.empty(0), np.empty(0, np.int64), np.packbits(legal, axis=1))
-    loss = nw.loss_and_grads(state, data, nw.PerSample(weights, np.empty(0)),
+    loss = learn.loss_and_grads(state, data, nw.PerSample(weights, np.empty(0)),
                              nw.update_settings(1e-3, 1.0, True, None))  # fmt: skip
     assert loss0 == loss
     np.testing.assert_array_equal(grads0[:n_base], state.grads)

@@ -297,7 +297,7 @@ def test_prioritized_buffer_priorities_stay_finite_and_positive(alpha, eps, td, 
 @settings(max_examples=200, deadline=None)
 @given(data=st.data(), capacity=st.integers(1, 40))
 def test_sum_tree_invariants_hold_at_the_float64_extremes(data, capacity):
-    from ember_np.dqn.sumtree import SumTree, max_priority
+    from ember_np.dqn.replay.sumtree import SumTree, max_priority
 
     tree = SumTree(capacity)
     top = max_priority.py_func(tree.tree.shape[0] // 2)

@@ -14,8 +14,8 @@ import pytest
 
 import ember_np
 from ember_np import DqnPolicy, IndexActionMapper, VecEncoder
-from ember_np.dqn import network
-from ember_np.dqn.forward import CompiledForward, NumpyForward, greedy_index, greedy_indices
+from ember_np.dqn.heads.forward import CompiledForward, NumpyForward, greedy_index, greedy_indices
+from ember_np.nn import mlp
 
 HEAVY = ("numba", "llvmlite", "gymnasium", "tqdm")
 
@@ -260,10 +260,10 @@ def test_greedy_index_follows_the_kernel_argmax_rule():
         cases.append(row)
     for row in cases:
         q = np.array(row, dtype=np.float32)
-        assert greedy_index(q) == network.argmax(q), row
+        assert greedy_index(q) == mlp.argmax(q), row
     for n in (1, 2, 5):
         q = np.array([r + [0.0] * (n - len(r)) for r in cases if len(r) <= n], dtype=np.float32)
-        assert greedy_indices(q).tolist() == [network.argmax(r) for r in q]
+        assert greedy_indices(q).tolist() == [mlp.argmax(r) for r in q]
 
 
 # NumPy warns about the inf * 0 of the NumPy path's finiteness unit before act raises.

@@ -35,7 +35,7 @@ from ember_np import (
     TrainingRun,
     VecEncoder,
 )
-from ember_np.checkpoint import FORMAT_VERSION
+from ember_np.dqn.checkpoint_format import FORMAT_VERSION
 
 make_agent = partial(shared_make_agent, obs_size=4)
 

@@ -8,7 +8,7 @@ import pytest
 
 from ember_np import CircularBuffer, EpisodeStatus, PrioritizedBuffer, Rng
 from ember_np.dqn import replay
-from ember_np.dqn.replay_kernels import ROWS
+from ember_np.dqn.replay.replay_kernels import ROWS
 
 
 def transition(i: int, obs_size: int = 3, n_actions: int = 4, status: int = 0):

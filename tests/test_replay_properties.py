@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember_np import CircularBuffer, Rng
-from ember_np.dqn.replay_kernels import N_FREE, ROWS
+from ember_np.dqn.replay.replay_kernels import N_FREE, ROWS
 
 OBS_SIZE = 3
 N_ACTIONS = 4

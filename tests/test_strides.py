@@ -36,7 +36,7 @@ from ember_np import (
     UpdateOptions,
     VecEncoder,
 )
-from ember_np.dqn.sumtree import SumTree
+from ember_np.dqn.replay.sumtree import SumTree
 from ember_np.envs import NativeVecEnv
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -112,8 +112,9 @@ def f32(shape: tuple[int, ...]) -> st.SearchStrategy[np.ndarray]:
 
 def dispatchers() -> list:
     """Every compiled kernel of the modules array arguments reach."""
-    names = ["_blas", "rng", "dqn.network", "dqn.replay", "dqn.agent", "dqn.sumtree",
-             "envs._dispatch", "training._fused"]  # fmt: skip
+    names = ["nn._blas", "rng", "nn.mlp", "nn.backprop", "nn.optim", "dqn.heads.qvalues",
+             "dqn.learner.learn", "dqn.learner.network", "dqn.replay", "dqn.agent",
+             "dqn.replay.sumtree", "envs._dispatch", "training._fused"]  # fmt: skip
     found = {}
     for name in names:
         for value in vars(importlib.import_module(f"ember_np.{name}")).values():

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember_np import Rng
-from ember_np.dqn.sumtree import SumTree
+from ember_np.dqn.replay.sumtree import SumTree
 
 
 def naive_find(priorities: list[float], mass: float) -> int:

@@ -21,7 +21,7 @@ from naive import naive_n_step_returns
 
 from ember_np import Aggregator, CircularBuffer, DqnAgent, DqnTrainer, Rng, TrainingRun
 from ember_np.dqn.config import DqnConfig
-from ember_np.dqn.prioritized import PrioritizedBuffer
+from ember_np.dqn.replay.prioritized import PrioritizedBuffer
 from ember_np.envs import NativeVecEnv
 from ember_np.training.loop import train_and_evaluate
 from ember_np.training.setup import ASYNC_START_METHOD
@@ -157,7 +157,7 @@ def test_n_step_returns_never_cross_envs_even_with_identical_observations():
 
 def _slot_return(buf: CircularBuffer, slot: int) -> float:
     """The n-step return the buffer samples for ``slot`` (PER-free: draw it alone)."""
-    from ember_np.dqn.replay_kernels import gather_n_step
+    from ember_np.dqn.replay.replay_kernels import gather_n_step
 
     batch = buf.empty_batch(1)
     gather_n_step(buf.kernel_state, np.array([slot], dtype=np.int64), batch)

@@ -41,7 +41,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """``ember-np eval``: greedy episodes of a run's checkpoint, as it was trained."""
     from ember_np import CheckpointError, EvalReport, StatsTracker
     from ember_np.algorithms import check_checkpoint_format, get_algorithm
-    from ember_np.checkpoint import AgentKeys, Reader
+    from ember_np.checkpoint import COUNTERS_KEY, Reader
     from ember_np.training.spec import read_spec
     from ember_np.training.trainer import greedy_episode
 
@@ -58,7 +58,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         spec = read_spec(run)
         check_checkpoint_format(path, spec.algorithm)
         policy = get_algorithm(spec.algorithm).load_policy(path)
-        total_steps = int(Reader(path).array(AgentKeys.COUNTERS, "int64", (2,))[0])
+        total_steps = int(Reader(path).array(COUNTERS_KEY, "int64", (2,))[0])
     except (CheckpointError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     env = common.make_env(saved["env_id"])

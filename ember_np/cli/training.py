@@ -177,7 +177,7 @@ def env_id_and_sets(env_id: str | None, sets: list[str]) -> tuple[str, list[str]
 def cmd_train(args: argparse.Namespace) -> int:
     """``ember-np train``: one run (or ``--seeds``: many) with a preset and overrides."""
     from ember_np import TrainingRun
-    from ember_np._blas import set_blas_threads
+    from ember_np.nn._blas import set_blas_threads
 
     set_blas_threads(1)  # the same numbers on any core count (and in --seeds workers)
     args.env_id, args.set = env_id_and_sets(args.env_id, args.set or [])
@@ -238,7 +238,7 @@ def tensorboard_callback(log_dir: str | None) -> Any:
 def cmd_resume(args: argparse.Namespace) -> int:
     """``ember-np resume``: continue a run from latest.npz, or finish a multi-seed run."""
     from ember_np import CheckpointError
-    from ember_np._blas import set_blas_threads
+    from ember_np.nn._blas import set_blas_threads
     from ember_np.training.run import RunLockedError
 
     board = tensorboard_callback(args.tensorboard)  # exit 2 without tensorboardX, at once

@@ -29,15 +29,7 @@ from ember_np._jit import entry_point
 from ember_np._masks import ALL_LEGAL, check_action_mask
 from ember_np._memory import check_network_memory
 from ember_np._validate import check_int
-from ember_np.checkpoint import (
-    AGENT_FORMAT,
-    FORMAT_VERSION,
-    Reader,
-    json_array,
-    save_arrays,
-    string_array,
-)
-from ember_np.checkpoint import AgentKeys as K
+from ember_np.checkpoint import json_array, save_arrays, string_array
 from ember_np.dqn.agent_io import (
     buffer_for,
     check_checkpoint_architecture,
@@ -60,13 +52,16 @@ from ember_np.dqn.agent_kernels import (
     update_settings_now,
 )
 from ember_np.dqn.agent_vec import VecStep, VectorLearner
-from ember_np.dqn.circular import CircularBuffer
+from ember_np.dqn.checkpoint_format import AGENT_FORMAT, FORMAT_VERSION
+from ember_np.dqn.checkpoint_format import AgentKeys as K
+from ember_np.dqn.checkpoint_format import AgentReader as Reader
 from ember_np.dqn.config import DqnConfig
-from ember_np.dqn.forward import refused_observation
-from ember_np.dqn.mlp import greedy_action, greedy_action_legal
-from ember_np.dqn.network import QNetwork, UpdateOptions
+from ember_np.dqn.heads.forward import refused_observation
+from ember_np.dqn.heads.qvalues import greedy_action, greedy_action_legal
+from ember_np.dqn.learner.network import QNetwork, UpdateOptions
 from ember_np.dqn.policy import DqnPolicy
-from ember_np.dqn.prioritized import PrioritizedBuffer
+from ember_np.dqn.replay.circular import CircularBuffer
+from ember_np.dqn.replay.prioritized import PrioritizedBuffer
 from ember_np.encoding import (
     DiscreteActionMapper,
     IndexActionMapper,

@@ -11,21 +11,20 @@ from typing import Any
 
 import numpy as np
 
-from ember_np.checkpoint import (
+from ember_np.checkpoint import CheckpointError, string_array
+from ember_np.dqn.checkpoint_format import (
     AGENT_FORMAT,
-    CheckpointError,
-    Reader,
     architecture_name,
     layer_norm_name,
     noisy_name,
-    string_array,
-)  # fmt: skip
-from ember_np.checkpoint import AgentKeys as K
-from ember_np.dqn.circular import CircularBuffer
+)
+from ember_np.dqn.checkpoint_format import AgentKeys as K
+from ember_np.dqn.checkpoint_format import AgentReader as Reader
 from ember_np.dqn.config import DqnConfig
-from ember_np.dqn.head import head_name
-from ember_np.dqn.network import QNetwork
-from ember_np.dqn.prioritized import PrioritizedBuffer
+from ember_np.dqn.heads.head import head_name
+from ember_np.dqn.learner.network import QNetwork
+from ember_np.dqn.replay.circular import CircularBuffer
+from ember_np.dqn.replay.prioritized import PrioritizedBuffer
 from ember_np.encoding import encoder_from_description, mapper_from_description
 
 

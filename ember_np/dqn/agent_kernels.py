@@ -8,12 +8,12 @@ step; :class:`AgentState` carries everything it reads and writes.
 Reading map of one env step, in call order::
 
     agent_step
-      push_transition        dqn/replay_kernels.py: validate and store
+      push_transition        dqn/replay/replay_kernels.py: validate and store
       target_due, sync_target   copy or Polyak-average the target
       train_due, train_from_buffer
-        sample_into          dqn/replay_kernels.py: a batch (n-step: discounts; PER: weights)
-        dqn_update           dqn/learn.py: one DQN gradient step
-        update_priorities    dqn/replay_kernels.py (PER only)
+        sample_into          dqn/replay/replay_kernels.py: a batch (n-step: discounts; PER: weights)
+        dqn_update           dqn/learner/learn.py: one DQN gradient step
+        update_priorities    dqn/replay/replay_kernels.py (PER only)
       epsilon_greedy         the next action
 """
 
@@ -25,26 +25,25 @@ import numpy as np
 
 from ember_np._jit import inlined_kernel, kernel
 from ember_np.dqn.config import DqnConfig, linear_epsilon
-from ember_np.dqn.head_kernels import expected_q, head_kind, n_actions, n_layers
-from ember_np.dqn.learn import (
+from ember_np.dqn.heads.head_kernels import expected_q
+from ember_np.dqn.heads.qvalues import greedy_legal, greedy_unchecked
+from ember_np.dqn.learner.learn import (
     NetState,
     PerSample,
     UpdateSettings,
-    copy_into,
     dqn_update,
-    polyak,
     update_settings,
 )
-from ember_np.dqn.mlp import (
-    acts_size,
-    all_finite,
-    argmax_legal,
-    forward_into,
-    greedy_legal,
-    greedy_unchecked,
+from ember_np.dqn.learner.noisy import acting_params
+from ember_np.dqn.replay.replay_kernels import (
+    ReplayState,
+    push_transition,
+    sample_into,
+    update_priorities,
 )
-from ember_np.dqn.noisy import acting_params
-from ember_np.dqn.replay_kernels import ReplayState, push_transition, sample_into, update_priorities
+from ember_np.nn.mlp import acts_size, all_finite, argmax_legal, forward_into
+from ember_np.nn.optim import copy_into, polyak
+from ember_np.nn.shape import head_kind, n_actions, n_layers
 from ember_np.rng import next_below, next_double
 from ember_np.types import Batch
 
@@ -216,7 +215,7 @@ def act_explore(net: NetState, settings: AgentSettings, counters: np.ndarray, ob
     counters : int64 (2,); obs : float32 (obs_size,); rng_state : uint64 (4,);
     legal : bool (n_actions,) or (0,) (see :func:`epsilon_greedy`).
     Returns -1 for a non-finite observation. A noisy network first draws its
-    acting noise from ``rng_state`` (:func:`~ember_np.dqn.noisy.acting_params`).
+    acting noise from ``rng_state`` (:func:`~ember_np.dqn.learner.noisy.acting_params`).
     """
     params = acting_params(net, rng_state)  # noisy layers: perturbed by a new sample
     return epsilon_greedy(

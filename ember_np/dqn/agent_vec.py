@@ -36,7 +36,7 @@ from ember_np.dqn.agent_kernels import (
     agent_vec_step,
     epsilon_now,
 )
-from ember_np.dqn.mlp import greedy_actions_checked, greedy_actions_legal_checked
+from ember_np.dqn.heads.qvalues import greedy_actions_checked, greedy_actions_legal_checked
 from ember_np.encoding import IndexActionMapper, nonfinite_row
 
 __all__ = ["NO_TRANSITION", "VecStep", "VectorLearner"]

@@ -12,7 +12,7 @@ import numpy as np
 
 from ember_np._jit import kernel
 from ember_np._validate import F32_RULE, INT64_MAX, positive_in_f32, too_big_rule
-from ember_np.dqn.head import DistributionalHead
+from ember_np.dqn.heads.head import DistributionalHead
 
 __all__ = ["SCHEDULE_FIELDS", "DqnConfig", "linear_epsilon"]
 
@@ -332,7 +332,7 @@ class DqnConfig:
 
     @property
     def head(self) -> DistributionalHead | None:
-        """The distributional head the config asks for (``dqn/head.py``), or None."""
+        """The distributional head the config asks for (``dqn/heads/head.py``), or None."""
         if self.distributional == "c51":
             return DistributionalHead("c51", self.n_atoms, self.v_min, self.v_max)
         if self.distributional == "qr":

@@ -16,9 +16,10 @@ import numpy as np
 
 from ember_np._arrays import as_f32
 from ember_np._masks import check_action_mask, check_action_masks
-from ember_np.checkpoint import AGENT_FORMAT, CheckpointError, Reader
-from ember_np.checkpoint import AgentKeys as K
-from ember_np.dqn.forward import (
+from ember_np.checkpoint import CheckpointError
+from ember_np.dqn.checkpoint_format import AGENT_FORMAT, AgentReader
+from ember_np.dqn.checkpoint_format import AgentKeys as K
+from ember_np.dqn.heads.forward import (
     CompiledForward,
     NumpyForward,
     check_observation,
@@ -27,7 +28,7 @@ from ember_np.dqn.forward import (
     refused_observation,
     refused_row,
 )
-from ember_np.dqn.head import DistributionalHead
+from ember_np.dqn.heads.head import DistributionalHead
 from ember_np.encoding import (
     DiscreteActionMapper,
     IndexActionMapper,
@@ -70,7 +71,7 @@ class DqnPolicy:
     ``backend`` chooses the forward pass; both give the same actions and
     Q-values equal up to float32 rounding:
 
-    * ``"numpy"``: NumPy alone (``ember_np/dqn/forward.py``). A fresh process
+    * ``"numpy"``: NumPy alone (``ember_np/dqn/heads/forward.py``). A fresh process
       acts within a few tenths of a second, in about 30 MB, at 5 to 7 µs per
       ``act``.
     * ``"numba"``: the compiled kernels. About 2 µs per ``act``, but numba
@@ -79,7 +80,7 @@ class DqnPolicy:
     * ``"auto"`` (default): ``"numba"`` when numba is already imported in the
       process (a training process, ``agent.into_policy()``), else ``"numpy"``.
 
-    A distributional network (``head``: C51 or QR-DQN, ``dqn/head.py``) acts
+    A distributional network (``head``: C51 or QR-DQN, ``dqn/heads/head.py``) acts
     on, and gives as Q-values, the expected values of its distributions.
 
     One rule for bad observations in every method (``act``, ``act_batch``,
@@ -230,7 +231,7 @@ class DqnPolicy:
             If ``backend`` is not one of the three names.
         """
         _resolve_backend(backend)  # a bad name is the caller's error, not the file's
-        reader = Reader(path, skip=NOT_READ)  # checked like the rest, never loaded
+        reader = AgentReader(path, skip=NOT_READ)  # checked like the rest, never loaded
         reader.check_format(AGENT_FORMAT)
         sizes = tuple(reader.array(K.ONLINE + "layer_sizes", np.int64, ndim=1).tolist())
         if len(sizes) < 2 or min(sizes) < 1:
@@ -331,7 +332,7 @@ class DqnPolicy:
         return q
 
     def _encode_batch(self, obs_batch: Any) -> np.ndarray:
-        """The encoded batch, checked (:func:`~ember_np.dqn.forward.refused_row`)."""
+        """The encoded batch, checked (:func:`~ember_np.dqn.heads.forward.refused_row`)."""
         x = as_f32(self.encoder.encode_batch(obs_batch), "the encoder's output")
         err = refused_row(x, self._forward.limit) if x.ndim == 2 else None
         if err is not None:

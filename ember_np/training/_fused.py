@@ -1,9 +1,9 @@
 """The whole training step in compiled code, for native environments.
 
-:func:`fused_steps` runs ``n`` iterations of what ``DqnTrainer._step`` does in
-Python: step the env (``env_step``), store / sync / train / pick the next
+:func:`fused_steps` runs ``n`` iterations of what the single-env driver does in
+Python: step the env (``step_env``), store / sync / train / pick the next
 action (``agent_step``, the very kernel the Python path calls), count the
-episode, and at an episode end record it, reset the env (``env_reset``) and
+episode, and at an episode end record it, reset the env (``reset_env``) and
 pick the first action of the next one. Python takes over between calls for
 what needs Python: episode records into stats and JSONL, checkpoints, the
 progress bar. Same kernels in the same order: the same results.
@@ -29,8 +29,7 @@ from ember_np.dqn.agent_kernels import (
     epsilon_greedy,
     epsilon_now,
 )
-from ember_np.dqn.learn import copy_into
-from ember_np.dqn.noisy import acting_params
+from ember_np.dqn.learner.noisy import acting_params
 from ember_np.envs._dispatch import (
     EnvState,
     VecEnvState,
@@ -39,6 +38,7 @@ from ember_np.envs._dispatch import (
     step_copy,
     step_env,
 )
+from ember_np.nn.optim import copy_into
 
 # loop.ints[]: the trainer's episode bookkeeping, read and written in place.
 INDEX, EPISODE_STEP, EPISODE, N_RECORDS = range(4)
@@ -123,7 +123,7 @@ def fused_steps(n_steps: int, env: EnvState, loop: FusedLoop, agent: AgentState)
 @inlined_kernel
 def copy_rows(dst: np.ndarray, src: np.ndarray, start: int, stop: int) -> None:
     """dst[start:stop] = src[start:stop] for 2-d arrays of one shape, row by row
-    (:func:`~ember_np.dqn.learn.copy_into`: no slice assignment)."""
+    (:func:`~ember_np.nn.optim.copy_into`: no slice assignment)."""
     for i in range(start, stop):
         copy_into(dst[i], src[i])
 

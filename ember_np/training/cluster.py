@@ -340,7 +340,7 @@ def seed_task(spec_data: dict[str, Any], seed: int, where: str, key: str) -> dic
     """
     from distributed import get_worker
 
-    from ember_np._blas import set_blas_threads
+    from ember_np.nn._blas import set_blas_threads
 
     set_blas_threads(1)  # NumPy's BLAS, as every local worker: the same sums on any machine
     worker = get_worker()

@@ -114,7 +114,7 @@ WORKER_THREADS = {
 
 def _worker_main(conn: Any, spec_dict: dict[str, Any]) -> None:
     """A worker process: train the seeds the parent sends until it sends None."""
-    from ember_np._blas import set_blas_threads
+    from ember_np.nn._blas import set_blas_threads
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent decides
     set_blas_threads(1)  # already so from OPENBLAS_NUM_THREADS; this BLAS may not read it

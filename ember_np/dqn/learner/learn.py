@@ -1,5 +1,6 @@
-"""Compiled learning step of the Q-network: TD targets, Huber loss, backward pass,
-gradient clipping, Adam and Polyak averaging (numba kernels, public to the package).
+"""Compiled learning step of the Q-network: TD targets, Huber loss, then the
+backward pass, gradient clipping and Adam of ``ember_np/nn/`` (numba kernels,
+public to the package).
 
 Reading map of one update, in call order::
 
@@ -10,13 +11,13 @@ Reading map of one update, in call order::
         loss_and_grads     (head_loss_and_grads: the plain head's, or a distributional one's)
           td_targets       y = r + discount * Q_target(s', a*)     (the batch's discounts:
                            gamma^m * mask; masks: a* over the next state's legal actions)
-          forward_into     online forward, every activation kept  (dueling: dueling_combine)
+          forward_into     nn/mlp.py: online forward, activations kept  (dueling: dueling_combine)
           huber_grad       dLoss/dQ = w * clip(Q - y, +-delta) / B  (PER: weights in, |TD| out)
-          backward         backprop.py: MLP backward from any dLoss/dQ (dueling: both heads)
+          backward         nn/backprop.py: MLP backward from any dLoss/dQ (dueling: both heads)
         | distributional_loss_and_grads   a C51 or QR-DQN head: distributional.py
         | noisy_loss_and_grads   noisy layers: any of the above on mu + sigma * eps (noisy.py)
-        clip_grad_norm     torch's clip_grad_norm_ rule
-        adam_step          torch.optim.Adam
+        clip_grad_norm     nn/optim.py: torch's clip_grad_norm_ rule
+        adam_step          nn/optim.py: torch.optim.Adam
 
 The NamedTuples the kernels pass (NetState, UpdateSettings, PerSample) live in
 ``update_types.py`` and are re-exported here.
@@ -24,18 +25,13 @@ The NamedTuples the kernels pass (NetState, UpdateSettings, PerSample) live in
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba.extending import overload
 
 from ember_np._jit import KERNEL_OPTIONS, inlined_kernel, kernel
-from ember_np.dqn.backprop import backward
-from ember_np.dqn.distributional import distributional_loss_and_grads
-from ember_np.dqn.head_kernels import n_actions
-from ember_np.dqn.mlp import acts_size, argmax, argmax_packed, forward_into
-from ember_np.dqn.noisy import noise_grads, perturb, resample_noise
-from ember_np.dqn.update_types import (
+from ember_np.dqn.learner.distributional import distributional_loss_and_grads
+from ember_np.dqn.learner.noisy import noise_grads, perturb, resample_noise
+from ember_np.dqn.learner.update_types import (
     DistNetState,
     NetState,
     NoisyNetState,
@@ -44,6 +40,10 @@ from ember_np.dqn.update_types import (
     net_state,
     update_settings,
 )  # fmt: skip
+from ember_np.nn.backprop import backward
+from ember_np.nn.mlp import acts_size, argmax, argmax_packed, forward_into
+from ember_np.nn.optim import adam_step, clip_grad_norm
+from ember_np.nn.shape import n_actions
 from ember_np.types import Batch
 
 __all__ = [
@@ -51,27 +51,17 @@ __all__ = [
     "NetState",
     "PerSample",
     "UpdateSettings",
-    "adam_step",
     "backward",
     "check_batch",
     "checked_update",
-    "clip_grad_norm",
-    "copy_into",
     "dqn_update",
     "huber_grad",
     "loss_and_grads",
     "net_state",
     "noisy_loss_and_grads",
-    "polyak",
     "td_targets",
     "update_settings",
 ]
-
-ADAM_BETA1 = 0.9
-ADAM_BETA2 = 0.999
-ADAM_EPS = 1e-8
-CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6)
-ADAM_FLUSH = 1e-30  # Adam moments below this are set to 0 (see adam_step)
 
 
 @inlined_kernel
@@ -222,7 +212,7 @@ def noisy_loss_and_grads(
     The online and target weights are perturbed (mu + sigma * eps, into
     ``net.inner``), the inner network's loss and gradient computed as for any
     network (plain or distributional head), then d/d mu = g and
-    d/d sigma = g * eps (:func:`~ember_np.dqn.noisy.noise_grads`).
+    d/d sigma = g * eps (:func:`~ember_np.dqn.learner.noisy.noise_grads`).
     """
     inner = net.inner
     perturb(net.params, net.noise[0], net.layers, inner.params)
@@ -232,70 +222,6 @@ def noisy_loss_and_grads(
     loss = head_loss_and_grads(inner, batch, per, hp)
     noise_grads(inner.grads, net.noise[0], net.layers, net.grads)
     return loss
-
-
-@kernel
-def clip_grad_norm(grads: np.ndarray, max_norm: float) -> float:
-    """Scale ``grads`` so its global L2 norm is at most ``max_norm`` (torch rule).
-
-    grads : float (num_params,), scaled in place. max_norm : float; <= 0
-    disables clipping. coef = max_norm / (norm + 1e-6), applied when coef < 1.
-    Returns the norm before clipping.
-    """
-    acc = np.float32(0.0)
-    for i in range(grads.shape[0]):
-        acc += grads[i] * grads[i]
-    norm = math.sqrt(acc)
-    if max_norm > 0.0:
-        coef = max_norm / (norm + CLIP_EPS)
-        if coef < 1.0:
-            c = grads.dtype.type(coef)
-            for i in range(grads.shape[0]):
-                grads[i] *= c
-    return norm
-
-
-@kernel
-def adam_step(net: NetState, lr: float) -> None:
-    """One bias-corrected Adam step of ``net.params`` along ``net.grads``, as
-    ``torch.optim.Adam`` (betas 0.9, 0.999, eps 1e-8, no weight decay).
-
-    net : NetState; params, adam_m, adam_v, adam_t are updated in place.
-    lr : float > 0.
-
-    t += 1; m <- m + (1 - b1)(g - m); v <- b2 v + (1 - b2) g^2;
-    p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
-    """
-    params = net.params
-    grads = net.grads
-    m = net.adam_m
-    v = net.adam_v
-    adam_t = net.adam_t
-    adam_t[0] += 1
-    t = adam_t[0]
-    step_size = lr / (1.0 - ADAM_BETA1**t)
-    bc2_sqrt = math.sqrt(1.0 - ADAM_BETA2**t)
-    dt = params.dtype.type
-    s = dt(step_size)
-    inv_bc2 = dt(1.0 / bc2_sqrt)
-    one_m_b1 = dt(1.0 - ADAM_BETA1)
-    b2 = dt(ADAM_BETA2)
-    one_m_b2 = dt(1.0 - ADAM_BETA2)
-    e = dt(ADAM_EPS)
-    tiny = dt(ADAM_FLUSH)
-    zero = dt(0.0)
-    for i in range(params.shape[0]):
-        gi = grads[i]
-        mi = m[i] + one_m_b1 * (gi - m[i])
-        vi = b2 * v[i] + one_m_b2 * gi * gi
-        # A unit whose gradient stays 0 (a dead ReLU) decays m and v towards
-        # subnormal floats, which x86 handles ~100x slower: flush them to 0.
-        # Below 1e-30 the step lr * m / (sqrt(v) + eps) is < 1e-19, i.e. nothing.
-        mi = mi if abs(mi) >= tiny else zero
-        vi = vi if vi >= tiny else zero
-        m[i] = mi
-        v[i] = vi
-        params[i] -= s * mi / (math.sqrt(vi) * inv_bc2 + e)
 
 
 @inlined_kernel
@@ -353,41 +279,6 @@ def checked_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettin
     if code != 0:
         return code, np.nan
     return 0, dqn_update(net, batch, per, hp)
-
-
-@inlined_kernel
-def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
-    """dst[:] = src, element by element.
-
-    A slice assignment would do, but it compiles numba's shape-mismatch error
-    (its message formatting costs seconds of a first run's compiling).
-
-    Parameters
-    ----------
-    dst : ndarray, shape (n,)
-        Written in place.
-    src : ndarray of dst's dtype, shape (n,)
-    """
-    for i in range(src.shape[0]):
-        dst[i] = src[i]
-
-
-@kernel
-def polyak(dst: np.ndarray, src: np.ndarray, tau: float) -> None:
-    """dst <- tau * src + (1 - tau) * dst (Polyak averaging).
-
-    Parameters
-    ----------
-    dst : ndarray of float32 (or float64), shape (n,)
-        Updated in place.
-    src : ndarray of dst's dtype, shape (n,)
-    tau : float
-        Precondition: ``0 < tau <= 1``.
-    """
-    t = dst.dtype.type(tau)
-    keep = dst.dtype.type(1.0 - tau)
-    for i in range(dst.shape[0]):
-        dst[i] = t * src[i] + keep * dst[i]
 
 
 @kernel

@@ -1,11 +1,8 @@
-"""The kernels' view of a network's value head: decoding ``sizes`` and the
-expected Q-values of a distributional head (numba kernels, public to the package).
+"""Softmax building blocks: a vectorised float32 exp, row maxima, exponentials of
+blocks of columns, normalisation (numba kernels).
 
-``sizes`` is ``(obs_size, hidden..., n_actions)`` for a plain Q head; a
-distributional head (``head.py``) makes the last width ``n_actions * n_atoms``
-and appends ``HEAD_SUFFIX`` values (``-code, n_atoms, dueling, v_min bits,
-v_max bits``). Every kernel reads the network's shape through :func:`n_layers`,
-:func:`n_actions` and :func:`n_atoms`, never through ``sizes.shape`` alone.
+A categorical output (C51's atoms, a policy's logits) is a softmax of one
+block of units per row; these kernels compute it without libm's scalar expf.
 """
 
 from __future__ import annotations
@@ -19,55 +16,11 @@ from numba import types
 from numba.extending import intrinsic
 
 from ember_np._jit import compiled_only, kernel
-from ember_np.dqn.head import C51, HEAD_SUFFIX
-
-
-@kernel
-def head_kind(sizes: np.ndarray) -> int:
-    """0 for a plain Q head, else the head's code (``head.C51``, ``head.QR``).
-
-    sizes : int64 (n,): a plain network's layer widths (all positive), or
-    those then the suffix, whose first value is -code (see the module docstring).
-    """
-    n = sizes.shape[0]
-    if n > HEAD_SUFFIX + 1 and sizes[n - HEAD_SUFFIX] < 0:
-        return -sizes[n - HEAD_SUFFIX]
-    return 0
-
-
-@kernel
-def n_layers(sizes: np.ndarray) -> int:
-    """Number of Linear layers of the network ``sizes`` (the value head's not counted)."""
-    n = sizes.shape[0] - 1
-    return n - HEAD_SUFFIX if head_kind(sizes) != 0 else n
-
-
-@kernel
-def n_atoms(sizes: np.ndarray) -> int:
-    """Outputs per action: 1 for a plain Q head, else the atoms or quantiles."""
-    if head_kind(sizes) == 0:
-        return 1
-    return sizes[sizes.shape[0] - HEAD_SUFFIX + 1]
-
-
-@kernel
-def head_dueling(sizes: np.ndarray) -> bool:
-    """Whether a distributional head is dueling (False for a plain Q head, whose
-    parameter count says it: ``mlp.layout``)."""
-    if head_kind(sizes) == 0:
-        return False
-    return sizes[sizes.shape[0] - HEAD_SUFFIX + 2] != 0
-
-
-@kernel
-def n_actions(sizes: np.ndarray) -> int:
-    """Number of actions: the output width over :func:`n_atoms`."""
-    return sizes[n_layers(sizes)] // n_atoms(sizes)
 
 
 @compiled_only
 @intrinsic
-def _float_of_bits(typingctx, bits):  # noqa: ANN001, ANN202
+def float_of_bits(typingctx, bits):  # noqa: ANN001, ANN202
     """The float64 whose bits are the int64 ``bits``, or the float32 whose bits
     are the int32 ``bits`` (an LLVM bitcast: no code, and it vectorises)."""
     if bits == types.int64:
@@ -84,26 +37,16 @@ def _bitcast_to(ty: ir.Type) -> Callable:
     return codegen
 
 
-@kernel
-def support_bounds(sizes: np.ndarray) -> tuple:
-    """(v_min, v_max) of a C51 head, float64 (stored as their bits in ``sizes``)."""
-    n = sizes.shape[0]
-    return _float_of_bits(sizes[n - 2]), _float_of_bits(sizes[n - 1])
-
-
-@kernel
-def support_step(sizes: np.ndarray) -> float:
-    """C51's atom spacing dz = (v_max - v_min) / (n_atoms - 1), float64."""
-    v_min, v_max = support_bounds(sizes)
-    return (v_max - v_min) / (n_atoms(sizes) - 1)
-
-
 # exp(x) = 2^k e^r, k = round(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2]: Cephes'
 # expf polynomial for e^r (about 1 ulp in float32) and 2^k from its exponent bits;
 # r is computed in float64, one rounding (fast-math could merge the two float32
 # parts of Cody and Waite's reduction into one product, and lose its precision).
 _LOG2E = 1.4426950408889634
+
+
 _LN2 = 0.6931471805599453
+
+
 _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
              1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
 
@@ -133,7 +76,7 @@ def exp_into(x: np.ndarray, out: np.ndarray) -> None:
         k = np.floor(v * f(_LOG2E) + f(0.5))
         r = f(np.float64(v) - np.float64(k) * _LN2)
         y = (((((f(c0) * r + f(c1)) * r + f(c2)) * r + f(c3)) * r + f(c4)) * r + f(c5)) * (r * r)
-        two_k = _float_of_bits(np.int32((np.int64(k) + 127) << 23))  # numba: int32 + int32 is int64
+        two_k = float_of_bits(np.int32((np.int64(k) + 127) << 23))  # numba: int32 + int32 is int64
         out[i] = (y + r + f(1.0)) * two_k
 
 
@@ -223,43 +166,3 @@ def normalized(e: np.ndarray, p: np.ndarray) -> float:
     for k in range(n):
         p[k] = e[k] * inv
     return total
-
-
-@kernel
-def expected_q(raw: np.ndarray, sizes: np.ndarray, q: np.ndarray) -> None:
-    """Q-values of a distributional head's outputs, row by row.
-
-    raw : float (B, n_actions * n_atoms), the output layer (dueling combined),
-    rows contiguous; q : float (B, n_actions), written. sizes : a distributional
-    network's.
-
-    C51: Q[a] = sum_k softmax(raw[a])_k z_k, with z_k = v_min + k dz (computed
-    in float64), in raw's dtype; QR: Q[a] = mean_k raw[a, k] (summed in float64).
-    """
-    n = n_atoms(sizes)
-    batch, n_act = q.shape
-    if head_kind(sizes) == C51:
-        v_min = support_bounds(sizes)[0]
-        dz = support_step(sizes)
-        z = np.empty(n, dtype=raw.dtype)
-        for k in range(n):
-            z[k] = v_min + k * dz
-        zero = raw.dtype.type(0.0)
-        e = exp_rows(raw.reshape((batch * n_act, n)))[0]
-        for i in range(batch):
-            for a in range(n_act):
-                o = (i * n_act + a) * n
-                total = zero
-                mean = zero
-                for k in range(n):
-                    total += e[o + k]
-                    mean += e[o + k] * z[k]
-                q[i, a] = mean / total
-        return
-    inv = 1.0 / n
-    for i in range(batch):
-        for a in range(n_act):
-            total = 0.0
-            for k in range(a * n, (a + 1) * n):
-                total += raw[i, k]
-            q[i, a] = total * inv

@@ -39,7 +39,7 @@ import numpy as np
 from numba.extending import overload
 
 from ember_np._jit import kernel
-from ember_np.dqn.update_types import NetState, NoisyNetState, net_state
+from ember_np.dqn.learner.update_types import NetState, NoisyNetState, net_state
 from ember_np.rng import fill_normals
 
 __all__ = [

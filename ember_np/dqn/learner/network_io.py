@@ -16,18 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from ember_np.checkpoint import (
+from ember_np.checkpoint import json_array
+from ember_np.dqn.checkpoint_format import (
     architecture_name,
     dueling_flag,
     head_of_state,
-    json_array,
     layer_norm_flag,
     layer_norm_name,
     noisy_flag,
     noisy_name,
 )  # fmt: skip
-from ember_np.dqn.head import head_name
-from ember_np.dqn.network_inputs import check_layer_sizes
+from ember_np.dqn.heads.head import head_name
+from ember_np.dqn.learner.network_inputs import check_layer_sizes
 
 _F32 = np.dtype(np.float32)
 

@@ -27,20 +27,13 @@ import math
 import numpy as np
 
 from ember_np._jit import kernel
-from ember_np.dqn.backprop import distributional_backward
-from ember_np.dqn.head import C51
-from ember_np.dqn.head_kernels import (
-    exp_blocks,
-    exp_rows,
-    expected_q,
-    head_kind,
-    n_actions,
-    n_atoms,
-    normalized,
-    support_bounds,
-)  # fmt: skip
-from ember_np.dqn.mlp import acts_size, argmax, argmax_packed, first_nonfinite_row, forward_into
-from ember_np.dqn.update_types import NetState, PerSample, UpdateSettings
+from ember_np.dqn.heads.head import C51
+from ember_np.dqn.heads.head_kernels import expected_q, support_bounds
+from ember_np.dqn.learner.update_types import NetState, PerSample, UpdateSettings
+from ember_np.nn.backprop import distributional_backward
+from ember_np.nn.mlp import acts_size, argmax, argmax_packed, first_nonfinite_row, forward_into
+from ember_np.nn.shape import head_kind, n_actions, n_atoms
+from ember_np.nn.softmax import exp_blocks, exp_rows, normalized
 from ember_np.types import Batch
 
 

@@ -11,13 +11,13 @@ advantage head as its last layer and the value head's ``W_V`` (hidden,) and
 LayerNorm -> ReLU and the LayerNorms' gains and biases come last. A
 distributional head (``head=DistributionalHead(...)``, C51 or QR-DQN) has
 ``n_atoms`` outputs per action (and a value head of ``n_atoms``); its
-Q-values are their expected values (``dqn/head.py``).
+Q-values are their expected values (``dqn/heads/head.py``).
 
-The compiled code lives by concern: ``dqn/mlp.py`` (layout, forward pass,
-LayerNorm, dueling head, greedy actions) and ``dqn/learn.py`` (TD targets,
-Huber loss, backward pass, clipping, Adam; its docstring has the reading map
-of one update). This module holds :class:`QNetwork`, the Python wrapper that
-checks and coerces its inputs, and re-exports those kernels' public names.
+The compiled code lives by concern: ``ember_np/nn/`` (layout, forward and
+backward passes, LayerNorm, dueling head, clipping, Adam), ``dqn/heads/qvalues.py``
+(Q-values, greedy actions) and ``dqn/learner/learn.py`` (TD targets, Huber
+loss; its docstring has the reading map of one update). This module holds
+:class:`QNetwork`, the Python wrapper that checks and coerces its inputs.
 """
 
 from __future__ import annotations
@@ -32,60 +32,24 @@ from ember_np._arrays import as_f32, as_i64
 from ember_np._jit import entry_point
 from ember_np._masks import check_action_masks
 from ember_np._memory import check_network_memory
-from ember_np.dqn.distributional import head_outputs_checked
-from ember_np.dqn.forward import refused_observation
-from ember_np.dqn.head import DistributionalHead, kernel_sizes
-from ember_np.dqn.learn import (  # noqa: F401  (re-exported)
-    ADAM_BETA1,
-    ADAM_BETA2,
-    ADAM_EPS,
-    ADAM_FLUSH,
-    CLIP_EPS,
+from ember_np.dqn.heads.forward import refused_observation
+from ember_np.dqn.heads.head import DistributionalHead, kernel_sizes
+from ember_np.dqn.heads.qvalues import (
+    greedy_action,
+    greedy_actions_checked,
+    q_values_batch_checked,
+    q_values_checked,
+)
+from ember_np.dqn.learner.distributional import head_outputs_checked
+from ember_np.dqn.learner.learn import (
     NetState,
     PerSample,
     UpdateSettings,
-    adam_step,
-    backward,
-    check_batch,
     checked_update,
-    clip_grad_norm,
-    dqn_update,
-    huber_grad,
-    loss_and_grads,
     net_state,
-    polyak,
-    td_targets,
     update_settings,
-)  # fmt: skip
-from ember_np.dqn.mlp import (  # noqa: F401  (re-exported)
-    LN_EPS,
-    acts_size,
-    all_finite,
-    argmax,
-    argmax_legal,
-    argmax_packed,
-    bias_act,
-    dueling_combine,
-    first_nonfinite_row,
-    forward_batch,
-    forward_into,
-    forward_one,
-    greedy_action,
-    greedy_action_legal,
-    greedy_actions,
-    greedy_actions_checked,
-    greedy_actions_legal_checked,
-    greedy_legal,
-    greedy_unchecked,
-    layer,
-    layer_norm_backward,
-    layer_norm_relu,
-    layout,
-    plain_size,
-    q_values_batch_checked,
-    q_values_checked,
-)  # fmt: skip
-from ember_np.dqn.network_inputs import (
+)
+from ember_np.dqn.learner.network_inputs import (
     NO_PER_SAMPLE,
     UpdateOptions,
     as_batch,
@@ -97,9 +61,11 @@ from ember_np.dqn.network_inputs import (
     optional_per_sample,
     td_errors_out_array,
 )
-from ember_np.dqn.network_io import StateMethods
-from ember_np.dqn.noisy import linear_size, noisy_layer_table, noisy_net_state
+from ember_np.dqn.learner.network_io import StateMethods
+from ember_np.dqn.learner.noisy import linear_size, noisy_layer_table, noisy_net_state
 from ember_np.encoding import nonfinite_observation, nonfinite_row
+from ember_np.nn.init import init_layer_norm, init_linear
+from ember_np.nn.optim import polyak
 from ember_np.rng import Rng
 from ember_np.types import Batch
 
@@ -135,13 +101,13 @@ class QNetwork(StateMethods):
         each with its own gain (init 1) and bias (init 0), eps 1e-5 as
         ``torch.nn.LayerNorm``. Needs hidden layers at least 2 wide. Default False.
     head : DistributionalHead or None
-        A distributional value head (C51 or QR-DQN, ``dqn/head.py``): the
+        A distributional value head (C51 or QR-DQN, ``dqn/heads/head.py``): the
         output layer has ``n_actions * head.n_atoms`` units (and a dueling
         value head ``head.n_atoms``); :meth:`forward` gives their expected
         values, :meth:`distribution` the distributions. Default None: Q-values.
     noisy : bool
         Noisy linear layers (Fortunato et al. 2018, factorised Gaussian noise,
-        ``dqn/noisy.py``) on every linear layer: each W and b gets a sigma of its
+        ``dqn/learner/noisy.py``) on every linear layer: each W and b gets a sigma of its
         shape, after the means in :attr:`params`. Forward passes and greedy
         actions use the means; updates (:meth:`update`) perturb the online and
         target weights by new noise. Default False.
@@ -197,14 +163,10 @@ class QNetwork(StateMethods):
         check_network_memory(sizes, 1, bool(dueling), bool(layer_norm), 1, atoms)
         self._init_storage(sizes, bool(dueling), bool(layer_norm), head, bool(noisy))
         rng = seed if isinstance(seed, Rng) else Rng(seed)
-        for w, b in zip(self.weights, self.biases):
-            bound = 1.0 / math.sqrt(w.shape[0])
-            w[...] = (rng.random(w.size) * 2.0 - 1.0).reshape(w.shape) * bound
-            b[...] = (rng.random(b.size) * 2.0 - 1.0) * bound
+        init_linear(self.weights, self.biases, rng)  # (a dueling value head's too: last)
         for w, b in zip(self.sigma_weights, self.sigma_biases):  # mu as above: U(+-1/sqrt(p))
             w[...] = b[...] = sigma0 / math.sqrt(w.shape[0])
-        for gain in self.norm_gains:  # as torch.nn.LayerNorm: gain 1, bias 0
-            gain[...] = 1.0
+        init_layer_norm(self.norm_gains, self.norm_biases)
 
     def _init_storage(
         self, sizes: tuple[int, ...], dueling: bool, layer_norm: bool,

@@ -12,7 +12,7 @@ last layer's n_atoms outputs per action: :func:`expected_values`)
 * :class:`NumpyForward` uses NumPy alone (``np.dot`` is NumPy's BLAS
   ``sgemv`` / ``sgemm`` in float32). This module never imports numba, so a
   deployed policy acts within NumPy's import time, in about 30 MB.
-* :class:`CompiledForward` calls the numba kernels of ``mlp.py``; numba
+* :class:`CompiledForward` calls the numba kernels of ``qvalues.py``; numba
   is imported when one is built. About 3x faster per single observation.
 
 They agree on actions (the same argmax rule, :func:`greedy_index`) and on
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ember_np.dqn.head import DistributionalHead, kernel_sizes
+from ember_np.dqn.heads.head import DistributionalHead, kernel_sizes
 from ember_np.encoding import nonfinite_observation, nonfinite_row
 
 __all__ = [
@@ -59,11 +59,11 @@ __all__ = [
     "refused_row",
 ]
 
-LN_EPS = 1e-5  # network.LN_EPS, torch.nn.LayerNorm's default (not imported: no numba here)
+LN_EPS = 1e-5  # nn/mlp.py LN_EPS, torch.nn.LayerNorm's default (not imported: no numba here)
 _F32_TINY = np.float32(np.finfo(np.float32).tiny)
 _F32_MAX = float(np.finfo(np.float32).max)
 NONFINITE_OBS = -1
-"""Code of the acting kernels (``mlp.greedy_action``) and :meth:`NumpyForward.greedy_one`:
+"""Code of the acting kernels (``qvalues.greedy_action``) and :meth:`NumpyForward.greedy_one`:
 the observation holds NaN or inf."""
 BEYOND_LIMIT = -2
 """Code of the acting kernels and :meth:`NumpyForward.greedy_one`: the observation's
@@ -88,7 +88,7 @@ def ln_scales(z: np.ndarray) -> np.ndarray:
 
 
 def greedy_index(q: np.ndarray) -> int:
-    """Index of the first maximum of ``q`` (n_actions,), as ``mlp.argmax``.
+    """Index of the first maximum of ``q`` (n_actions,), as ``nn/mlp.py``'s ``argmax``.
 
     Ties go to the lowest index (``np.argmax``'s rule too). NaN never wins,
     except that a NaN in slot 0 keeps slot 0 (the kernel starts from slot 0
@@ -116,7 +116,7 @@ def greedy_legal(q: np.ndarray, legal: np.ndarray) -> np.ndarray:
     """Index of the first maximum of each row of ``q`` over its legal actions.
 
     q : float (..., n_actions); legal : bool, same shape, each row with a
-    legal action. Returns int64 of shape ``q.shape[:-1]``: ``mlp.argmax_legal``'s
+    legal action. Returns int64 of shape ``q.shape[:-1]``: ``nn/mlp.py``'s ``argmax_legal``
     rule for finite Q-values (ties to the lowest legal index).
     """
     return np.where(legal, q, -np.inf).argmax(axis=-1)
@@ -159,7 +159,7 @@ def norm_views(
     """(gain_l, bias_l) views of each hidden layer's LayerNorm, shape (hidden_l,) each.
 
     They are the last ``2 * sum(hidden)`` values of ``params``, after the
-    layers of :func:`layer_views` (network.py's ``layout``).
+    layers of :func:`layer_views` (``nn/mlp.py``'s ``layout``).
     """
     views = layer_views(layer_sizes, params, dueling, atoms)
     offset = sum(w.size + b.size for w, b in views)
@@ -500,23 +500,23 @@ _kernels: ModuleType | None = None
 
 
 def _network_kernels() -> ModuleType:
-    """``ember_np.dqn.mlp`` (imports numba, loads or compiles the kernels on first use)."""
+    """``ember_np.dqn.heads.qvalues`` (imports numba; loads or compiles kernels on first use)."""
     global _kernels
     if _kernels is None:
         try:
-            from ember_np.dqn import mlp
+            from ember_np.dqn.heads import qvalues
         except ImportError as exc:
             raise ImportError(
                 f"backend='numba' needs numba, which cannot be imported ({exc}); "
                 "install it (pip install numba) or use backend='numpy'"
             ) from exc
 
-        _kernels = mlp
+        _kernels = qvalues
     return _kernels
 
 
 class CompiledForward:
-    """The same pass through the numba kernels of ``mlp.py`` (same parameters).
+    """The same pass through the numba kernels of ``qvalues.py`` (same parameters).
 
     Building one imports numba (about 0.3 s and 100 MB resident); the first
     call of each kernel loads it from numba's cache (or compiles it, a few
@@ -530,7 +530,7 @@ class CompiledForward:
         layer_norm: bool = False, head: DistributionalHead | None = None,
     ) -> None:  # fmt: skip
         # ``dueling`` and ``layer_norm`` are not stored: the kernels read them
-        # from the length of ``params`` (network.py's ``layout``), and the head
+        # from the length of ``params`` (``nn/mlp.py``'s ``layout``), and the head
         # from ``sizes`` (head.kernel_sizes).
         _network_kernels()
         self._params = params

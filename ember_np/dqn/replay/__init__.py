@@ -64,9 +64,9 @@ names are re-exported here.
 
 from __future__ import annotations
 
-from ember_np.dqn.circular import CircularBuffer
-from ember_np.dqn.prioritized import PrioritizedBuffer
-from ember_np.dqn.replay_kernels import (  # noqa: F401  (re-exported)
+from ember_np.dqn.replay.circular import CircularBuffer
+from ember_np.dqn.replay.prioritized import PrioritizedBuffer
+from ember_np.dqn.replay.replay_kernels import (  # noqa: F401  (re-exported)
     BAD_ACTION,
     CURSOR_LEN,
     F32,

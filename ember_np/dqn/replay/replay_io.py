@@ -1,10 +1,10 @@
 """The replay buffer's streams and its state: where each env's segment is, which
 slots hold transitions, and the stored transitions as plain arrays
-(:meth:`CircularBuffer.state_dict <ember_np.dqn.circular.CircularBuffer.state_dict>`)
+(:meth:`CircularBuffer.state_dict <ember_np.dqn.replay.circular.CircularBuffer.state_dict>`)
 and back.
 
 A buffer of ``num_envs`` streams splits its slots into ``num_envs`` segments
-of consecutive slots (:func:`~ember_np.dqn.replay_kernels.segment_bounds`),
+of consecutive slots (:func:`~ember_np.dqn.replay.replay_kernels.segment_bounds`),
 each a ring of its own with its own POS, SIZE and PENDING in the cursor (see
 ``replay_kernels.py``). With one stream the head of the cursor is that
 stream's, exactly as before streams existed, and the state's format is
@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ember_np.dqn.replay_kernels import (
+from ember_np.dqn.replay.replay_kernels import (
     CURSOR_LEN,
     PENDING,
     POS,

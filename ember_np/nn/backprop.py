@@ -1,19 +1,22 @@
-"""Compiled backward pass of the Q-network's MLP (numba kernel, public to the package).
+"""Compiled backward pass of an MLP (``mlp.py``'s layout; numba kernels, public
+to the package).
 
-:func:`backward` takes any gradient of the output layer, so the plain Q head
-(``learn.py``: the Huber TD loss) and the distributional heads
-(``distributional.py``: cross-entropy, quantile Huber) share it.
+:func:`backward` takes any gradient of a plain output layer (rows may be sparse:
+DQN's Huber TD loss touches one action per sample) and
+:func:`distributional_backward` any gradient of a grouped one (DQN's C51 and
+QR-DQN losses, ``dqn/learner/distributional.py``); both handle a two-stream
+(dueling) output and share the hidden layers (:func:`hidden_backward`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ember_np._blas import gemm
 from ember_np._jit import kernel
-from ember_np.dqn.head_kernels import n_atoms
-from ember_np.dqn.head_kernels import n_layers as n_layers_of
-from ember_np.dqn.mlp import layer, layer_norm_backward, layout
+from ember_np.nn._blas import gemm
+from ember_np.nn.mlp import layer, layer_norm_backward, layout
+from ember_np.nn.shape import n_atoms
+from ember_np.nn.shape import n_layers as n_layers_of
 
 
 @kernel
@@ -191,10 +194,10 @@ def head_backward(
 def backward_layout(n_params: int, sizes: np.ndarray, batch: int) -> tuple:
     """Where the backward pass finds each layer, for ``batch`` rows.
 
-    n_params : ``len(params)``; sizes : int64, as :func:`~ember_np.dqn.mlp.layout`.
+    n_params : ``len(params)``; sizes : int64, as :func:`~ember_np.nn.mlp.layout`.
     Returns (p_offs, a_offs, ln_p, ln_a, v_off, width): layer l's parameters
     start at p_offs[l] and its activation at a_offs[l] in ``acts``
-    (:func:`~ember_np.dqn.mlp.forward_into`'s workspace); with LayerNorm,
+    (:func:`~ember_np.nn.mlp.forward_into`'s workspace); with LayerNorm,
     hidden layer l's gain and bias start at ln_p[l] in params and its saved
     xhat and rstd at ln_a[l] in acts (ln_p[0] < 0 without LayerNorm); v_off
     is the dueling value head's offset or -1; width the widest layer.

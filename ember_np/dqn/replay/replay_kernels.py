@@ -1,9 +1,9 @@
 """Compiled replay: the transition dtype, the buffer's arrays as one
 :class:`ReplayState`, and the push / sample / priority kernels (numba, public to
 the package). The storage layout, the n-step walk and the action-mask layout are
-described in ``ember_np/dqn/replay.py``'s docstring; the Python classes that
-check their inputs and call these kernels are :class:`~ember_np.dqn.circular.CircularBuffer`
-and :class:`~ember_np.dqn.prioritized.PrioritizedBuffer`.
+described in ``ember_np/dqn/replay/__init__.py``'s docstring; the Python classes that
+check their inputs and call these kernels are :class:`~ember_np.dqn.replay.circular.CircularBuffer`
+and :class:`~ember_np.dqn.replay.prioritized.PrioritizedBuffer`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ember_np._jit import inlined_kernel, kernel
-from ember_np.dqn.sumtree import clamp_priority, sample_stratified, set_one
+from ember_np.dqn.replay.sumtree import clamp_priority, sample_stratified, set_one
 from ember_np.rng import next_below
 from ember_np.types import Batch, EpisodeStatus
 
@@ -79,7 +79,7 @@ class ReplayState(NamedTuple):
         The discount: sampled batches carry ``gamma * mask`` (one-step) or
         ``gamma^m * mask`` (m-step) per transition. The buffer is its one owner.
     tree : ndarray of float64, shape (2 * leaves,) or (0,)
-        Prioritized replay's sum tree (:mod:`ember_np.dqn.sumtree`: leaf
+        Prioritized replay's sum tree (:mod:`ember_np.dqn.replay.sumtree`: leaf
         ``leaves + i`` is slot i's priority); length 0 for uniform sampling.
         ``tree[0]``, which the sum tree leaves unused, holds the largest
         priority so far, given to each new transition (one array fewer to
@@ -91,7 +91,7 @@ class ReplayState(NamedTuple):
         layout), in a buffer built with ``action_masks=True``; else 0 rows and
         no memory.
     num_envs : int >= 1
-        Streams the slots are split into (``ember_np/dqn/replay.py``: one
+        Streams the slots are split into (``ember_np/dqn/replay/__init__.py``: one
         segment of consecutive slots per env of a vectorised env, each with
         its own cursor, so that continuation and n-step walks stay inside one
         env's stream). 1: one stream over every slot, the head's cursor.
@@ -466,7 +466,7 @@ def draw_prioritized(buf: ReplayState, rng_state: np.ndarray, beta: float, indic
 
     Stratified (Schaul et al. 2016, appendix B.2.1): the total priority is cut
     into B equal segments and one slot drawn in each (``sample_stratified``
-    of :mod:`ember_np.dqn.sumtree`), so each draw has P(i) = p_i / sum_j p_j.
+    of :mod:`ember_np.dqn.replay.sumtree`), so each draw has P(i) = p_i / sum_j p_j.
 
     indices : int64 (B,), written; weights : float32 (B,), written with
     w_i = (N * P(i))^(-beta) / max_j (N * P(j))^(-beta) over the batch,

@@ -28,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from ember_np.nn.sizes import HEAD_SUFFIX
+
 __all__ = [
     "C51",
     "HEAD_KINDS",
-    "HEAD_SUFFIX",
     "QR",
     "DistributionalHead",
     "head_name",
@@ -43,9 +44,8 @@ C51 = 1
 QR = 2
 HEAD_KINDS = {"c51": C51, "qr": QR}
 
-#: Length of the suffix :func:`kernel_sizes` appends: -code, n_atoms, dueling,
-#: then v_min and v_max as the bits of float64 values (0 for QR).
-HEAD_SUFFIX = 5
+# kernel_sizes appends HEAD_SUFFIX (ember_np/nn/sizes.py) values: -code, n_atoms,
+# dueling, then v_min and v_max as the bits of float64 values (0 for QR).
 
 
 class DistributionalHead:
@@ -167,10 +167,10 @@ def kernel_sizes(
 
     A plain head: ``layer_sizes`` itself, ``(obs_size, hidden..., n_actions)``.
     A distributional head: the widths of its layers, the last being
-    ``n_actions * n_atoms``, then :data:`HEAD_SUFFIX` values: ``-code``,
+    ``n_actions * n_atoms``, then :data:`~ember_np.nn.sizes.HEAD_SUFFIX` values: ``-code``,
     ``n_atoms``, ``dueling`` (0 or 1), and v_min and v_max as the bits of
     float64 values. The ``-code`` (negative, unlike any width) marks the
-    suffix; the kernels decode it in ``head_kernels.py``.
+    suffix; the kernels decode it in ``ember_np/nn/shape.py`` and ``head_kernels.py``.
     """
     sizes = [int(s) for s in layer_sizes]
     if head is None:
@@ -178,6 +178,7 @@ def kernel_sizes(
     sizes[-1] *= head.n_atoms
     suffix = [-head.code, head.n_atoms, int(bool(dueling)), _float_bits(head.v_min),
               _float_bits(head.v_max)]  # fmt: skip
+    assert len(suffix) == HEAD_SUFFIX  # the length ember_np/nn/shape.py decodes
     return np.array(sizes + suffix, dtype=np.int64)
 
 

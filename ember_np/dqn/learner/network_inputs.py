@@ -14,7 +14,7 @@ import numpy as np
 
 from ember_np._arrays import as_f32
 from ember_np._validate import F32_RULE, positive_in_f32
-from ember_np.dqn.learn import PerSample
+from ember_np.dqn.learner.learn import PerSample
 from ember_np.types import Batch
 
 F32 = np.dtype(np.float32)

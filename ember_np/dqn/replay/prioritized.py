@@ -1,8 +1,8 @@
 """PrioritizedBuffer: proportional prioritized replay (Schaul et al. 2016) on a sum tree.
 
-A :class:`~ember_np.dqn.circular.CircularBuffer` whose samples are drawn in
+A :class:`~ember_np.dqn.replay.circular.CircularBuffer` whose samples are drawn in
 proportion to priorities kept in a sum tree (``sumtree.py``), with importance
-weights; see ``ember_np/dqn/replay.py`` for the layout.
+weights; see ``ember_np/dqn/replay/__init__.py`` for the layout.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from ember_np._jit import entry_point
-from ember_np.dqn.circular import CircularBuffer
-from ember_np.dqn.replay_kernels import MAX_PRIORITY, update_priorities
-from ember_np.dqn.sumtree import max_priority
+from ember_np.dqn.replay.circular import CircularBuffer
+from ember_np.dqn.replay.replay_kernels import MAX_PRIORITY, update_priorities
+from ember_np.dqn.replay.sumtree import max_priority
 from ember_np.rng import Rng
 from ember_np.types import Batch
 
@@ -36,7 +36,7 @@ class PrioritizedBuffer(CircularBuffer):
     P(i) = p_i / sum_j p_j, with p_i = (|td_i| + eps)^alpha set by
     :meth:`update_priorities` and, for a new transition, the largest priority
     so far (1 at first). The priorities live in a compiled sum tree
-    (:mod:`ember_np.dqn.sumtree`); a batch is drawn stratified, one slot from
+    (:mod:`ember_np.dqn.replay.sumtree`); a batch is drawn stratified, one slot from
     each of B equal segments of the total. Storage, n-step returns and
     everything else are the CircularBuffer's.
 

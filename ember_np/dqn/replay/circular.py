@@ -1,7 +1,7 @@
 """CircularBuffer: the uniform (optionally n-step, optionally masked) replay buffer.
 
 The layout, the n-step returns and the masks are described in
-``ember_np/dqn/replay.py``; the compiled push and sample are in ``replay_kernels.py``.
+``ember_np/dqn/replay/__init__.py``; the compiled push and sample are in ``replay_kernels.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ember_np._arrays import as_f32
 from ember_np._jit import entry_point
 from ember_np._masks import ALL_LEGAL, check_action_mask, packed_mask_bytes
 from ember_np._validate import check_int
-from ember_np.dqn.replay_io import (
+from ember_np.dqn.replay.replay_io import (
     check_segments,
     check_transition_arrays,
     clear_cursor,
@@ -25,7 +25,7 @@ from ember_np.dqn.replay_io import (
     state_arrays,
     stored_slots,
 )
-from ember_np.dqn.replay_kernels import (
+from ember_np.dqn.replay.replay_kernels import (
     BAD_ACTION,
     BAD_ENV,
     BAD_NEXT_OBS,
@@ -252,7 +252,7 @@ class CircularBuffer:
         return self._segments()[0].pos
 
     def _segments(self) -> list[Any]:
-        """Each stream's :class:`~ember_np.dqn.replay_io.Segment`."""
+        """Each stream's :class:`~ember_np.dqn.replay.replay_io.Segment`."""
         return segments_of(self._cursor, self._capacity, self._num_envs)
 
     def stored_slots(self) -> np.ndarray:
