@@ -198,14 +198,23 @@ def check_checkpoint_format(path: str | os.PathLike[str], algorithm: str) -> Non
         )
     if tag == expected.checkpoint_format:
         return
-    writers = [n for n in known_algorithms() if get_algorithm(n).checkpoint_format == tag]
-    wrote = f"a {writers[0]} checkpoint" if writers else "an unknown algorithm's checkpoint"
+    writer = algorithm_for_format(tag)
+    wrote = f"a {writer} checkpoint" if writer else "an unknown algorithm's checkpoint"
     raise CheckpointError(
         os.fspath(path),
         f"{wrote} (format {tag!r}), but this run's algorithm is {algorithm} "
         f"(format {expected.checkpoint_format!r}): resume or evaluate it with the "
         "algorithm that wrote it",
     )
+
+
+def algorithm_for_format(tag: str | None) -> str | None:
+    """The name (as ``--algo`` takes it) of the algorithm, built in or a ``module:NAME``
+    one loaded so far, whose checkpoints carry the format tag ``tag``; None for none."""
+    for name in known_algorithms():
+        if get_algorithm(name).checkpoint_format == tag:
+            return name
+    return None
 
 
 def algorithm_of_config(saved: Mapping[str, Any]) -> str:

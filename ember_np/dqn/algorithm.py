@@ -96,7 +96,7 @@ def _describe(agent: Any) -> str:
 
 
 def _export_onnx(checkpoint: Path, output: Path) -> dict[str, Any]:
-    from ember_np.export import export_onnx
+    from ember_np.dqn.onnx import export_onnx
 
     return export_onnx(checkpoint, output)
 
