@@ -46,13 +46,17 @@ from ember_np._npz import (
 
 __all__ = [
     "ArrayInfo", "CheckpointError", "Reader", "atomic_write", "fsync_dir", "inspect_archive",
-    "load_arrays", "save_arrays",
+    "load_arrays", "save_arrays", "format_tag", "json_array", "string_array",
+    "FORMAT_KEY", "VERSION_KEY", "COUNTERS_KEY",
 ]  # fmt: skip
 
 #: The key of every checkpoint's format tag (unicode scalar: which format, e.g.
 #: DQN's ``AGENT_FORMAT``) and of its version (int64 scalar), whatever the format.
 FORMAT_KEY = "format"
 VERSION_KEY = "format_version"
+#: The key of every agent checkpoint's counters (int64, the total env steps first):
+#: what ``ember-np eval`` reports a checkpoint's step from, whatever the algorithm.
+COUNTERS_KEY = "counters"
 
 
 #: Most members an archive may hold. An agent checkpoint has 17 + 4 per layer
@@ -345,6 +349,25 @@ def load_arrays(
     with _unreadable_as_checkpoint_error(p), open(p, "rb") as f:
         members = _inspect(p, f, max_bytes)
         return {key: _read_array(f, m) for key, m in members.items() if not key.startswith(skip)}
+
+
+def format_tag(path: str | os.PathLike[str]) -> str | None:
+    """A checkpoint's ``"format"`` tag (which algorithm wrote it), reading that array
+    alone after :func:`inspect_archive`'s checks; None when it has none.
+
+    Raises
+    ------
+    CheckpointError
+        As :func:`load_arrays`, or a ``"format"`` that is not a string.
+    """
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise CheckpointError(p, "no such checkpoint file")
+    with _unreadable_as_checkpoint_error(p), open(p, "rb") as f:
+        members = _inspect(p, f, None)
+        if FORMAT_KEY not in members:
+            return None
+        return Reader(p, {FORMAT_KEY: _read_array(f, members[FORMAT_KEY])}).string(FORMAT_KEY)
 
 
 def string_array(value: str) -> np.ndarray:

@@ -116,11 +116,11 @@ def one_cycle(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 
 
 def test_the_graph_sees_imports_inside_functions_and_relative_ones():
-    # train_seed imports DqnTrainer inside the function, multiseed the Dask path inside
-    # _cluster; tune imports tune_storage at the top.
-    assert "ember_np.training.trainer" in GRAPH["ember_np.training.seed_run"]
+    # spec.build imports DqnTrainer inside the function, multiseed the Dask path inside
+    # _cluster; tune.workers imports tune.storage at the top.
+    assert "ember_np.training.trainer" in GRAPH["ember_np.training.spec"]
     assert "ember_np.training.cluster" in GRAPH["ember_np.training.multiseed"]
-    assert "ember_np.tune_storage" in GRAPH["ember_np.tune"]
+    assert "ember_np.tune.storage" in GRAPH["ember_np.tune.workers"]
     assert (
         "ember_np.cli.common" in GRAPH["ember_np.cli.training"]
     )  # from ember_np.cli import common

@@ -34,9 +34,12 @@ LAYERS: list[tuple[str, set[str]]] = [
                     "checkpoint"}),
     ("nn", {"nn"}),  # network kernels no algorithm owns
     ("envs", {"envs"}),  # native envs
+    # the algorithm registry: below every algorithm (each registers in it), which it
+    # imports only by name, when a command asks for one
+    ("registry", {"algorithms"}),
     ("algorithms", {"dqn", "policy", "presets"}),  # an algorithm, its deploy path, presets
     ("training", {"training", "export", "report"}),  # loops, runs, seeds; what reads runs
-    ("tune", {"tune", "tune_storage", "tune_results"}),
+    ("tune", {"tune"}),
     ("dashboard", {"dashboard"}),
     ("api", {"ember_np"}),  # the public facade, ember_np/__init__.py
     ("cli", {"cli", "__main__"}),  # the command line: nothing imports it

@@ -220,7 +220,7 @@ def test_train_seeds_takes_a_run_spec_and_no_loose_options(tmp_path):
 def test_a_spec_refuses_bad_settings_naming_them():
     with pytest.raises(ValueError, match="eval_every must be an integer >= 1, got 0"):
         RunSpec("CartPole-v1", eval_every=0)
-    with pytest.raises(ValueError, match="algorithm must be one of dqn, got 'ppo'"):
+    with pytest.raises(ValueError, match="unknown algorithm 'ppo'; built in: dqn"):
         RunSpec("CartPole-v1", algorithm="ppo")
     with pytest.raises(ValueError, match="vectorization must be None, 'sync' or 'async'"):
         RunSpec("CartPole-v1", num_envs=2, vectorization="threads")

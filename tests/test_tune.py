@@ -265,7 +265,7 @@ def test_best_preset_trains_through_train_preset(first_study):
 def test_trials_start_from_the_preset_with_its_schedule_scaled_to_the_budget():
     from ember_np.presets import get_preset
     from ember_np.tune import best_preset, settings_for
-    from ember_np.tune_storage import SETTINGS_ATTR
+    from ember_np.tune.storage import SETTINGS_ATTR
 
     s = settings_for("CartPole-v1", (1200, 2, 3, 3), 0, ["epsilon_decay_steps=500"],
                      say=lambda _: None)  # fmt: skip
@@ -321,7 +321,7 @@ def test_bad_arguments_fail_with_one_line_before_anything_is_created(tmp_path, c
 
 
 def test_storage_passwords_are_never_printed_or_stored():
-    from ember_np.tune_storage import masked
+    from ember_np.tune.storage import masked
 
     assert masked("postgresql+psycopg2://tune:s3cr:et@db.example:5432/t") == (
         "postgresql+psycopg2://tune:***@db.example:5432/t"

@@ -17,9 +17,9 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
-from ember_np import tune_storage  # noqa: E402
 from ember_np.cli import build_parser, main  # noqa: E402
 from ember_np.training.setup import SetupError  # noqa: E402
+from ember_np.tune import storage as tune_storage  # noqa: E402
 
 TINY = ["--steps", "3000", "--seeds", "2", "--evals", "3", "--eval-episodes", "3",
         "--set", "hidden_sizes=[32]", "train_freq=4", "gradient_steps=1", "batch_size=32",

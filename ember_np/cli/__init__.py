@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for bad arguments)."""
-    from ember_np.tune_storage import TuneError
+    from ember_np.tune.storage import TuneError
 
     parser = build_parser()
     try:

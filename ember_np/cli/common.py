@@ -168,7 +168,7 @@ class Progress:
         # The postfix first: update() redraws the line, with the postfix it has then.
         self.bar.set_postfix(
             reward=f"{recent.value():.1f}",
-            eps=f"{agent.epsilon:.3f}",
+            eps=f"{agent.epsilon_at(agent.total_steps):.3f}",
             loss="-" if math.isnan(loss) else f"{loss:.4f}",  # "-": no training yet
             refresh=False,
         )

@@ -39,9 +39,10 @@ __all__ = [
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``ember-np eval``: greedy episodes of a run's checkpoint, as it was trained."""
-    from ember_np import CheckpointError, DqnPolicy, EvalReport, StatsTracker
-    from ember_np.checkpoint import Reader
-    from ember_np.dqn.checkpoint_format import AgentKeys
+    from ember_np import CheckpointError, EvalReport, StatsTracker
+    from ember_np.algorithms import check_checkpoint_format, get_algorithm
+    from ember_np.checkpoint import COUNTERS_KEY, Reader
+    from ember_np.training.spec import read_spec
     from ember_np.training.trainer import greedy_episode
 
     run = open_run(args.run_path)
@@ -54,14 +55,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"no checkpoint {path}")
     saved = read_config(run)
     try:
-        policy = DqnPolicy.load(path)
-        total_steps = int(Reader(path).array(AgentKeys.COUNTERS, "int64", (2,))[0])
-    except CheckpointError as exc:
+        spec = read_spec(run)
+        check_checkpoint_format(path, spec.algorithm)
+        policy = get_algorithm(spec.algorithm).load_policy(path)
+        total_steps = int(Reader(path).array(COUNTERS_KEY, "int64", (2,))[0])
+    except (CheckpointError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     env = common.make_env(saved["env_id"])
     check_checkpoint_env(env, saved["env_id"], policy.encoder, policy.action_mapper, path)
-    dqn = saved.get("dqn")
-    masks = not isinstance(dqn, dict) or dqn.get("action_masks") is not False  # as trained
+    masks = getattr(spec.config, "action_masks", True) is not False  # as trained
     tracker = StatsTracker()
     for episode in range(args.episodes):
         tracker.update(greedy_episode(env, policy.act, seed=args.seed + episode, masks=masks))

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ember_np.algorithms import BUILT_IN, DEFAULT_ALGORITHM, get_algorithm
 from ember_np.cli import common
 from ember_np.cli.common import (
     Progress,
@@ -152,6 +153,18 @@ def train_loop(
     print(f"best eval reward {trainer.best_eval_reward:.2f}; run directory: {trainer.run.dir}")
 
 
+def preset_text(spec: Any) -> str:
+    """The start line's preset: its name, or what the config is without one."""
+    if spec.preset:
+        return str(spec.preset)
+    return f"(none: {type(spec.config).__name__} defaults)"
+
+
+def algorithm_text(spec: Any) -> str:
+    """The start line's algorithm, said only when it is not the default (DQN)."""
+    return "" if spec.algorithm == DEFAULT_ALGORITHM else f"algorithm {spec.algorithm}, "
+
+
 def env_id_and_sets(env_id: str | None, sets: list[str]) -> tuple[str, list[str]]:
     """``train --set k=v ENV_ID``: argparse gives the id to ``--set``; take it back."""
     if env_id is None and sets and "=" not in sets[-1]:
@@ -172,7 +185,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     board = tensorboard_callback(args.tensorboard)  # exit 2 without tensorboardX, at once
     try:
         spec = resolve(args.env_id, args.preset, args.set, args.steps,
-                       (args.num_envs, args.vectorization), args.gymnasium_env)  # fmt: skip
+                       (args.num_envs, args.vectorization), args.gymnasium_env,
+                       algorithm=args.algo)  # fmt: skip
         spec = spec.replace(seed=args.seed, eval_every=args.eval_every,
                             eval_episodes=args.eval_episodes,
                             checkpoint_freq=args.checkpoint_freq, keep=args.keep)  # fmt: skip
@@ -201,7 +215,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     print(f"run directory: {trainer.run.dir}")
-    print(f"{args.env_id}: preset {spec.preset or '(none: DqnConfig defaults)'}, "
+    print(f"{args.env_id}: {algorithm_text(spec)}preset {preset_text(spec)}, "
           f"{spec.steps:,} steps, seed {spec.seed}"
           f"{envs_text(spec.num_envs, spec.vectorization)}")  # fmt: skip
     train_loop(trainer, spec.steps, spec.eval_every, spec.eval_episodes, args.quiet,
@@ -241,8 +255,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     agent = trainer.agent
     if spec.num_envs > 1:
         say_env_state(trainer, spec.num_envs, spec.vectorization, restored)
-    print(f"resuming {trainer.run.dir} at step {agent.total_steps:,} (epsilon "
-          f"{agent.epsilon:.3f}, {len(agent.buffer):,} transitions in the replay buffer): "
+    state = get_algorithm(spec.algorithm).describe_agent(agent)
+    print(f"resuming {trainer.run.dir} at step {agent.total_steps:,} ({state}): "
           f"{args.steps:,} more steps, to step {agent.total_steps + args.steps:,}")  # fmt: skip
     train_loop(trainer, args.steps, spec.eval_every, spec.eval_episodes, args.quiet,
                [board] if board is not None else [])  # fmt: skip
@@ -293,7 +307,7 @@ def train_many(args: Any, spec: RunSpec, name: str, version: str) -> int:
     def announce(parent: Path) -> None:
         started.append(parent)
         print(f"{len(seeds)} seeds ({format_seeds(seeds)}) of {spec.env_id}, preset "
-              f"{spec.preset or '(none: DqnConfig defaults)'}, {spec.steps:,} steps each"
+              f"{algorithm_text(spec)}{preset_text(spec)}, {spec.steps:,} steps each"
               f"{envs_text(spec.num_envs, spec.vectorization)}, on {on}; "
               f"runs: {parent}/seed_<s>/")  # fmt: skip
         sys.stdout.flush()
@@ -436,10 +450,15 @@ SCHEDULER_HELP = (
 def add_train_parser(sub: Any) -> None:
     """Register ``train`` on the command line's subparsers (its defaults: :class:`RunSpec`'s)."""
 
-    p = sub.add_parser("train", help="train DQN on a gymnasium env, with a TrainingRun")
+    p = sub.add_parser("train", help="train an agent (DQN by default) on a gymnasium env")
     p.add_argument(
         "env_id", nargs="?", help="gymnasium id, e.g. CartPole-v1, ember_np/CartPole-v1, module:Id"
     )
+    p.add_argument(
+        "--algo", default=DEFAULT_ALGORITHM, metavar="NAME",
+        help=f"the algorithm: {', '.join(sorted(BUILT_IN))} (default {DEFAULT_ALGORITHM}), or "
+        "package.module:NAME for one defined elsewhere (ember_np.algorithms)",
+    )  # fmt: skip
     p.add_argument(
         "--preset",
         help="rainbow, zoo or ember (ember_np.presets; the env's own), ENV/NAME for another "
@@ -473,7 +492,8 @@ def add_train_parser(sub: Any) -> None:
         "--keep", type=non_negative, default=DEFAULT_KEEP,
         help="numbered checkpoints kept",
     )  # fmt: skip
-    p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="override DqnConfig fields")
+    p.add_argument("--set", nargs="+", metavar="KEY=VALUE",
+                   help="override the algorithm's config fields (DqnConfig for dqn)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--tensorboard", metavar="DIR",

@@ -1,7 +1,7 @@
 """``ember-np tune``: the command's options, its workers and its printed results.
 
 The search itself (space, objective, workers) is :mod:`ember_np.tune`; the
-storage and study handling :mod:`ember_np.tune_storage`; this module turns
+storage and study handling :mod:`ember_np.tune.storage`; this module turns
 options into :class:`~ember_np.tune.TuneSettings`, starts the worker
 processes and prints what the study found.
 """
@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ember_np.algorithms import DEFAULT_ALGORITHM
 from ember_np.cli.common import UsageError, add_vector_arguments, non_negative, positive
 from ember_np.training.multiseed import check_workers, default_workers
 from ember_np.training.spec import DEFAULT_EVAL_EPISODES
@@ -28,7 +29,7 @@ from ember_np.tune import (
     stop_workers,
     summary,
 )
-from ember_np.tune_storage import (
+from ember_np.tune.storage import (
     absolute_storage,
     check_storage,
     local_file,
@@ -71,7 +72,11 @@ def add_tune_parser(sub: Any) -> None:
     p.add_argument("--gymnasium-env", action="store_true",
                    help="train on gymnasium's own env, not ember_np's compiled twin of "
                    "CartPole-v1, Acrobot-v1 or MountainCar-v0 (as train's)")  # fmt: skip
-    p.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="fix DqnConfig fields")
+    p.add_argument("--algo", default=DEFAULT_ALGORITHM, metavar="NAME",
+                   help=f"the algorithm whose search space is searched (default "
+                   f"{DEFAULT_ALGORITHM}), as train's --algo")  # fmt: skip
+    p.add_argument("--set", nargs="+", metavar="KEY=VALUE",
+                   help="fix fields of the algorithm's config (DqnConfig for dqn)")  # fmt: skip
     p.add_argument("--show", action="store_true", help="only print the study's results")
     p.add_argument("--quiet", action="store_true", help="no line per trial")
     p.set_defaults(func=cmd_tune)
@@ -82,7 +87,7 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
     return settings_for(args.env_id, (args.steps, args.seeds, args.evals, args.eval_episodes),
                         args.seed, args.set or [], num_envs=args.num_envs,
                         vectorization=args.vectorization,
-                        gymnasium_env=args.gymnasium_env)  # fmt: skip
+                        gymnasium_env=args.gymnasium_env, algorithm=args.algo)  # fmt: skip
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ember_np.checkpoint import FORMAT_KEY, VERSION_KEY, Reader
+from ember_np.checkpoint import COUNTERS_KEY, FORMAT_KEY, VERSION_KEY, Reader
 from ember_np.dqn.heads.head import DistributionalHead
 
 __all__ = ["AGENT_FORMAT", "FORMAT_VERSION", "AgentKeys", "AgentReader"]
@@ -39,7 +39,7 @@ class AgentKeys:
     ENCODER = "encoder"  # JSON text: the encoder's description
     MAPPER = "action_mapper"  # JSON text: the action mapper's description
     SEED = "seed"  # int64 scalar below 2**63, else its decimal digits (a string)
-    COUNTERS = "counters"  # int64 (2,): total_steps, n_updates
+    COUNTERS = COUNTERS_KEY  # int64 (2,): total_steps, n_updates
     RNG_EXPLORE = "rng/explore"  # uint64 (4,): PCG64 state
     RNG_REPLAY = "rng/replay"  # uint64 (4,): PCG64 state
     ONLINE = "online/"  # prefix of QNetwork.state_dict() keys (layer_sizes, w<i>, b<i>, adam_*)

@@ -29,7 +29,7 @@ kernel state (:class:`FusableAgent`); the agent never calls the loops.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_checkable
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -42,9 +42,6 @@ from ember_np.training._fused import (
     fused_vec_steps,
 )
 from ember_np.types import EpisodeStatus, LearningAgent
-
-if TYPE_CHECKING:
-    from ember_np.training.vector import VectorDriver
 
 __all__ = [
     "FUSED_CHUNK",
@@ -374,7 +371,7 @@ class FusedVectorDriver:
         An agent whose ``can_fuse(env)`` is True, split into ``env.num_envs`` streams.
     """
 
-    def __init__(self, python: VectorDriver, agent: Any) -> None:
+    def __init__(self, python: Any, agent: Any) -> None:  # python: a vector.VectorDriver
         self.python = python
         self.agent = agent
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ember_np._validate import is_int
-from ember_np.dqn.config import DqnConfig
+from ember_np.algorithms import DEFAULT_ALGORITHM, get_algorithm
 from ember_np.training.loop import eval_mark, stop_steps
 from ember_np.training.setup import one_line
 from ember_np.training.spec import RunSpec
@@ -76,9 +76,12 @@ class SeedSpec:
         return stop_steps(run.steps, run.num_envs, whole)
 
     def to_dict(self) -> dict[str, Any]:
-        """``seeds.json``'s ``spec``: the run's settings, its config under ``config``."""
+        """``seeds.json``'s ``spec``: the run's settings, its config under ``config``
+        (``algorithm`` only when it is not DQN: a DQN run's file as before)."""
         run = self.run
+        algorithm = {} if run.algorithm == DEFAULT_ALGORITHM else {"algorithm": run.algorithm}
         return {
+            **algorithm,
             "env_id": run.env_id, "config": run.config.to_dict(), "steps": run.steps,
             "name": self.name, "version": self.version, "preset": run.preset,
             "eval_every": run.eval_every, "eval_episodes": run.eval_episodes,
@@ -93,14 +96,15 @@ class SeedSpec:
         if unknown:
             raise ValueError(f"unknown keys {unknown}")
         settings = {k: data[k] for k in _RUN_FIELDS if k in data and k != "config"}
-        run = RunSpec(config=DqnConfig.from_dict(data["config"]), **settings)
+        config_class = get_algorithm(settings.get("algorithm", DEFAULT_ALGORITHM)).config_class
+        run = RunSpec(config=config_class.from_dict(data["config"]), **settings)
         return cls(run, data["name"], data["version"])
 
 
 #: The RunSpec fields a SeedSpec passes on (``spec.steps`` is ``spec.run.steps``).
 _RUN_FIELDS = frozenset(f.name for f in fields(RunSpec))
 #: The keys of ``seeds.json``'s ``spec``.
-_SPEC_KEYS = ("env_id", "config", "steps", "name", "version", "preset", "eval_every",
+_SPEC_KEYS = ("algorithm", "env_id", "config", "steps", "name", "version", "preset", "eval_every",
               "eval_episodes", "checkpoint_freq", "keep", "num_envs", "vectorization")  # fmt: skip
 
 

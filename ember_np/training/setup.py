@@ -20,7 +20,6 @@ __all__ = [
     "NATIVE_IDS",
     "SetupError",
     "check_checkpoint_env",
-    "check_replay_memory",
     "first_compile_notice",
     "gives_masks",
     "VECTORIZATIONS",
@@ -180,8 +179,9 @@ def run_name(env_id: str) -> str:
     return re.sub(r"[/\\:]", "_", env_id)
 
 
-def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["key=value", ...]`` as DqnConfig overrides (``--set``).
+def parse_sets(pairs: Sequence[str], config_class: Any = None) -> dict[str, Any]:
+    """``["key=value", ...]`` as overrides of ``config_class``'s fields (``--set``;
+    default :class:`~ember_np.DqnConfig`).
 
     A value is read as JSON (``64``, ``[64, 64]``, ``true``), as ``A ** B``
     for an integer power, as a tuple of JSON values written as Python does
@@ -191,11 +191,12 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
     Raises
     ------
     SetupError
-        A pair without ``=`` or a key that is not a DqnConfig field.
+        A pair without ``=`` or a key that is not a field of the config.
     """
-    from ember_np.dqn.config import DqnConfig
+    if config_class is None:
+        from ember_np.dqn.config import DqnConfig as config_class
 
-    fields = set(DqnConfig().to_dict())
+    fields = set(config_class().to_dict())
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -265,8 +266,11 @@ def with_env_masks(
     """``config`` with action masks on when ``env_id`` gives them, unless ``overrides`` chose.
 
     The one place ``train`` and ``tune`` decide it, so both build the same
-    config. ``say`` gets the one line that says masks were turned on.
+    config. A config without an ``action_masks`` field is returned as it is.
+    ``say`` gets the one line that says masks were turned on.
     """
+    if not hasattr(config, "action_masks"):  # an algorithm without masks
+        return config
     if "action_masks" in overrides or config.action_masks or not gives_masks(env_id, make):
         return config
     say(f"{env_id}: the env gives info['action_mask']: training with action masks "
@@ -278,43 +282,6 @@ def single_spaces(env: Any) -> tuple[Any, Any]:
     """(observation space, action space) of one env, or of each copy of a vector env."""
     return (getattr(env, "single_observation_space", env.observation_space),
             getattr(env, "single_action_space", env.action_space))  # fmt: skip
-
-
-def check_replay_memory(env: Any, config: Any, copies: int = 1) -> None:
-    """Refuse replay buffers that do not fit in the memory available, before allocating them.
-
-    Parameters
-    ----------
-    env : gymnasium.Env
-        The env whose observation and action spaces set a transition's size.
-    config : DqnConfig
-        Its ``buffer_capacity`` is the rows of each buffer.
-    copies : int, default 1
-        Buffers that will live at once (a tune trial trains its K seeds side by side).
-
-    Raises
-    ------
-    SetupError
-        ``copies x config.buffer_capacity`` rows of ``env``'s transitions need
-        more bytes than the machine has available.
-    """
-    from ember_np._memory import available_memory, format_bytes
-    from ember_np.dqn.replay import transition_dtype
-    from ember_np.encoding import IndexActionMapper, encoder_for_space
-
-    obs_space, action_space = single_spaces(env)
-    obs_size = encoder_for_space(obs_space).obs_size
-    n_actions = IndexActionMapper.for_space(action_space).num_actions
-    per_row = transition_dtype(obs_size, n_actions).itemsize
-    need = copies * config.buffer_capacity * per_row
-    free = available_memory()
-    if free is not None and need > free:
-        buffers = "the replay buffer" if copies == 1 else f"{copies} replay buffers"
-        raise SetupError(
-            f"buffer_capacity={config.buffer_capacity} needs {format_bytes(need)} for {buffers} "
-            f"({per_row} bytes a transition), more than the {format_bytes(free)} of "
-            f"memory available: use --set buffer_capacity=N with N <= {free // per_row // copies:,}"
-        )
 
 
 def first_compile_notice(native: bool, num_envs: int = 1) -> str | None:

@@ -30,13 +30,19 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ember_np._validate import is_int
-from ember_np.dqn.config import DqnConfig
+from ember_np.algorithms import DEFAULT_ALGORITHM, check_checkpoint_format, get_algorithm
+from ember_np.training.defaults import (
+    DEFAULT_CHECKPOINT_FREQ,
+    DEFAULT_EVAL_EPISODES,
+    DEFAULT_EVAL_EVERY,
+    DEFAULT_KEEP,
+    DEFAULT_STEPS,
+)
 from ember_np.training.setup import (
     NATIVE_IDS,
     VECTORIZATIONS,
     SetupError,
     check_checkpoint_env,
-    check_replay_memory,
     make_env,
     make_train_env,
     native_to_plain,
@@ -46,7 +52,6 @@ from ember_np.training.setup import (
 )
 
 __all__ = [
-    "ALGORITHMS",
     "DEFAULT_CHECKPOINT_FREQ",
     "DEFAULT_EVAL_EPISODES",
     "DEFAULT_EVAL_EVERY",
@@ -62,19 +67,6 @@ __all__ = [
     "resume",
 ]
 
-#: Env steps of a run whose preset names no budget (or that has no preset).
-DEFAULT_STEPS = 100_000
-#: Env steps between greedy evaluations.
-DEFAULT_EVAL_EVERY = 10_000
-#: Greedy episodes per evaluation.
-DEFAULT_EVAL_EPISODES = 10
-#: Env steps between numbered checkpoints.
-DEFAULT_CHECKPOINT_FREQ = 10_000
-#: Numbered checkpoints kept (older ones are deleted).
-DEFAULT_KEEP = 5
-#: The algorithms a spec can name, with their config class; ``config.json``
-#: holds the config under the algorithm's name.
-ALGORITHMS: dict[str, type[DqnConfig]] = {"dqn": DqnConfig}
 
 #: The integer fields of a spec and their least value.
 _AT_LEAST = {"seed": 0, "steps": 1, "eval_every": 1, "eval_episodes": 1,
@@ -91,12 +83,13 @@ class RunSpec:
         The env actually made: ``"ember_np/CartPole-v1"`` for the compiled
         twin the command line picks for ``CartPole-v1``, or any gymnasium id.
     algorithm : str, default "dqn"
-        A key of :data:`ALGORITHMS`.
+        A name :func:`~ember_np.algorithms.get_algorithm` knows: ``"dqn"`` or
+        ``"package.module:NAME"``.
     preset : str or None
         The preset the config came from, as recorded (``"rainbow"``,
         ``"CartPole-v1/zoo"`` for another env's); None: the config's defaults.
-    config : DqnConfig
-        The algorithm's config.
+    config : DqnConfig or the algorithm's config class
+        The algorithm's config (default: its class's defaults).
     seed : int
         The run's seed (a multi-seed run replaces it per seed).
     steps : int
@@ -115,7 +108,7 @@ class RunSpec:
     env_id: str
     algorithm: str = "dqn"
     preset: str | None = None
-    config: DqnConfig = dataclasses.field(default_factory=DqnConfig)
+    config: Any = None
     seed: int = 0
     steps: int = DEFAULT_STEPS
     eval_every: int = DEFAULT_EVAL_EVERY
@@ -128,11 +121,11 @@ class RunSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.env_id, str) or not self.env_id:
             raise ValueError(f"env_id must be a gymnasium id, got {self.env_id!r}")
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got "
-                             f"{self.algorithm!r}")  # fmt: skip
-        if not isinstance(self.config, ALGORITHMS[self.algorithm]):
-            raise ValueError(f"config must be a {ALGORITHMS[self.algorithm].__name__} for "
+        config_class = get_algorithm(self.algorithm).config_class
+        if self.config is None:
+            object.__setattr__(self, "config", config_class())
+        if not isinstance(self.config, config_class):
+            raise ValueError(f"config must be a {config_class.__name__} for "
                              f"{self.algorithm}, got {type(self.config).__name__}")  # fmt: skip
         if self.preset is not None and not isinstance(self.preset, str):
             raise ValueError(f"preset must be a string or None, got {self.preset!r}")
@@ -158,7 +151,8 @@ class RunSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """``config.json``'s contents: the algorithm's config under its name (``"dqn"``);
-        ``num_envs`` and ``vectorization`` only with N > 1 (one env's file as before)."""
+        ``num_envs`` and ``vectorization`` only with N > 1, ``algorithm`` only when it is
+        not DQN (a DQN run's file as before)."""
         out: dict[str, Any] = {
             "env_id": self.env_id, "preset": self.preset, "seed": self.seed,
             "steps": self.steps, "eval_every": self.eval_every,
@@ -167,7 +161,9 @@ class RunSpec:
         }  # fmt: skip
         if self.num_envs > 1:
             out.update(num_envs=self.num_envs, vectorization=self.vectorization)
-        out[self.algorithm] = self.config.to_dict()
+        if self.algorithm != DEFAULT_ALGORITHM:
+            out["algorithm"] = self.algorithm
+        out[get_algorithm(self.algorithm).name] = self.config.to_dict()
         return out
 
     def to_json(self) -> str:
@@ -186,10 +182,13 @@ class RunSpec:
         if not isinstance(data.get("env_id"), str):
             raise ValueError('does not say which env this run trained on: add "env_id": '
                              '"<gymnasium id>" to it')  # fmt: skip
-        algorithm = next((a for a in ALGORITHMS if a in data), "dqn")
-        config = ALGORITHMS[algorithm]()
-        if algorithm in data:
-            config = ALGORITHMS[algorithm].from_dict(data[algorithm])
+        algorithm = data.get("algorithm", DEFAULT_ALGORITHM)
+        if not isinstance(algorithm, str):
+            raise ValueError(f"'algorithm' must be an algorithm's name, got {algorithm!r}")
+        known = get_algorithm(algorithm)
+        config = known.config_class()
+        if known.name in data:
+            config = known.config_class.from_dict(data[known.name])
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         settings = {k: data.get(k, defaults[k]) for k in (*_AT_LEAST, "preset", "vectorization")}
         return cls(env_id=data["env_id"], algorithm=algorithm, config=config, **settings)
@@ -211,6 +210,7 @@ def resolve_preset(
     vector: tuple[int, str | None] = (1, None),
     gymnasium_env: bool = False,
     say: Callable[[str], None] = print,
+    algorithm: str = DEFAULT_ALGORITHM,
 ) -> tuple[RunSpec, dict[str, Any]]:
     """The spec before ``--set``, and the ``--set`` fields: what :func:`resolve` and
     ``ember-np tune`` (which searches around the preset) both start from.
@@ -222,6 +222,8 @@ def resolve_preset(
     preset's schedule lengths are fractions of ``steps``. ``vector`` is
     (``num_envs``, ``vectorization``). Action masks are turned on where the env
     gives them and ``sets`` does not choose (``say`` gets the line saying so).
+    ``algorithm`` names the algorithm (:func:`~ember_np.algorithms.get_algorithm`):
+    its presets, its config class and the fields ``--set`` takes.
 
     Raises
     ------
@@ -229,30 +231,34 @@ def resolve_preset(
         An env gymnasium cannot make, a bad preset, vector setting, ``--set``
         pair or ``steps``.
     """
-    from ember_np.presets import Preset, default_preset, get_preset
-
+    try:
+        known = get_algorithm(algorithm)
+    except ValueError as exc:
+        raise SetupError(str(exc)) from None
     native = not gymnasium_env and env_id in NATIVE_IDS
     train_id = NATIVE_IDS[env_id] if native else env_id
     num_envs, vectorization = vector_settings(train_id, *vector)
     make_env(train_id).close()  # an unknown id: gymnasium's own message, before the rest
     plain_id = native_to_plain(env_id)
-    chosen: Preset | None
     try:
-        chosen = get_preset(preset, plain_id) if preset is not None else default_preset(plain_id)
+        if preset is not None:
+            chosen = known.preset(preset, plain_id)
+        else:
+            chosen = known.default_preset(plain_id)
     except ValueError as exc:
         raise SetupError(str(exc)) from None
     if steps is None:
         steps = chosen.steps if chosen is not None else DEFAULT_STEPS
     try:
-        config = chosen.config_for(steps) if chosen is not None else DqnConfig()
+        config = chosen.config_for(steps) if chosen is not None else known.config_class()
     except ValueError as exc:  # a schedule length beyond int64 (a huge budget)
         raise SetupError(f"--steps {steps}: {exc}") from None
-    overrides = parse_sets(list(sets))
+    overrides = parse_sets(list(sets), known.config_class)
     config = with_env_masks(config, train_id, overrides, say)
     # a preset of another env is recorded and filed as ENV/NAME, never as the env's own
     name = chosen.name_for(plain_id) if chosen is not None else None
-    spec = RunSpec(train_id, preset=name, config=config, steps=steps, num_envs=num_envs,
-                   vectorization=vectorization)  # fmt: skip
+    spec = RunSpec(train_id, algorithm, preset=name, config=config, steps=steps,
+                   num_envs=num_envs, vectorization=vectorization)  # fmt: skip
     return spec, overrides
 
 
@@ -264,6 +270,7 @@ def resolve(
     vector: tuple[int, str | None] = (1, None),
     gymnasium_env: bool = False,
     say: Callable[[str], None] = print,
+    algorithm: str = DEFAULT_ALGORITHM,
 ) -> RunSpec:
     """The spec ``ember-np train ENV_ID [--preset P] [--steps S] [--set k=v ...]`` trains.
 
@@ -278,18 +285,23 @@ def resolve(
         As :func:`resolve_preset`; a ``--set`` value the config refuses; a
         replay buffer that does not fit in memory.
     """
-    spec, overrides = resolve_preset(env_id, preset, sets, steps, vector, gymnasium_env, say)
+    spec, overrides = resolve_preset(env_id, preset, sets, steps, vector, gymnasium_env, say,
+                                     algorithm)  # fmt: skip
     config = spec.config
     if overrides:
         try:
             config = config.replace(**overrides)
         except (ValueError, TypeError) as exc:
             raise SetupError(f"--set: {exc}") from None
-    probe = make_env(spec.env_id)
-    try:
-        check_replay_memory(probe, config)
-    finally:
-        probe.close()
+    check_setup = get_algorithm(algorithm).check_setup
+    if check_setup is not None:
+        probe = make_env(spec.env_id)
+        try:
+            check_setup(probe, config, 1)
+        except ValueError as exc:
+            raise SetupError(str(exc)) from None
+        finally:
+            probe.close()
     return spec.replace(config=config)
 
 
@@ -327,16 +339,17 @@ def build(
     ValueError
         A config the agent refuses (or :class:`~ember_np.CheckpointError`).
     """
-    from ember_np.dqn.agent import DqnAgent
     from ember_np.training.trainer import DqnTrainer
 
+    algorithm = get_algorithm(spec.algorithm)
     env = make(spec.env_id, spec.num_envs, spec.vectorization)
     try:
         if checkpoint is None:
-            agent = DqnAgent.for_env(env, spec.config, seed=spec.seed)
+            agent = algorithm.make_agent(env, spec.config, spec.seed)
             seed = spec.seed
         else:
-            agent = DqnAgent.from_checkpoint(checkpoint)
+            check_checkpoint_format(Path(checkpoint), spec.algorithm)
+            agent = algorithm.load_agent(Path(checkpoint))
             check_checkpoint_env(env, spec.env_id, agent.encoder, agent.action_mapper,
                                  Path(checkpoint))  # fmt: skip
             seed = spec.seed + agent.total_steps
@@ -364,7 +377,8 @@ def read_spec(run: Any, with_config: bool = True) -> RunSpec:
     path = run.dir / "config.json"
     data = run.read_config() or {}  # none at all: as one without env_id
     if not with_config and isinstance(data, dict):
-        data = {k: v for k, v in data.items() if k not in ALGORITHMS}
+        algorithm = get_algorithm(str(data.get("algorithm", DEFAULT_ALGORITHM)))
+        data = {k: v for k, v in data.items() if k != algorithm.name}
     try:
         return RunSpec.from_dict(data)
     except (ValueError, TypeError) as exc:

@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 from ember_np._validate import check_int
 from ember_np.checkpoint import load_arrays, save_arrays
 from ember_np.stats import EpisodeRecord, EvalReport, StatsTracker
+from ember_np.training.defaults import DEFAULT_CHECKPOINT_FREQ, DEFAULT_KEEP
 from ember_np.training.drivers import (
     FUSED_CHUNK,
     STATUSES,
@@ -72,10 +73,8 @@ __all__ = [
     "takes_masks",
 ]
 
-#: Env steps between numbered checkpoints, unless told otherwise (trainer and CLI).
-DEFAULT_CHECKPOINT_FREQ = 10_000
-#: Numbered checkpoints kept on disk, unless told otherwise (trainer and CLI).
-DEFAULT_KEEP_CHECKPOINTS = 5
+#: Numbered checkpoints kept on disk, unless told otherwise: :class:`RunSpec`'s ``keep``.
+DEFAULT_KEEP_CHECKPOINTS = DEFAULT_KEEP
 
 #: The native vector envs' state beside ``latest.npz`` (:meth:`DqnTrainer.restore_env_state`).
 ENV_STATE_FILE = "latest_envs.npz"

@@ -12,7 +12,7 @@ import warnings
 from typing import Any
 
 from ember_np.dqn.config import SCHEDULE_FIELDS
-from ember_np.tune_storage import SETTINGS_ATTR
+from ember_np.tune.storage import SETTINGS_ATTR
 
 __all__ = ["best_preset", "importances", "summary"]
 

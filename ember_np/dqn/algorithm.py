@@ -1,0 +1,121 @@
+"""DQN (with every Rainbow component) as the registry sees it: ``--algo dqn``.
+
+The one place DQN is registered (:data:`ember_np.algorithms.BUILT_IN` names
+this module's :data:`DQN`). Agents, policies and presets are imported when a
+command first asks for them, not when the registry is imported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ember_np.algorithms import Algorithm
+from ember_np.dqn import search_space
+from ember_np.dqn.config import DqnConfig
+
+
+def _make_agent(env: Any, config: Any, seed: int) -> Any:
+    from ember_np.dqn.agent import DqnAgent
+
+    return DqnAgent.for_env(env, config, seed=seed)
+
+
+def _load_agent(path: Path) -> Any:
+    from ember_np.dqn.agent import DqnAgent
+
+    return DqnAgent.from_checkpoint(path)
+
+
+def _load_policy(path: Path) -> Any:
+    from ember_np.dqn.policy import DqnPolicy
+
+    return DqnPolicy.load(path)
+
+
+def _presets(env_id: str) -> dict[str, Any]:
+    from ember_np.presets import presets_for_env
+
+    return presets_for_env(env_id)
+
+
+def _default_preset(env_id: str) -> Any:
+    from ember_np.presets import default_preset
+
+    return default_preset(env_id)
+
+
+def _get_preset(name: str, env_id: str) -> Any:
+    from ember_np.presets import get_preset
+
+    return get_preset(name, env_id)
+
+
+def check_replay_memory(env: Any, config: DqnConfig, copies: int = 1) -> None:
+    """Refuse replay buffers that do not fit in the memory available, before allocating them.
+
+    Parameters
+    ----------
+    env : gymnasium.Env or VectorEnv
+        The env whose observation and action spaces (a vector env's: one copy's)
+        set a transition's size.
+    config : DqnConfig
+        Its ``buffer_capacity`` is the rows of each buffer.
+    copies : int, default 1
+        Buffers that will live at once (a tune trial trains its K seeds side by side).
+
+    Raises
+    ------
+    ValueError
+        ``copies x config.buffer_capacity`` rows of ``env``'s transitions need
+        more bytes than the machine has available (the message says which
+        ``buffer_capacity`` fits).
+    """
+    from ember_np._memory import available_memory, format_bytes
+    from ember_np.dqn.replay import transition_dtype
+    from ember_np.encoding import IndexActionMapper, encoder_for_space
+
+    obs_space = getattr(env, "single_observation_space", env.observation_space)
+    action_space = getattr(env, "single_action_space", env.action_space)
+    obs_size = encoder_for_space(obs_space).obs_size
+    n_actions = IndexActionMapper.for_space(action_space).num_actions
+    per_row = transition_dtype(obs_size, n_actions).itemsize
+    need = copies * config.buffer_capacity * per_row
+    free = available_memory()
+    if free is not None and need > free:
+        buffers = "the replay buffer" if copies == 1 else f"{copies} replay buffers"
+        raise ValueError(
+            f"buffer_capacity={config.buffer_capacity} needs {format_bytes(need)} for {buffers} "
+            f"({per_row} bytes a transition), more than the {format_bytes(free)} of "
+            f"memory available: use --set buffer_capacity=N with N <= {free // per_row // copies:,}"
+        )
+
+
+def _describe(agent: Any) -> str:
+    return f"epsilon {agent.epsilon:.3f}, {len(agent.buffer):,} transitions in the replay buffer"
+
+
+def _export_onnx(checkpoint: Path, output: Path) -> dict[str, Any]:
+    from ember_np.dqn.onnx import export_onnx
+
+    return export_onnx(checkpoint, output)
+
+
+DQN = Algorithm(
+    name="dqn",
+    config_class=DqnConfig,
+    checkpoint_format="ember_np.dqn_agent",
+    make_agent=_make_agent,
+    load_agent=_load_agent,
+    load_policy=_load_policy,
+    presets=_presets,
+    default_preset=_default_preset,
+    get_preset=_get_preset,
+    describe_agent=_describe,
+    check_setup=check_replay_memory,
+    tune_space=search_space,
+    export_onnx=_export_onnx,
+)
+"""DQN: :class:`~ember_np.DqnConfig`, :class:`~ember_np.DqnAgent`,
+:class:`~ember_np.DqnPolicy`, the ``rainbow`` / ``zoo`` / ``ember`` presets,
+the RL Zoo's search space, ONNX export."""
