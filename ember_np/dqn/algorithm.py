@@ -34,19 +34,19 @@ def _load_policy(path: Path) -> Any:
 
 
 def _presets(env_id: str) -> dict[str, Any]:
-    from ember_np.presets import presets_for_env
+    from ember_np.dqn.presets import presets_for_env
 
     return presets_for_env(env_id)
 
 
 def _default_preset(env_id: str) -> Any:
-    from ember_np.presets import default_preset
+    from ember_np.dqn.presets import default_preset
 
     return default_preset(env_id)
 
 
 def _get_preset(name: str, env_id: str) -> Any:
-    from ember_np.presets import get_preset
+    from ember_np.dqn.presets import get_preset
 
     return get_preset(name, env_id)
 
