@@ -29,7 +29,12 @@
 3. A leading underscore means private to its module: no ``from ember_np.x
    import _name`` and no ``module._name`` of another ember_np module (a private
    module such as ``ember_np._jit`` may be imported, its public names used).
-4. No module is over 700 lines.
+4. No module is over 700 lines, and none is kept under it by a mixin: a class
+   that a class of another module inherits is complete on its own (every
+   attribute its methods read from ``self`` it, or its own bases, sets or
+   defines). A class split across files to fit the cap (methods in one
+   module reading state that a subclass in another sets up) is split by
+   responsibility instead: a collaborator object the class holds.
 5. Tests use the public API: no test reads another object's underscore
    attribute (``agent._counters``), imports an underscore name (``from
    ember_np.tune import _objective``) or names one in ``getattr``-like calls,
@@ -299,6 +304,98 @@ def test_no_module_is_over_700_lines(path):
         f"{path.relative_to(ROOT)} has {lines} lines: split it by concern "
         f"(at most {MAX_MODULE_LINES})"
     )
+
+
+def module_classes(paths: list[tuple[str, Path]]) -> dict[type, ast.ClassDef]:
+    """Each top-level class of the given (module name, file) pairs, with its source."""
+    found: dict[type, ast.ClassDef] = {}
+    for name, path in paths:
+        if name.endswith("__main__"):  # (running it is the command line)
+            continue
+        module = importlib.import_module(name)
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            cls = getattr(module, node.name, None) if isinstance(node, ast.ClassDef) else None
+            if isinstance(cls, type) and cls.__module__ == name:
+                found[cls] = node
+    return found
+
+
+def self_attributes(node: ast.ClassDef, ctx: type[ast.expr_context]) -> set[str]:
+    """Attributes the class's code reads (``ast.Load``) or sets (``ast.Store``) on
+    ``self`` or ``cls``."""
+    return {
+        n.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ctx)
+        and isinstance(n.value, ast.Name)
+        and n.value.id in ("self", "cls")
+    }
+
+
+def mixins_across_modules(classes: dict[type, ast.ClassDef]) -> list[str]:
+    """Every class inherited by a class of another module that reads attributes from
+    ``self`` which neither it nor its bases set or define (so only the subclass can
+    provide them: a mixin), as "subclass <- base: attributes"."""
+    bad = []
+    for cls in classes:
+        for base in cls.__mro__[1:]:
+            if base not in classes or base.__module__ == cls.__module__:
+                continue
+            sets = set().union(*(self_attributes(classes[k], ast.Store)
+                                 for k in base.__mro__ if k in classes))  # fmt: skip
+            missing = sorted(
+                attr
+                for attr in self_attributes(classes[base], ast.Load)
+                if attr not in sets and not hasattr(base, attr)
+            )
+            if missing:
+                where = f"{base.__module__}.{base.__qualname__}"
+                bad.append(f"{cls.__module__}.{cls.__qualname__} <- {where}: {missing}")
+    return bad
+
+
+def test_no_class_is_split_across_modules_by_a_mixin():
+    classes = module_classes([(module_name(p), p) for p in SOURCES])
+    inherited = {
+        base.__qualname__
+        for cls in classes
+        for base in cls.__mro__[1:]
+        if base in classes and base.__module__ != cls.__module__
+    }
+    assert {"CircularBuffer", "Reader", "LoopCallback"} <= inherited  # the rule sees them
+    bad = mixins_across_modules(classes)
+    assert not bad, (
+        f"classes inherit state-reading mixins from other modules: {bad}. Split the class "
+        "by responsibility (a collaborator object it holds), not across files"
+    )
+
+
+def test_the_mixin_rule_catches_a_class_split_across_files(tmp_path, monkeypatch):
+    """Not vacuous: a QNetwork-style split (methods in one module reading what a
+    subclass in another sets) is reported; a complete base class is not."""
+    (tmp_path / "probe_io.py").write_text(
+        "class StateMethods:\n"
+        "    _sizes: tuple\n\n"
+        "    def state_dict(self):\n"
+        "        return {'sizes': self._sizes, 'w': self.weights, 'n': self.count}\n\n"
+        "    @property\n    def count(self):\n        return 1\n\n\n"
+        "class Complete:\n"
+        "    def __init__(self):\n        self._ready = True\n\n"
+        "    def ready(self):\n        return self._ready and self.kind\n\n"
+        "    kind = 'complete'\n"
+    )
+    (tmp_path / "probe_net.py").write_text(
+        "from probe_io import Complete, StateMethods\n\n\n"
+        "class Net(StateMethods):\n"
+        "    def __init__(self):\n        self._sizes, self.weights = (1,), []\n\n\n"
+        "class Fine(Complete):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    paths = [(name, tmp_path / f"{name}.py") for name in ("probe_io", "probe_net")]
+    assert mixins_across_modules(module_classes(paths)) == [
+        "probe_net.Net <- probe_io.StateMethods: ['_sizes', 'weights']"
+    ]
 
 
 # -- 5. Tests use the public API ---------------------------------------------------

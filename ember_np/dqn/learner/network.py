@@ -17,7 +17,10 @@ The compiled code lives by concern: ``ember_np/nn/`` (layout, forward and
 backward passes, LayerNorm, dueling head, clipping, Adam), ``dqn/heads/qvalues.py``
 (Q-values, greedy actions) and ``dqn/learner/learn.py`` (TD targets, Huber
 loss; its docstring has the reading map of one update). This module holds
-:class:`QNetwork`, the Python wrapper that checks and coerces its inputs.
+:class:`QNetwork`, the Python wrapper that checks and coerces its inputs; its
+arrays (parameters, gradients, Adam's state, their named views) and their saved
+state are its :class:`~ember_np.dqn.learner.network_storage.NetworkStorage`
+(``dqn/learner/network_storage.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from ember_np._jit import entry_point
 from ember_np._masks import check_action_masks
 from ember_np._memory import check_network_memory
 from ember_np.dqn.heads.forward import refused_observation
-from ember_np.dqn.heads.head import DistributionalHead, kernel_sizes
+from ember_np.dqn.heads.head import DistributionalHead
 from ember_np.dqn.heads.qvalues import (
     greedy_action,
     greedy_actions_checked,
@@ -61,8 +64,8 @@ from ember_np.dqn.learner.network_inputs import (
     optional_per_sample,
     td_errors_out_array,
 )
-from ember_np.dqn.learner.network_io import StateMethods
-from ember_np.dqn.learner.noisy import linear_size, noisy_layer_table, noisy_net_state
+from ember_np.dqn.learner.network_storage import NetworkStorage
+from ember_np.dqn.learner.noisy import noisy_net_state
 from ember_np.encoding import nonfinite_observation, nonfinite_row
 from ember_np.nn.init import init_layer_norm, init_linear
 from ember_np.nn.optim import polyak
@@ -81,7 +84,7 @@ __all__ = [
 _F32 = np.dtype(np.float32)
 
 
-class QNetwork(StateMethods):
+class QNetwork:
     """An MLP Q-network ``obs -> hidden... -> Q-values`` with its Adam state.
 
     Parameters
@@ -161,41 +164,16 @@ class QNetwork(StateMethods):
             )
         atoms = 1 if head is None else head.n_atoms  # (memory checked before allocating)
         check_network_memory(sizes, 1, bool(dueling), bool(layer_norm), 1, atoms)
-        self._init_storage(sizes, bool(dueling), bool(layer_norm), head, bool(noisy))
+        self._adopt(NetworkStorage(sizes, bool(dueling), bool(layer_norm), head, bool(noisy)))
         rng = seed if isinstance(seed, Rng) else Rng(seed)
         init_linear(self.weights, self.biases, rng)  # (a dueling value head's too: last)
         for w, b in zip(self.sigma_weights, self.sigma_biases):  # mu as above: U(+-1/sqrt(p))
             w[...] = b[...] = sigma0 / math.sqrt(w.shape[0])
         init_layer_norm(self.norm_gains, self.norm_biases)
 
-    def _init_storage(
-        self, sizes: tuple[int, ...], dueling: bool, layer_norm: bool,
-        head: DistributionalHead | None, noisy: bool = False,
-    ) -> None:  # fmt: skip
-        self._sizes_tuple = sizes
-        self._noisy = noisy
-        self._dueling = dueling
-        self._layer_norm = layer_norm
-        self._head = head
-        self._sizes = kernel_sizes(sizes, head, dueling)
-        atoms = 1 if head is None else head.n_atoms
-        widths = (*sizes[:-1], sizes[-1] * atoms)  # a distributional head: atoms per action
-        n = sum(widths[i] * widths[i + 1] + widths[i + 1] for i in range(len(widths) - 1))
-        if dueling:  # the value head follows the plain layout (see layout)
-            n += (sizes[-2] + 1) * atoms
-        ln_off = n
-        if layer_norm:  # then each hidden layer's gain and bias
-            n += 2 * sum(sizes[1:-1])
-        n_base = n
-        self._noise_layers = noisy_layer_table(sizes, atoms, dueling) if noisy else None
-        if self._noise_layers is not None:  # then a sigma per linear-layer parameter
-            n += linear_size(self._noise_layers)
-        self._params = np.zeros(n, dtype=np.float32)
-        self._mean = self._params[:n_base] if noisy else self._params  # what inference reads
-        self._grads = np.zeros(n, dtype=np.float32)
-        self._adam_m = np.zeros(n, dtype=np.float32)
-        self._adam_v = np.zeros(n, dtype=np.float32)
-        self._adam_t = np.zeros(1, dtype=np.int64)
+    def _adopt(self, store: NetworkStorage) -> None:
+        """Hold ``store`` as this network's arrays, with nothing cached from others."""
+        self._store = store
         # (target, NetState with it, compiled entry points of checked_update by the
         # discounts dtype, the noise stream's state), resolved at the first update.
         self._cached: tuple[Any, NetState, dict[np.dtype, Any], Any] | None = None
@@ -203,92 +181,131 @@ class QNetwork(StateMethods):
         # (None: check the next options whatever they are).
         self._hp: UpdateSettings | None = None
         self._hp_options: UpdateOptions | None = None
-        self.weights: list[np.ndarray] = []
-        self.biases: list[np.ndarray] = []
-        off = 0
-        for n_in, n_out in zip(widths[:-1], widths[1:]):
-            self.weights.append(self._params[off : off + n_in * n_out].reshape(n_in, n_out))
-            off += n_in * n_out
-            self.biases.append(self._params[off : off + n_out])
-            off += n_out
-        if dueling:
-            n_hid = sizes[-2]
-            self.weights.append(self._params[off : off + n_hid * atoms].reshape(n_hid, atoms))
-            self.biases.append(self._params[off + n_hid * atoms : off + (n_hid + 1) * atoms])
-        self.norm_gains: list[np.ndarray] = []
-        self.norm_biases: list[np.ndarray] = []
-        for width in sizes[1:-1] if layer_norm else ():
-            self.norm_gains.append(self._params[ln_off : ln_off + width])
-            self.norm_biases.append(self._params[ln_off + width : ln_off + 2 * width])
-            ln_off += 2 * width
-        self.sigma_weights: list[np.ndarray] = []
-        self.sigma_biases: list[np.ndarray] = []
-        for off, n_in, n_out, _ in () if self._noise_layers is None else self._noise_layers:
-            off += n_base
-            self.sigma_weights.append(self._params[off : off + n_in * n_out].reshape(n_in, n_out))
-            self.sigma_biases.append(self._params[off + n_in * n_out : off + (n_in + 1) * n_out])
+
+    # -- storage (NetworkStorage's: dqn/learner/network_storage.py) ------------
+    @property
+    def weights(self) -> list[np.ndarray]:
+        """Each linear layer's W, a live view (see the class docstring)."""
+        return self._store.weights
+
+    @property
+    def biases(self) -> list[np.ndarray]:
+        """Each linear layer's b, a live view."""
+        return self._store.biases
+
+    @property
+    def norm_gains(self) -> list[np.ndarray]:
+        """With ``layer_norm``, each hidden layer's LayerNorm gain (live views)."""
+        return self._store.norm_gains
+
+    @property
+    def norm_biases(self) -> list[np.ndarray]:
+        """With ``layer_norm``, each hidden layer's LayerNorm bias (live views)."""
+        return self._store.norm_biases
+
+    @property
+    def sigma_weights(self) -> list[np.ndarray]:
+        """With ``noisy``, the sigmas of :attr:`weights` (live views)."""
+        return self._store.sigma_weights
+
+    @property
+    def sigma_biases(self) -> list[np.ndarray]:
+        """With ``noisy``, the sigmas of :attr:`biases` (live views)."""
+        return self._store.sigma_biases
+
+    def param_views(self) -> list[tuple[str, np.ndarray]]:
+        """(state_dict key, live float32 view) of every parameter array, in the flat
+        vector's order: ``w<i>``, ``b<i>`` (each linear layer's W and b; with noisy
+        layers, their means), ``ln_g<i>``, ``ln_b<i>`` (LayerNorm), ``sw<i>``, ``sb<i>``
+        (noisy layers' sigmas)."""
+        return self._store.param_views()
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of everything that defines the network and its optimiser (keys and
+        their order: ``dqn/learner/network_storage.py``'s docstring; float32
+        parameters, ``adam_m``, ``adam_v`` float32 (num_params,), ``adam_t`` int64 (1,))."""
+        return self._store.state_dict()
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore a :meth:`state_dict`; raises ValueError (nothing changed) on a mismatch.
+
+        A state without a ``dueling`` entry (written before the dueling head
+        existed) describes a plain network; one without ``layer_norm``, a
+        network without LayerNorm; one without ``noisy``, one without noisy layers.
+        """
+        self._store.load_state_dict(state)
+
+    # ``weights`` and ``biases`` are views of ``params``; pickled or deep-copied
+    # member by member they would come back as separate arrays that the kernels
+    # never train. So a copy carries the state_dict and rebuilds the views.
+    def __getstate__(self) -> dict[str, np.ndarray]:
+        """What ``copy.deepcopy`` and ``pickle`` keep: :meth:`state_dict`."""
+        return self._store.state_dict()
+
+    def __setstate__(self, state: dict[str, np.ndarray]) -> None:
+        self._adopt(NetworkStorage.from_state(state))
 
     # -- shape ---------------------------------------------------------------
     @property
     def layer_sizes(self) -> tuple[int, ...]:
         """``(obs_size, hidden..., n_actions)``."""
-        return self._sizes_tuple
+        return self._store.layer_sizes
 
     @property
     def dueling(self) -> bool:
         """Whether Q = V + A - mean(A) from two heads (see the class docstring)."""
-        return self._dueling
+        return self._store.dueling
 
     @property
     def layer_norm(self) -> bool:
         """Whether each hidden layer is Linear -> LayerNorm -> ReLU (see the class docstring)."""
-        return self._layer_norm
+        return self._store.layer_norm
 
     @property
     def head(self) -> DistributionalHead | None:
         """The distributional value head (C51 or QR-DQN), or None for a plain Q head."""
-        return self._head
+        return self._store.head
 
     @property
     def noisy(self) -> bool:
         """Whether every linear layer is noisy (see the class docstring)."""
-        return self._noisy
+        return self._store.noisy
 
     @property
     def mean_params(self) -> np.ndarray:
         """The parameters inference uses, a live view: :attr:`params` without the
         sigmas of noisy layers (the means: a plain network's layout)."""
-        return self._mean
+        return self._store.mean
 
     @property
     def obs_size(self) -> int:
-        return self._sizes_tuple[0]
+        return self._store.layer_sizes[0]
 
     @property
     def n_actions(self) -> int:
-        return self._sizes_tuple[-1]
+        return self._store.layer_sizes[-1]
 
     @property
     def num_params(self) -> int:
         """Total number of weights and biases."""
-        return int(self._params.size)
+        return int(self._store.params.size)
 
     @property
     def adam_step(self) -> int:
         """Number of Adam steps taken so far (the bias-correction ``t``)."""
-        return int(self._adam_t[0])
+        return int(self._store.adam_t[0])
 
     @property
     def params(self) -> np.ndarray:
         """All weights and biases as one live float32 vector (layer by layer, W then b;
         LayerNorm's gains and biases, then noisy layers' sigmas, come last)."""
-        return self._params
+        return self._store.params
 
     @property
     def sizes_array(self) -> np.ndarray:
         """:attr:`layer_sizes` as the int64 array kernels take (with a distributional
         head's description: ``head.kernel_sizes``)."""
-        return self._sizes
+        return self._store.sizes
 
     def kernel_state(self, target: QNetwork, noise_rng: Any = None) -> NetState:
         """This network's arrays and ``target``'s parameters as one :class:`NetState`
@@ -296,24 +313,25 @@ class QNetwork(StateMethods):
         network's is a ``NoisyNetState`` whose updates draw their noise from
         ``noise_rng`` (an :class:`~ember_np.rng.Rng` or its ``state``; required then)."""
         self._check_same_shape(target)
+        store = self._store
         net = net_state(
-            self._params, target._params, self._sizes, self._grads, self._adam_m,
-            self._adam_v, self._adam_t, self._head is not None,
+            store.params, target._store.params, store.sizes, store.grads, store.adam_m,
+            store.adam_v, store.adam_t, store.head is not None,
         )  # fmt: skip
-        if self._noise_layers is None:
+        if store.noise_layers is None:
             return net
         if noise_rng is None:
             raise ValueError("a noisy network draws new noise for every update: pass the "
                              "stream to draw it from (noise_rng=Rng(seed))")  # fmt: skip
         state = noise_rng.state if isinstance(noise_rng, Rng) else noise_rng
-        return noisy_net_state(net, self._mean.size, self._noise_layers, state)  # type: ignore[return-value]
+        return noisy_net_state(net, store.mean.size, store.noise_layers, state)  # type: ignore[return-value]
 
     # -- inference -----------------------------------------------------------
     def _obs(self, obs: Any, name: str = "obs") -> np.ndarray:
         x = obs
         if not (type(x) is np.ndarray and x.dtype is _F32 and x.flags.carray):
             x = as_f32(x, name)  # (its no-copy test inlined above: forward's hot path)
-        n_in = self._sizes_tuple[0]
+        n_in = self._store.layer_sizes[0]
         if x.ndim == 1 and x.shape[0] == n_in:
             return x
         if x.ndim == 2 and x.shape[1] == n_in:
@@ -340,12 +358,12 @@ class QNetwork(StateMethods):
         x = self._obs(obs)
         if x.ndim == 1:
             q = np.empty(self.n_actions, dtype=np.float32)
-            if not q_values_checked(self._mean, self._sizes, x, q):
+            if not q_values_checked(self._store.mean, self._store.sizes, x, q):
                 raise nonfinite_observation(x)
             return q
         q = np.empty((x.shape[0], self.n_actions), dtype=np.float32)
         if x.shape[0] > 0:
-            row = q_values_batch_checked(self._mean, self._sizes, x, q)
+            row = q_values_batch_checked(self._store.mean, self._store.sizes, x, q)
             if row >= 0:
                 raise nonfinite_row(x, row, "obs")
         return q
@@ -369,14 +387,15 @@ class QNetwork(StateMethods):
         ValueError
             For a plain Q head, and as :meth:`forward` does.
         """
-        if self._head is None:
+        head = self._store.head
+        if head is None:
             raise ValueError("distribution() needs a distributional head; this network has "
                              "a plain Q head (use forward() for its Q-values)")  # fmt: skip
         x = self._obs(obs)
         rows = x.reshape(-1, self.obs_size)
-        out = np.empty((rows.shape[0], self.n_actions, self._head.n_atoms), dtype=np.float32)
+        out = np.empty((rows.shape[0], self.n_actions, head.n_atoms), dtype=np.float32)
         if rows.shape[0] > 0:
-            row = head_outputs_checked(self._mean, self._sizes, rows, out)
+            row = head_outputs_checked(self._store.mean, self._store.sizes, rows, out)
             if row >= 0:
                 raise nonfinite_row(rows, row, "obs") if x.ndim == 2 else nonfinite_observation(x)
         return out if x.ndim == 2 else out[0]
@@ -390,7 +409,7 @@ class QNetwork(StateMethods):
         x = self._obs(obs)
         if x.ndim != 1:
             raise ValueError(f"expected one observation of shape ({self.obs_size},), got {x.shape}")
-        action = int(greedy_action(self._mean, self._sizes, math.inf, x))
+        action = int(greedy_action(self._store.mean, self._store.sizes, math.inf, x))
         if action < 0:  # NaN or inf in x, or Q-values not finite (never 0 from NaN)
             raise refused_observation(x, action, math.inf)
         return action
@@ -407,7 +426,7 @@ class QNetwork(StateMethods):
             )
         out = np.empty(x.shape[0], dtype=np.int64)
         if x.shape[0] > 0:
-            row = greedy_actions_checked(self._mean, self._sizes, x, out)
+            row = greedy_actions_checked(self._store.mean, self._store.sizes, x, out)
             if row >= 0:
                 raise nonfinite_row(x, row, "obs")
         return out
@@ -416,24 +435,20 @@ class QNetwork(StateMethods):
     def copy(self) -> QNetwork:
         """An independent deep copy (parameters and Adam state)."""
         other = QNetwork.__new__(QNetwork)
-        other._init_storage(self._sizes_tuple, self._dueling, self._layer_norm, self._head,
-                            self._noisy)  # fmt: skip
-        other._params[:] = self._params
-        other._adam_m[:] = self._adam_m
-        other._adam_v[:] = self._adam_v
-        other._adam_t[:] = self._adam_t
+        other._adopt(self._store.copy())
         return other
 
     def _check_same_shape(self, other: QNetwork) -> None:
         if not isinstance(other, QNetwork):
             raise ValueError(f"expected a QNetwork, got {type(other).__name__}")
-        if other._sizes_tuple != self._sizes_tuple:
+        if other._store.layer_sizes != self._store.layer_sizes:
             raise ValueError(
-                f"network shapes differ: this one has layer_sizes {self._sizes_tuple}, "
-                f"the other {other._sizes_tuple}"
+                f"network shapes differ: this one has layer_sizes {self._store.layer_sizes}, "
+                f"the other {other._store.layer_sizes}"
             )
-        for name, mine, theirs in self._architecture(other._dueling, other._layer_norm,
-                                                     other._head, other._noisy):  # fmt: skip
+        them = other._store
+        flags = (them.dueling, them.layer_norm, them.head, them.noisy)
+        for name, mine, theirs in self._store.architecture(*flags):
             if mine != theirs:
                 raise ValueError(f"network architectures differ: this one is {name(mine)}, "
                                  f"the other {name(theirs)}")  # fmt: skip
@@ -441,7 +456,7 @@ class QNetwork(StateMethods):
     def copy_from(self, other: QNetwork) -> None:
         """Hard sync: copy ``other``'s parameters into this network."""
         self._check_same_shape(other)
-        self._params[:] = other._params
+        self._store.params[:] = other._store.params
 
     def soft_update_from(self, other: QNetwork, tau: float) -> None:
         """Polyak averaging: ``theta <- tau * theta_other + (1 - tau) * theta``."""
@@ -449,7 +464,7 @@ class QNetwork(StateMethods):
         t = float(tau)
         if not 0.0 < t <= 1.0:
             raise ValueError(f"tau must be in (0, 1], got {tau!r}")
-        polyak(self._params, other._params, t)
+        polyak(self._store.params, other._store.params, t)
 
     # -- training ------------------------------------------------------------
     def update(
@@ -600,11 +615,11 @@ class QNetwork(StateMethods):
         return float(loss)
 
     def __repr__(self) -> str:
-        duel = ", dueling=True" if self._dueling else ""
-        norm = ", layer_norm=True" if self._layer_norm else ""
-        head = "" if self._head is None else f", head={self._head!r}"
-        head += ", noisy=True" if self._noisy else ""
+        duel = ", dueling=True" if self._store.dueling else ""
+        norm = ", layer_norm=True" if self._store.layer_norm else ""
+        head = "" if self._store.head is None else f", head={self._store.head!r}"
+        head += ", noisy=True" if self._store.noisy else ""
         return (
-            f"QNetwork(layer_sizes={self._sizes_tuple}{duel}{norm}{head}, "
+            f"QNetwork(layer_sizes={self._store.layer_sizes}{duel}{norm}{head}, "
             f"num_params={self.num_params})"
         )
