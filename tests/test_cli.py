@@ -182,7 +182,8 @@ def test_progress_bar_shows_the_loss_of_the_chunk_it_reports(capsys):
 
     from ember_np.cli.common import Progress
 
-    agent = SimpleNamespace(epsilon=0.5, last_loss=float("nan"))
+    agent = SimpleNamespace(epsilon=0.5, last_loss=float("nan"), total_steps=0)
+    agent.epsilon_at = lambda step: agent.epsilon  # LearningAgent's: the bar reads it
     trainer = SimpleNamespace(agent=agent)
     recent = SimpleNamespace(value=lambda: 20.0)
     bar = Progress(3_000, 0, disable=False)
