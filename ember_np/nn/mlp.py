@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ember_np._jit import kernel
+from ember_np._jit import kernel, ordered_kernel
 from ember_np.nn._blas import gemm
 from ember_np.nn.shape import head_dueling, head_kind, n_atoms, n_layers
 
@@ -140,7 +140,7 @@ def acts_size(n_params: int, sizes: np.ndarray, batch: int) -> int:
     return batch * total
 
 
-@kernel
+@ordered_kernel
 def layer_norm_relu(
     z: np.ndarray, gain: np.ndarray, beta: np.ndarray, xhat: np.ndarray, rstd: np.ndarray
 ) -> None:
@@ -179,7 +179,7 @@ def layer_norm_relu(
             z[i, k] = v if v > zero else zero
 
 
-@kernel
+@ordered_kernel
 def layer_norm_backward(
     gain: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, dy: np.ndarray, g_gain: np.ndarray,
     g_beta: np.ndarray,
