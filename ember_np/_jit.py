@@ -297,6 +297,33 @@ def kernel(fn: F) -> Dispatcher[F]:
     )(fn)
 
 
+#: :data:`FASTMATH_FLAGS` without ``reassoc``: see :func:`ordered_kernel`.
+ORDERED_FASTMATH_FLAGS = FASTMATH_FLAGS - {"reassoc"}
+
+
+def ordered_kernel(fn: F) -> Dispatcher[F]:
+    """:func:`kernel`, but every sum is taken in the order the source writes it.
+
+    For kernels whose results must not depend on where they were compiled: the
+    row sums of LayerNorm and of a softmax, a distributional head's expected
+    values and losses. numba links a compiled kernel into every compiled caller
+    and LLVM optimises it there again; with fast-math's ``reassoc`` it may
+    vectorise a sum differently in each copy (another order of additions, so
+    other rounding). Which copy a process runs depends on which kernels it
+    compiled and which it loaded from numba's cache, so an empty cache and a
+    full one trained the same seed to different numbers. Without ``reassoc``
+    every copy adds in the written order; the other fast-math flags (which do
+    not reorder sums) stay, so elementwise loops still vectorise, and a kernel
+    that wants a vectorised sum writes its lanes out (fixed-order partial sums).
+    """
+    return numba.njit(
+        cache=PLAN.cache,
+        fastmath=set(ORDERED_FASTMATH_FLAGS),
+        error_model="numpy",
+        nogil=True,
+    )(fn)
+
+
 def inlined_kernel(fn: F) -> Dispatcher[F]:
     """:func:`kernel`, also inlined into every compiled caller (numba ``inline="always"``).
 

@@ -15,7 +15,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from ember_np._jit import compiled_only, kernel
+from ember_np._jit import compiled_only, kernel, ordered_kernel
 
 
 @compiled_only
@@ -51,7 +51,7 @@ _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
              1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
 
 
-@kernel
+@ordered_kernel
 def exp_into(x: np.ndarray, out: np.ndarray) -> None:
     """out = exp(x) elementwise, for x in [-87, 88] (smaller x give exp(-87)).
 
@@ -151,7 +151,7 @@ def exp_blocks(x: np.ndarray, block: np.ndarray, n: int) -> tuple:
     return e, row_max
 
 
-@kernel
+@ordered_kernel
 def normalized(e: np.ndarray, p: np.ndarray) -> float:
     """p = e / sum(e), one softmax row from its exponentials (:func:`exp_rows`).
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember_np._jit import kernel
+from ember_np._jit import kernel, ordered_kernel
 from ember_np.dqn.heads.head import C51
 from ember_np.nn.shape import head_kind, n_atoms
 from ember_np.nn.softmax import exp_rows, float_of_bits
@@ -31,7 +31,7 @@ def support_step(sizes: np.ndarray) -> float:
     return (v_max - v_min) / (n_atoms(sizes) - 1)
 
 
-@kernel
+@ordered_kernel
 def expected_q(raw: np.ndarray, sizes: np.ndarray, q: np.ndarray) -> None:
     """Q-values of a distributional head's outputs, row by row.
 

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from ember_np._jit import kernel
+from ember_np._jit import kernel, ordered_kernel
 from ember_np.dqn.heads.head import C51
 from ember_np.dqn.heads.head_kernels import expected_q, support_bounds
 from ember_np.dqn.learner.update_types import NetState, PerSample, UpdateSettings
@@ -74,7 +74,7 @@ def next_actions(
     return off
 
 
-@kernel
+@ordered_kernel
 def c51_project(
     p: np.ndarray, reward: float, discount: float, v_min: float, v_max: float, m: np.ndarray,
     parts: np.ndarray,
@@ -173,7 +173,7 @@ def qr_targets(target_out: np.ndarray, best: np.ndarray, batch: Batch, t: np.nda
             t[i, j] = r + d * target_out[i, o + j]
 
 
-@kernel
+@ordered_kernel
 def c51_grad(
     out: np.ndarray, actions: np.ndarray, m: np.ndarray, per: PerSample, dq: np.ndarray
 ) -> float:
@@ -215,7 +215,7 @@ def c51_grad(
     return loss * inv_b
 
 
-@kernel
+@ordered_kernel
 def qr_grad(
     out: np.ndarray, actions: np.ndarray, t: np.ndarray, kappa: float, per: PerSample,
     dq: np.ndarray,
