@@ -141,14 +141,14 @@ def acts_size(n_params: int, sizes: np.ndarray, batch: int) -> int:
 
 
 @ordered_kernel
-def lane_sum(row: np.ndarray, shift: float, squares: bool) -> float:
-    """sum_k row[k] (``squares`` False) or sum_k (row[k] - shift)^2, in float64, in
-    one fixed order: four running sums over k mod 4, then (s0 + s1) + (s2 + s3),
-    then the last n mod 4 values.
+def lane_sum(row: np.ndarray) -> float:
+    """sum_k row[k] in float64, in one fixed order: four running sums over k mod 4,
+    then (s0 + s1) + (s2 + s3), then the last n mod 4 values.
 
     Written as four lanes so LLVM can vectorise it without ``reassoc`` (see
     :func:`~ember_np._jit.ordered_kernel`): a single running sum is a chain of
-    dependent additions (LayerNorm updates took 1.5x the time).
+    dependent additions (LayerNorm updates took 1.5x the time). Compiled for
+    float32 rows (the forward pass) and float64 ones (the backward pass's sums).
     """
     n = row.shape[0]
     s0 = 0.0
@@ -156,28 +156,42 @@ def lane_sum(row: np.ndarray, shift: float, squares: bool) -> float:
     s2 = 0.0
     s3 = 0.0
     k = 0
-    if squares:
-        while k + 4 <= n:
-            d0 = row[k] - shift
-            d1 = row[k + 1] - shift
-            d2 = row[k + 2] - shift
-            d3 = row[k + 3] - shift
-            s0 += d0 * d0
-            s1 += d1 * d1
-            s2 += d2 * d2
-            s3 += d3 * d3
-            k += 4
-    else:
-        while k + 4 <= n:
-            s0 += row[k]
-            s1 += row[k + 1]
-            s2 += row[k + 2]
-            s3 += row[k + 3]
-            k += 4
+    while k + 4 <= n:
+        s0 += row[k]
+        s1 += row[k + 1]
+        s2 += row[k + 2]
+        s3 += row[k + 3]
+        k += 4
     total = (s0 + s1) + (s2 + s3)
     while k < n:
-        d = row[k] - shift if squares else row[k]
-        total += d * d if squares else d
+        total += row[k]
+        k += 1
+    return total
+
+
+@ordered_kernel
+def lane_square_sum(row: np.ndarray, shift: float) -> float:
+    """sum_k (row[k] - shift)^2 in float64, in :func:`lane_sum`'s fixed order."""
+    n = row.shape[0]
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    k = 0
+    while k + 4 <= n:
+        d0 = row[k] - shift
+        d1 = row[k + 1] - shift
+        d2 = row[k + 2] - shift
+        d3 = row[k + 3] - shift
+        s0 += d0 * d0
+        s1 += d1 * d1
+        s2 += d2 * d2
+        s3 += d3 * d3
+        k += 4
+    total = (s0 + s1) + (s2 + s3)
+    while k < n:
+        d = row[k] - shift
+        total += d * d
         k += 1
     return total
 
@@ -204,8 +218,8 @@ def layer_norm_relu(
     dt = z.dtype.type
     for i in range(z.shape[0]):
         row = z[i]
-        mean = lane_sum(row, 0.0, False) * inv_n
-        r = 1.0 / math.sqrt(lane_sum(row, mean, True) * inv_n + LN_EPS)
+        mean = lane_sum(row) * inv_n
+        r = 1.0 / math.sqrt(lane_square_sum(row, mean) * inv_n + LN_EPS)
         rstd[i] = r
         mean_z, r_z, zero = dt(mean), dt(r), dt(0.0)  # (the docstring says why)
         for k in range(n):
@@ -244,8 +258,8 @@ def layer_norm_backward(
             gk = d * gain[k]
             g[k] = gk
             gx[k] = gk * xhat[i, k]
-        s1 = lane_sum(g, 0.0, False)
-        s2 = lane_sum(gx, 0.0, False)
+        s1 = lane_sum(g)
+        s2 = lane_sum(gx)
         s1_z, s2_z = dt(s1 * inv_n), dt(s2 * inv_n)  # (in dy's dtype: as the forward)
         r = rstd[i]
         for k in range(n):
