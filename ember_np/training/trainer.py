@@ -199,8 +199,11 @@ class DqnTrainer:
         save_buffer: bool = True,
         fused: bool | None = None,
     ) -> None:
-        if not isinstance(agent, LearningAgent):
-            missing = [name for name in _AGENT_MEMBERS if not hasattr(agent, name)]
+        # hasattr, not isinstance(agent, LearningAgent): from Python 3.12 a runtime
+        # protocol check reads attributes statically, so it would accept a property
+        # that raises AttributeError and refuse members an agent gives by __getattr__
+        missing = [name for name in _AGENT_MEMBERS if not hasattr(agent, name)]
+        if missing:
             raise ValueError(
                 f"agent must be a DqnAgent or implement LearningAgent, got "
                 f"{type(agent).__name__} (missing {missing})"
