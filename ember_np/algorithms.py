@@ -218,8 +218,9 @@ def algorithm_for_format(tag: str | None) -> str | None:
 
 
 def algorithm_of_config(saved: Mapping[str, Any]) -> str:
-    """The algorithm a run's config.json names (``"algorithm"``; older runs: dqn)."""
+    """The algorithm a saved description names: config.json, seeds.json's spec or a
+    study's settings (``"algorithm"``; absent, as in every DQN run's: dqn)."""
     name = saved.get("algorithm", DEFAULT_ALGORITHM)
     if not isinstance(name, str) or not name:
-        raise ValueError(f"config.json's 'algorithm' must be a name, got {name!r}")
+        raise ValueError(f"'algorithm' must be an algorithm's name, got {name!r}")
     return name

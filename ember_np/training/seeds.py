@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ember_np._validate import is_int
-from ember_np.algorithms import DEFAULT_ALGORITHM, get_algorithm
+from ember_np.algorithms import DEFAULT_ALGORITHM, algorithm_of_config, get_algorithm
 from ember_np.training.loop import eval_mark, stop_steps
 from ember_np.training.setup import one_line
 from ember_np.training.spec import RunSpec
@@ -96,7 +96,7 @@ class SeedSpec:
         if unknown:
             raise ValueError(f"unknown keys {unknown}")
         settings = {k: data[k] for k in _RUN_FIELDS if k in data and k != "config"}
-        config_class = get_algorithm(settings.get("algorithm", DEFAULT_ALGORITHM)).config_class
+        config_class = get_algorithm(algorithm_of_config(settings)).config_class
         run = RunSpec(config=config_class.from_dict(data["config"]), **settings)
         return cls(run, data["name"], data["version"])
 

@@ -30,7 +30,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ember_np._validate import is_int
-from ember_np.algorithms import DEFAULT_ALGORITHM, check_checkpoint_format, get_algorithm
+from ember_np.algorithms import (
+    DEFAULT_ALGORITHM,
+    algorithm_of_config,
+    check_checkpoint_format,
+    get_algorithm,
+)
 from ember_np.training.defaults import (
     DEFAULT_CHECKPOINT_FREQ,
     DEFAULT_EVAL_EPISODES,
@@ -182,9 +187,7 @@ class RunSpec:
         if not isinstance(data.get("env_id"), str):
             raise ValueError('does not say which env this run trained on: add "env_id": '
                              '"<gymnasium id>" to it')  # fmt: skip
-        algorithm = data.get("algorithm", DEFAULT_ALGORITHM)
-        if not isinstance(algorithm, str):
-            raise ValueError(f"'algorithm' must be an algorithm's name, got {algorithm!r}")
+        algorithm = algorithm_of_config(data)
         known = get_algorithm(algorithm)
         config = known.config_class()
         if known.name in data:
@@ -377,7 +380,7 @@ def read_spec(run: Any, with_config: bool = True) -> RunSpec:
     path = run.dir / "config.json"
     data = run.read_config() or {}  # none at all: as one without env_id
     if not with_config and isinstance(data, dict):
-        algorithm = get_algorithm(str(data.get("algorithm", DEFAULT_ALGORITHM)))
+        algorithm = get_algorithm(algorithm_of_config(data))
         data = {k: v for k, v in data.items() if k != algorithm.name}
     try:
         return RunSpec.from_dict(data)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ember_np.algorithms import DEFAULT_ALGORITHM, get_algorithm
+from ember_np.algorithms import DEFAULT_ALGORITHM, algorithm_of_config, get_algorithm
 from ember_np.training.setup import SetupError
 from ember_np.training.spec import RunSpec, build, resolve_preset
 
@@ -81,7 +81,7 @@ class TuneSettings:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TuneSettings:
         """Inverse of :meth:`to_dict` (a study of one env before ``num_envs``: one env)."""
-        algorithm = data.get("algorithm", DEFAULT_ALGORITHM)
+        algorithm = algorithm_of_config(data)
         config = get_algorithm(algorithm).config_class.from_dict(dict(data["base"]))
         run = RunSpec(data["train_env_id"], algorithm, config=config,
                       steps=data["steps"], eval_episodes=data["eval_episodes"],
