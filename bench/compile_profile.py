@@ -47,6 +47,11 @@ class CompileRecorder:
         self.passes: dict[str, float] = defaultdict(float)  # pass name: exclusive seconds
         self.signatures: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
         self.stages: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        # stage: pass it ran in (innermost) -> exclusive CPU seconds
+        self.stage_in_pass: dict[tuple[str, str], float] = defaultdict(float)
+        self.links: list[tuple[int, int]] = []  # (caller library, callee library) by id
+        self.library_names: dict[int, str] = {}
+        self.libraries: list[Any] = []  # kept alive, so their ids stay unique
 
     def on_compile(self, event: Any) -> None:
         if event.is_start:
@@ -103,6 +108,8 @@ STAGES = {
     ),  # fmt: skip
     "llvm function passes": ("numba.core.codegen", "CPUCodeLibrary", "_optimize_functions"),
     "cpython wrapper (lowering)": ("numba.core.cpu", "CPUContext", "create_cpython_wrapper"),
+    "cache write": ("numba.core.caching", "Cache", "save_overload"),
+    "cache load": ("numba.core.caching", "Cache", "load_overload"),
 }
 
 
@@ -112,18 +119,94 @@ def time_stages(recorder: CompileRecorder) -> None:
 
     def timed(stage: str, method: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            start = time.process_time()
+            recorder.stack.append([f"stage:{stage}", time.process_time(), 0.0])
             try:
                 return method(*args, **kwargs)
             finally:
+                _, start, nested = recorder.stack.pop()
+                spent = time.process_time() - start - nested  # its own, nested compiles not
                 kernel = next((f[0] for f in reversed(recorder.stack) if "." in f[0]), "?")
-                recorder.stages[kernel][stage] += time.process_time() - start
+                passes = [f[0] for f in recorder.stack if "." not in f[0]]
+                inside = next((n for n in reversed(passes) if not n.startswith("stage:")), "-")
+                recorder.stages[kernel][stage] += spent
+                recorder.stage_in_pass[(stage, inside)] += spent
+                if recorder.stack:
+                    recorder.stack[-1][2] += nested
 
         return wrapper
 
     for stage, (module, cls, name) in STAGES.items():
         owner = getattr(importlib.import_module(module), cls)
         setattr(owner, name, timed(stage, getattr(owner, name)))
+
+    from numba.core.codegen import CPUCodeLibrary
+
+    link = CPUCodeLibrary.add_linking_library
+
+    def add_linking_library(self: Any, library: Any) -> None:
+        for lib in (self, library):
+            if id(lib) not in recorder.library_names:
+                recorder.library_names[id(lib)] = lib.name
+                recorder.libraries.append(lib)
+        recorder.links.append((id(self), id(library)))
+        link(self, library)
+
+    CPUCodeLibrary.add_linking_library = add_linking_library  # type: ignore[method-assign]
+
+
+def phases(recorder: CompileRecorder) -> list[str]:
+    """All compiles' CPU by phase: numba's front end (bytecode to typed IR), lowering
+    to LLVM IR, LLVM's optimisation and machine code, and the disk cache."""
+    stage_total: dict[str, float] = defaultdict(float)
+    stage_in: dict[str, float] = defaultdict(float)  # by pass
+    for (stage, inside), sec in recorder.stage_in_pass.items():
+        stage_total[stage] += sec
+        stage_in[inside] += sec
+    lowering = recorder.passes.get("native_lowering", 0.0) - stage_in["native_lowering"]
+    front = sum(s - stage_in[n] for n, s in recorder.passes.items() if n != "native_lowering")
+    rows = [
+        ("numba front end: bytecode, inlining, type inference", front),
+        ("numba lowering to LLVM IR (wrappers' IR included)", lowering),
+        ("LLVM function passes (each new function)", stage_total["llvm function passes"]),
+        ("LLVM O3 of each kernel's linked module", stage_total["llvm O3 (linked module)"]),
+        ("LLVM machine code of each linked module", stage_total["machine code (linked module)"]),
+        ("cache write (pickling, files)", stage_total["cache write"]),
+        ("cache load (lookups; hits load code)", stage_total["cache load"]),
+    ]
+    out = ["\nphases, all compiles (exclusive CPU s):"]
+    out += [f"  {name:<54} {sec:7.2f}" for name, sec in rows]
+    out.append(f"  {'sum':<54} {sum(sec for _, sec in rows):7.2f}")
+    return out
+
+
+def link_counts(recorder: CompileRecorder, top: int) -> list[str]:
+    """How many linked modules (each optimised and turned into machine code again)
+    hold each library's code: its own and every library that links it, directly or not."""
+    callees: dict[int, set[int]] = defaultdict(set)
+    for caller, callee in recorder.links:
+        callees[caller].add(callee)
+
+    def reach(lib: int, seen: set[int]) -> set[int]:
+        for c in callees[lib]:
+            if c not in seen:
+                seen.add(c)
+                reach(c, seen)
+        return seen
+
+    held: dict[int, int] = defaultdict(int)
+    for lib in recorder.library_names:
+        for c in reach(lib, set()):
+            held[c] += 1
+    names = recorder.library_names
+    libs = [lib for lib in names if names[lib] not in ("nrt", "")]
+    copies = sum(held[lib] for lib in libs)
+    out = [
+        f"\nlibraries {len(libs)}; links {len(recorder.links)}; code copies re-optimised in "
+        f"callers: {copies}. Most copied (callers holding it):"
+    ]
+    for lib in sorted(libs, key=lambda lib: -held[lib])[:top]:
+        out.append(f"  {names[lib][:60]:<60} {held[lib]:4d}")
+    return out
 
 
 def report(recorder: CompileRecorder, cache: Path, top: int) -> str:
@@ -171,6 +254,10 @@ def report(recorder: CompileRecorder, cache: Path, top: int) -> str:
                 f"{sum(r.get(s, 0.0) for r in recorder.stages.values()):15.2f}" for s in STAGES
             )
         )
+    if recorder.stage_in_pass:
+        lines += phases(recorder)
+    if recorder.links:
+        lines += link_counts(recorder, 25)
     files = list(cache.rglob("*.nbc"))
     size = sum(f.stat().st_size for f in files)
     lines.append(f"\ncache {cache}: {len(files)} .nbc files, {size / 1e6:.1f} MB")
