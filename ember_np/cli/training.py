@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ember_np._precompile import precompile_run
 from ember_np.algorithms import BUILT_IN, DEFAULT_ALGORITHM, get_algorithm
 from ember_np.cli import common
 from ember_np.cli.common import (
@@ -218,6 +219,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"{args.env_id}: {algorithm_text(spec)}preset {preset_text(spec)}, "
           f"{spec.steps:,} steps, seed {spec.seed}"
           f"{envs_text(spec.num_envs, spec.vectorization)}")  # fmt: skip
+    precompile_run(trainer)  # a first run: its kernels compiled by 2 processes at once
     train_loop(trainer, spec.steps, spec.eval_every, spec.eval_episodes, args.quiet,
                [board] if board is not None else [])  # fmt: skip
     return 0
