@@ -120,7 +120,7 @@ def precompile(jobs: Sequence[CompileJob], out: TextIO | None = None) -> Precomp
         line.show(counts, time.perf_counter() - start)
     seconds = time.perf_counter() - start
     failed = tuple(job.name for job, s in zip(todo, status, strict=True) if s != 0)
-    line.done(sum(counts), seconds, len(todo))
+    line.done(sum(counts), seconds, len(todo), sum(cpu))
     names = tuple(job.name for job in todo)
     return PrecompileReport(names, tuple(counts), seconds, failed, tuple(cpu))
 
@@ -205,10 +205,12 @@ class ProgressLine:
             final=False,
         )
 
-    def done(self, compiled: int, seconds: float, workers: int) -> None:
-        """The last state, on a line of its own."""
+    def done(self, compiled: int, seconds: float, workers: int, cpu: float) -> None:
+        """The last state, on a line of its own (``cpu``: the workers' CPU seconds)."""
         self._write(
-            f"compiled {compiled} kernels in {seconds:.1f} s ({workers} processes at once)",
+            f"compiled {compiled} kernels in {seconds:.1f} s ("
+            + (f"{workers} processes at once" if workers > 1 else "1 process")
+            + f", {cpu:.1f} s of CPU)",
             final=True,
         )
 
