@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import sys
 import threading
 import time
@@ -98,10 +99,32 @@ def precompile(jobs: Sequence[CompileJob], out: TextIO | None = None) -> Precomp
     stream = sys.stderr if out is None else out
     line = ProgressLine(stream, [job.kernels for job in todo])
     start = time.perf_counter()
-    workers = [_fork(job) for job in todo]
-    counts = [0] * len(todo)
+    workers: list[tuple[int, int]] = []
     status: list[int | None] = [None] * len(todo)
-    cpu = [0.0] * len(todo)
+    try:
+        workers.extend(_fork(job) for job in todo)
+        counts, cpu = _wait(workers, status, line, start)
+    finally:  # interrupted (Ctrl-C): the workers go too, the run compiles nothing more
+        for (pid, _), done in zip(workers, status, strict=False):
+            if done is None:
+                os.kill(pid, signal.SIGTERM)
+                os.waitpid(pid, 0)
+    seconds = time.perf_counter() - start
+    failed = tuple(job.name for job, s in zip(todo, status, strict=True) if s != 0)
+    line.done(sum(counts), seconds, len(todo), sum(cpu))
+    names = tuple(job.name for job in todo)
+    return PrecompileReport(names, tuple(counts), seconds, failed, tuple(cpu))
+
+
+def _wait(
+    workers: list[tuple[int, int]], status: list[int | None], line: ProgressLine, start: float
+) -> tuple[list[int], list[float]]:
+    """Count each worker's compiles until all have exited; their counts and CPU seconds.
+
+    ``status`` gets each worker's exit code as it exits.
+    """
+    counts = [0] * len(workers)
+    cpu = [0.0] * len(workers)
     while any(s is None for s in status):
         readers = [w[1] for w, s in zip(workers, status, strict=True) if s is None]
         ready, _, _ = select.select(readers, [], [], 0.5)
@@ -118,11 +141,7 @@ def precompile(jobs: Sequence[CompileJob], out: TextIO | None = None) -> Precomp
                 status[i] = os.waitstatus_to_exitcode(wait_status)
                 cpu[i] = usage.ru_utime + usage.ru_stime
         line.show(counts, time.perf_counter() - start)
-    seconds = time.perf_counter() - start
-    failed = tuple(job.name for job, s in zip(todo, status, strict=True) if s != 0)
-    line.done(sum(counts), seconds, len(todo), sum(cpu))
-    names = tuple(job.name for job in todo)
-    return PrecompileReport(names, tuple(counts), seconds, failed, tuple(cpu))
+    return counts, cpu
 
 
 def _fork(job: CompileJob) -> tuple[int, int]:

@@ -198,3 +198,43 @@ def test_a_cold_default_run_compiles_in_workers_within_bounds_then_nothing(tmp_p
     kernels, cpu = int(done[1]), float(done[2])
     assert 50 <= kernels <= KERNEL_BOUND, f"a first run compiles {kernels} kernels"
     assert cpu <= CPU_BOUND_S, f"a first run's kernels take {cpu} s of CPU to compile"
+
+
+_INTERRUPTED = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    sys.path.insert(0, sys.argv[1])
+    from ember_np._precompile import CompileJob, precompile
+    import tiny
+
+    pid_file = os.path.join(sys.argv[1], "worker.pid")
+
+    def slow():
+        with open(pid_file, "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(120)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 2.0)  # Ctrl-C while the worker runs
+    try:
+        precompile([CompileJob("slow", slow, (tiny.outer,), 1)])
+    except KeyboardInterrupt:
+        worker = int(open(pid_file).read())
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            print("worker ended")
+    """
+)
+
+
+def test_an_interrupted_wait_ends_its_workers(tmp_path):
+    (tmp_path / "tiny.py").write_text(_TINY)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("EMBER_NP_PRECOMPILE", None)
+    out = subprocess.run([sys.executable, "-c", _INTERRUPTED, str(tmp_path)], capture_output=True,
+                         text=True, env=env, timeout=60)  # fmt: skip
+    assert out.stdout.strip() == "worker ended", out.stderr[-3000:]
