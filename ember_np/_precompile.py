@@ -5,8 +5,9 @@ process-wide lock: a first run of ``ember-np train CartPole-v1`` compiles
 about 110 kernels one after the other on one core while the others idle. The
 run's kernels fall into independent trees: the fused training loop
 (``fused_steps``: the env, the replay buffer, the loss, the backward pass,
-Adam, ~65% of the work) and the acting and evaluation kernels the run calls
-from Python (``act_explore``, ``greedy_action``, the env's ``reset_env`` /
+Adam, ~65% of the work; ``agent_step`` in the Python loop of a gymnasium
+env) and the acting and evaluation kernels the run calls from Python
+(``act_explore``, ``greedy_action``, the env's ``reset_env`` /
 ``step_env``). :func:`precompile` forks one worker per tree, each compiles
 its tree into numba's disk cache (``_jit.py`` says where) and exits; the run
 then loads every kernel from the cache, as a second run does.
@@ -251,21 +252,24 @@ class ProgressLine:
 def compile_jobs(trainer: Any) -> list[CompileJob]:
     """The jobs that compile what ``trainer`` (a DqnTrainer) will compile, else [].
 
-    Covers a single native env in the fused loop (the Quick start's run): its
-    training loop, and the kernels it calls from Python to act and evaluate.
-    Other runs get [] (they compile as before).
+    Covers one env: a native env in the fused loop (the Quick start's run:
+    ``fused_steps``) or any env in the Python loop (``agent_step``), and the
+    kernels the run calls from Python to act and evaluate. Other runs (N
+    envs) get [] (they compile as before).
     """
     from ember_np.envs.native import unwrap_native
 
     agent = trainer.agent
-    native = unwrap_native(trainer.env)
-    if trainer.num_envs != 1 or not getattr(trainer, "fused", False) or native is None:
+    if trainer.num_envs != 1 or not hasattr(agent, "observe_encoded"):
         return []
-    from ember_np.dqn.agent_kernels import act_explore
+    from ember_np.dqn.agent_kernels import act_explore, agent_step
     from ember_np.dqn.mlp import greedy_action
     from ember_np.training._fused import FusedLoop, fused_steps
 
+    native = unwrap_native(trainer.env)
+
     def training_loop() -> None:
+        assert native is not None  # (this job is for a native env only)
         obs_size = int(np.asarray(agent.encode(native.observation_space.sample())).shape[0])
         x = np.zeros(obs_size, dtype=np.float32)
         loop = FusedLoop(
@@ -274,6 +278,10 @@ def compile_jobs(trainer: Any) -> list[CompileJob]:
         )  # fmt: skip
         agent.run_fused(native, 0, loop)  # zero steps: compiles, runs nothing
 
+    def training_step() -> None:  # the Python loop's one call per step, as the trainer's
+        x = agent.encode(trainer.env.reset(seed=0)[0])
+        agent.observe_encoded(x, 0, 0.0, x, 0, True)
+
     def acting() -> None:
         obs, _ = trainer.env.reset(seed=0)
         agent.act_encoded(agent.encode(obs))
@@ -281,8 +289,11 @@ def compile_jobs(trainer: Any) -> list[CompileJob]:
         obs, _ = env.reset(seed=0)
         env.step(agent.act(obs))
 
+    fused = bool(getattr(trainer, "fused", False)) and native is not None
     return [
-        CompileJob("training loop", training_loop, (fused_steps,), 80),
+        CompileJob("training loop", training_loop, (fused_steps,), 80)
+        if fused
+        else CompileJob("training step", training_step, (agent_step,), 80),
         CompileJob("acting and evaluation", acting, (act_explore, greedy_action), 40),
     ]
 

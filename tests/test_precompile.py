@@ -238,3 +238,31 @@ def test_an_interrupted_wait_ends_its_workers(tmp_path):
     out = subprocess.run([sys.executable, "-c", _INTERRUPTED, str(tmp_path)], capture_output=True,
                          text=True, env=env, timeout=60)  # fmt: skip
     assert out.stdout.strip() == "worker ended", out.stderr[-3000:]
+
+
+def test_the_jobs_of_a_run_follow_its_loop():
+    """A native env in the fused loop gets the fused loop's job, any other single env the
+    Python loop's step, N envs none (they compile in the run's thread)."""
+    import gymnasium as gym
+
+    import ember_np.envs  # noqa: F401  (registers the ember_np/ ids)
+    from ember_np import DqnAgent, DqnConfig, DqnTrainer
+    from ember_np._precompile import compile_jobs
+    from ember_np.dqn.agent_kernels import act_explore, agent_step
+    from ember_np.envs import NativeVecEnv
+    from ember_np.training._fused import fused_steps
+
+    config = DqnConfig(hidden_sizes=(8,), buffer_capacity=64, batch_size=4, min_replay_size=8)
+    names = {}
+    for label, env in (("native", gym.make("ember_np/CartPole-v1")),
+                       ("gymnasium", gym.make("CartPole-v1")),
+                       ("vector", NativeVecEnv("CartPole-v1", num_envs=2, seed=0))):  # fmt: skip
+        trainer = DqnTrainer(env, DqnAgent.for_env(env, config, seed=0), seed=0)
+        jobs = compile_jobs(trainer)
+        names[label] = [(job.name, job.entries[0]) for job in jobs]
+        env.close()
+    assert names["native"] == [("training loop", fused_steps),
+                               ("acting and evaluation", act_explore)]  # fmt: skip
+    assert names["gymnasium"] == [("training step", agent_step),
+                                  ("acting and evaluation", act_explore)]  # fmt: skip
+    assert names["vector"] == []
