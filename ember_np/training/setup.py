@@ -305,7 +305,7 @@ def first_compile_notice(native: bool, num_envs: int = 1) -> str | None:
         entry = agent_kernels.agent_vec_step if num_envs > 1 else agent_kernels.agent_step
     if cached_on_disk(entry) is not False:
         return None
-    if native and num_envs == 1 and precompile_enabled():
+    if num_envs == 1 and precompile_enabled():
         return None  # the run's kernels compile in worker processes, with a progress line
     return (
         "compiling ember_np's kernels for the first time: about a minute or two, on one "
