@@ -264,7 +264,7 @@ def compile_jobs(trainer: Any) -> list[CompileJob]:
     if trainer.num_envs != 1 or not hasattr(agent, "observe_encoded"):
         return []
     from ember_np.dqn.agent_kernels import act_explore, agent_step
-    from ember_np.dqn.mlp import greedy_action
+    from ember_np.dqn.heads.qvalues import greedy_action
     from ember_np.training._fused import FusedLoop, fused_steps
 
     native = unwrap_native(trainer.env)
@@ -277,7 +277,7 @@ def compile_jobs(trainer: Any) -> list[CompileJob]:
             x, np.empty_like(x), np.zeros(4, dtype=np.int64), np.zeros(1),
             np.empty((1, 2)), np.empty((1, 4), dtype=np.int64),
         )  # fmt: skip
-        agent.run_fused(native, 0, loop)  # zero steps: compiles, runs nothing
+        fused_steps(0, native.kernel_state, loop, agent.kernel_state)  # compiles, runs nothing
 
     def training_step() -> None:  # the Python loop's one call per step, as the trainer's
         x = agent.encode(trainer.env.reset(seed=0)[0])

@@ -66,7 +66,7 @@ def test_nothing_is_forked_when_the_cache_cannot_tell_or_precompiling_is_off(mon
     job = CompileJob("x", lambda: ran.append(1), (object(),), 1)  # cache state unknown
     assert precompile([job]) is None
     monkeypatch.setenv("EMBER_NP_PRECOMPILE", "0")
-    from ember_np.dqn.mlp import greedy_action
+    from ember_np.dqn.heads.qvalues import greedy_action
 
     assert precompile([CompileJob("x", lambda: ran.append(1), (greedy_action,), 1)]) is None
     assert ran == []
