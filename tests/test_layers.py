@@ -29,7 +29,7 @@ from test_imports import GRAPH, MODULES, cycles
 LAYERS: list[tuple[str, set[str]]] = [
     # helpers every layer uses: jit options, boundary checks, the RNG, the shared
     # types and encoders, statistics, and the checkpoint container (no algorithm's keys)
-    ("foundation", {"_jit", "_arrays", "_masks", "_memory", "_validate", "_npz",
+    ("foundation", {"_jit", "_precompile", "_arrays", "_masks", "_memory", "_validate", "_npz",
                     "_registration", "_files", "rng", "types", "encoding", "stats",
                     "checkpoint"}),
     ("nn", {"nn"}),  # network kernels no algorithm owns

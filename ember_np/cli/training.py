@@ -39,6 +39,7 @@ from ember_np.training.multiseed import (
     resume_seeds,
     train_seeds,
 )
+from ember_np.training.precompile import precompile_run
 from ember_np.training.setup import first_compile_notice, run_name
 from ember_np.training.spec import (
     DEFAULT_CHECKPOINT_FREQ,
@@ -218,6 +219,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"{args.env_id}: {algorithm_text(spec)}preset {preset_text(spec)}, "
           f"{spec.steps:,} steps, seed {spec.seed}"
           f"{envs_text(spec.num_envs, spec.vectorization)}")  # fmt: skip
+    precompile_run(trainer)  # a first run: its kernels compiled by 2 processes at once
     train_loop(trainer, spec.steps, spec.eval_every, spec.eval_episodes, args.quiet,
                [board] if board is not None else [])  # fmt: skip
     return 0

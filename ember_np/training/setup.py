@@ -294,6 +294,7 @@ def first_compile_notice(native: bool, num_envs: int = 1) -> str | None:
     uses compile with these. Nothing is compiled here.
     """
     from ember_np._jit import cached_on_disk
+    from ember_np._precompile import enabled as precompile_enabled
     from ember_np.dqn import agent_kernels
     from ember_np.training import _fused
 
@@ -304,6 +305,8 @@ def first_compile_notice(native: bool, num_envs: int = 1) -> str | None:
         entry = agent_kernels.agent_vec_step if num_envs > 1 else agent_kernels.agent_step
     if cached_on_disk(entry) is not False:
         return None
+    if num_envs == 1 and precompile_enabled():
+        return None  # the run's kernels compile in worker processes, with a progress line
     return (
         "compiling ember_np's kernels for the first time: about a minute or two, on one "
         "core; later runs load them from numba's cache in a second or two"

@@ -1,0 +1,71 @@
+"""The compile jobs of a training run: which kernels its worker processes compile.
+
+:func:`ember_np._precompile.precompile` runs jobs; this module says what they are for a
+run a trainer is about to start (the training loop's tree and the acting and
+evaluation kernels the run calls from Python). A run whose kernels are not listed
+here compiles them in its own thread, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+import numpy as np
+
+from ember_np._precompile import CompileJob, PrecompileReport, precompile
+
+__all__ = ["compile_jobs", "precompile_run"]
+
+
+def compile_jobs(trainer: Any) -> list[CompileJob]:
+    """The jobs that compile what ``trainer`` (a DqnTrainer) will compile, else [].
+
+    Covers one env: a native env in the fused loop (the Quick start's run:
+    ``fused_steps``) or any env in the Python loop (``agent_step``), and the
+    kernels the run calls from Python to act and evaluate. Other runs (N
+    envs) get [] (they compile as before).
+    """
+    from ember_np.envs.native import unwrap_native
+
+    agent = trainer.agent
+    if trainer.num_envs != 1 or not hasattr(agent, "observe_encoded"):
+        return []
+    from ember_np.dqn.agent_kernels import act_explore, agent_step
+    from ember_np.dqn.heads.qvalues import greedy_action
+    from ember_np.training._fused import FusedLoop, fused_steps
+
+    native = unwrap_native(trainer.env)
+
+    def training_loop() -> None:
+        assert native is not None  # (this job is for a native env only)
+        obs_size = int(np.asarray(agent.encode(native.observation_space.sample())).shape[0])
+        x = np.zeros(obs_size, dtype=np.float32)
+        loop = FusedLoop(
+            x, np.empty_like(x), np.zeros(4, dtype=np.int64), np.zeros(1),
+            np.empty((1, 2)), np.empty((1, 4), dtype=np.int64),
+        )  # fmt: skip
+        fused_steps(0, native.kernel_state, loop, agent.kernel_state)  # compiles, runs nothing
+
+    def training_step() -> None:  # the Python loop's one call per step, as the trainer's
+        x = agent.encode(trainer.env.reset(seed=0)[0])
+        agent.observe_encoded(x, 0, 0.0, x, 0, True)
+
+    def acting() -> None:
+        obs, _ = trainer.env.reset(seed=0)
+        agent.act_encoded(agent.encode(obs))
+        env = trainer.eval_env
+        obs, _ = env.reset(seed=0)
+        env.step(agent.act(obs))
+
+    fused = bool(getattr(trainer, "fused", False)) and native is not None
+    return [
+        CompileJob("training loop", training_loop, (fused_steps,), 70)
+        if fused
+        else CompileJob("training step", training_step, (agent_step,), 65),
+        CompileJob("acting and evaluation", acting, (act_explore, greedy_action), 45),
+    ]
+
+
+def precompile_run(trainer: Any, out: TextIO | None = None) -> PrecompileReport | None:
+    """:func:`precompile` the jobs of ``trainer``'s run (:func:`compile_jobs`)."""
+    return precompile(compile_jobs(trainer), out)

@@ -1,0 +1,268 @@
+"""A first run's kernels compiled by worker processes (ember_np/_precompile.py).
+
+The workers are forks that compile into numba's disk cache; the run then
+compiles nothing. Each check runs in a subprocess of its own: a fork needs a
+process without other threads (pytest-xdist's workers have some), and an
+empty cache needs numba's cache directory set before numba is imported.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ember_np._precompile import CompileJob, ProgressLine, precompile
+
+#: A default CartPole run compiles at most this many kernels (and signatures) from an
+#: empty cache, and its workers spend at most this much CPU: the first run must not
+#: drift back up (113 kernels and ~47 s on a busy 2-core machine, 2026-12-04). The CPU
+#: bound is three times that, room for a slow CI runner, not a benchmark.
+KERNEL_BOUND = 120
+CPU_BOUND_S = 150.0
+
+
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal (the line is redrawn in place)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_line_on_a_terminal_counts_kernels_and_time_left():
+    out = Terminal()
+    line = ProgressLine(out, [80, 40])
+    assert out.getvalue().startswith("\rcompiling ember_np's kernels for this machine (2 processes")
+    line.show([0, 0], 1.0)  # nothing compiled yet: no estimate
+    assert out.getvalue().rstrip().endswith("0 of about 120 compiled, 1 s")
+    line.show([40, 20], 14.0)
+    # half of each worker's compiles, and the top kernel's tail still to come: 0.35 done
+    assert "60 of about 120 compiled, 14 s, about 26 s left" in out.getvalue()
+    line.done(114, 21.34, 2, 48.9)
+    last = out.getvalue().rsplit("\r", 1)[1]
+    assert last.startswith("compiled 114 kernels in 21.3 s (2 processes at once, 48.9 s of CPU)")
+    assert last.endswith("\n")
+
+
+def test_progress_line_in_a_log_writes_its_first_and_last_states_only():
+    out = io.StringIO()
+    line = ProgressLine(out, [10])
+    line.show([5], 2.0)
+    line.done(10, 3.0, 1, 2.5)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and "\r" not in out.getvalue()
+    assert lines[0].startswith("compiling ember_np's kernels for this machine (1 process")
+    assert lines[1] == "compiled 10 kernels in 3.0 s (1 process, 2.5 s of CPU)"
+
+
+def test_nothing_is_forked_when_the_cache_cannot_tell_or_precompiling_is_off(monkeypatch):
+    ran = []
+    job = CompileJob("x", lambda: ran.append(1), (object(),), 1)  # cache state unknown
+    assert precompile([job]) is None
+    monkeypatch.setenv("EMBER_NP_PRECOMPILE", "0")
+    from ember_np.dqn.heads.qvalues import greedy_action
+
+    assert precompile([CompileJob("x", lambda: ran.append(1), (greedy_action,), 1)]) is None
+    assert ran == []
+
+
+_TINY = textwrap.dedent(
+    """
+    from ember_np._jit import kernel
+
+    @kernel
+    def inner(x):
+        return x * 2.0
+
+    @kernel
+    def outer(x):
+        return inner(x) + 1.0
+    """
+)
+
+_WORKERS = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    from numba.core import event
+    from ember_np._jit import cached_on_disk
+    from ember_np._precompile import CompileJob, precompile
+    import tiny
+
+    parent = os.getpid()
+    compiled = []
+
+    class Record(event.Listener):
+        def on_start(self, ev):
+            pass
+
+        def on_end(self, ev):
+            if os.getpid() == parent:
+                compiled.append(ev.data["dispatcher"].py_func.__name__)
+
+    event.register("numba:compile", Record())
+
+    def broken():
+        raise RuntimeError("a worker that fails")
+
+    before = cached_on_disk(tiny.outer)
+    report = precompile([CompileJob("tiny", lambda: tiny.outer(1.0), (tiny.outer,), 2),
+                         CompileJob("broken", broken, (tiny.inner,), 1)])
+    during = list(compiled)
+    value = tiny.outer(3.0)  # loaded from the cache the worker wrote
+    print(json.dumps({"before": before, "after": cached_on_disk(tiny.outer),
+                      "jobs": report.jobs, "compiled": report.compiled, "failed": report.failed,
+                      "during": during, "then": compiled[len(during):], "value": value}))
+    """
+)
+
+
+def test_a_worker_compiles_into_the_cache_and_the_parent_then_compiles_nothing(tmp_path):
+    (tmp_path / "tiny.py").write_text(_TINY)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("EMBER_NP_PRECOMPILE", None)
+    out = subprocess.run([sys.executable, "-c", _WORKERS, str(tmp_path)], capture_output=True,
+                         text=True, env=env, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["before"] is False and result["after"] is True
+    # both kernels compiled in the worker, none in the parent, before or after
+    assert result["jobs"] == ["tiny", "broken"] and result["compiled"] == [2, 0]
+    assert result["failed"] == ["broken"]
+    assert result["during"] == [] and result["then"] == []
+    assert result["value"] == 7.0
+    assert re.search(r"^compiled 2 kernels in [0-9.]+ s \(2 processes at once", out.stderr, re.M)
+
+
+_COLD_RUN = textwrap.dedent(
+    """
+    import contextlib, io, json, os, sys, tempfile, time
+    from numba.core import event
+    from ember_np.cli import main
+
+    parent = os.getpid()
+    compiled = []  # (time, kernel) compiled in this process
+
+    class Record(event.Listener):
+        def on_start(self, ev):
+            pass
+
+        def on_end(self, ev):
+            if os.getpid() == parent:
+                fn = ev.data["dispatcher"].py_func
+                compiled.append((time.monotonic(), f"{fn.__module__}.{fn.__qualname__}"))
+
+    class Stamped(io.StringIO):  # stderr, with the time the workers' last line came
+        done = None
+
+        def write(self, text):
+            if text.startswith("compiled ") and self.done is None:
+                self.done = time.monotonic()
+            return super().write(text)
+
+    event.register("numba:compile", Record())
+    err = Stamped()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        status = main(["train", "CartPole-v1", "--steps", "1100", "--root", tempfile.mkdtemp(),
+                       "--quiet", "--eval-episodes", "1"])
+    after = [name for t, name in compiled if err.done is None or t > err.done]
+    print(json.dumps({"status": status, "stderr": err.getvalue(), "after": after}))
+    """
+)
+
+
+@pytest.mark.timeout(900)
+def test_a_cold_default_run_compiles_in_workers_within_bounds_then_nothing(tmp_path):
+    """From an empty cache, ``ember-np train CartPole-v1`` compiles its kernels in two
+    worker processes, says so on one line, and then compiles nothing itself; the workers
+    compile at most KERNEL_BOUND kernels in at most CPU_BOUND_S seconds of CPU."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("EMBER_NP_PRECOMPILE", None)
+    out = subprocess.run([sys.executable, "-c", _COLD_RUN], capture_output=True, text=True,
+                         env=env, timeout=880)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["status"] == 0
+    said = result["stderr"]
+    assert "compiling ember_np's kernels for this machine (2 processes" in said, said
+    done = re.search(r"^compiled (\d+) kernels in [0-9.]+ s \(2 processes at once, "
+                     r"([0-9.]+) s of CPU\)$", said, re.M)  # fmt: skip
+    assert done, said
+    assert result["after"] == [], "the run compiled kernels the workers did not"
+    kernels, cpu = int(done[1]), float(done[2])
+    assert 50 <= kernels <= KERNEL_BOUND, f"a first run compiles {kernels} kernels"
+    assert cpu <= CPU_BOUND_S, f"a first run's kernels take {cpu} s of CPU to compile"
+
+
+_INTERRUPTED = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    sys.path.insert(0, sys.argv[1])
+    from ember_np._precompile import CompileJob, precompile
+    import tiny
+
+    pid_file = os.path.join(sys.argv[1], "worker.pid")
+
+    def slow():
+        with open(pid_file, "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(120)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 2.0)  # Ctrl-C while the worker runs
+    try:
+        precompile([CompileJob("slow", slow, (tiny.outer,), 1)])
+    except KeyboardInterrupt:
+        worker = int(open(pid_file).read())
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            print("worker ended")
+    """
+)
+
+
+def test_an_interrupted_wait_ends_its_workers(tmp_path):
+    (tmp_path / "tiny.py").write_text(_TINY)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("EMBER_NP_PRECOMPILE", None)
+    out = subprocess.run([sys.executable, "-c", _INTERRUPTED, str(tmp_path)], capture_output=True,
+                         text=True, env=env, timeout=60)  # fmt: skip
+    assert out.stdout.strip() == "worker ended", out.stderr[-3000:]
+
+
+def test_the_jobs_of_a_run_follow_its_loop():
+    """A native env in the fused loop gets the fused loop's job, any other single env the
+    Python loop's step, N envs none (they compile in the run's thread)."""
+    import gymnasium as gym
+
+    import ember_np.envs  # noqa: F401  (registers the ember_np/ ids)
+    from ember_np import DqnAgent, DqnConfig, DqnTrainer
+    from ember_np.dqn.agent_kernels import act_explore, agent_step
+    from ember_np.envs import NativeVecEnv
+    from ember_np.training._fused import fused_steps
+    from ember_np.training.precompile import compile_jobs
+
+    config = DqnConfig(hidden_sizes=(8,), buffer_capacity=64, batch_size=4, min_replay_size=8)
+    names = {}
+    for label, env in (("native", gym.make("ember_np/CartPole-v1")),
+                       ("gymnasium", gym.make("CartPole-v1")),
+                       ("vector", NativeVecEnv("CartPole-v1", num_envs=2, seed=0))):  # fmt: skip
+        trainer = DqnTrainer(env, DqnAgent.for_env(env, config, seed=0), seed=0)
+        jobs = compile_jobs(trainer)
+        names[label] = [(job.name, job.entries[0]) for job in jobs]
+        env.close()
+    assert names["native"] == [("training loop", fused_steps),
+                               ("acting and evaluation", act_explore)]  # fmt: skip
+    assert names["gymnasium"] == [("training step", agent_step),
+                                  ("acting and evaluation", act_explore)]  # fmt: skip
+    assert names["vector"] == []
