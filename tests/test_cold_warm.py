@@ -34,7 +34,9 @@ COMMON = ["--seed", "3", "--eval-every", "700", "--eval-episodes", "2",
 def _train_all(root: Path, cache: Path) -> dict[str, dict[str, bytes]]:
     """Train every run of RUNS under ``root``, one process each (as ``ember-np train``),
     with ``cache`` as numba's cache; every file each run wrote."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
+    # compiled in the run's own process, not by a first run's worker processes (the
+    # run would then load every kernel from the cache, as a warm one does)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), EMBER_NP_PRECOMPILE="0")
     found = {}
     for env_id, args in RUNS.items():
         command = [sys.executable, "-m", "ember_np", "train", env_id, *args, *COMMON]
