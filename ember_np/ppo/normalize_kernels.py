@@ -1,8 +1,8 @@
-"""The compiled apply of :mod:`ember_np.ppo.normalize`: SB3's ``VecNormalize`` per vector step.
+"""Compiled normalisation: SB3's ``VecNormalize`` applied to one vector step.
 
 Two kernels, each compiled once, callable from Python (:class:`~ember_np.ppo.
 normalize.VecNormalizer`) or from a compiled training loop, on a
-:class:`~ember_np.ppo.normalize.NormStats`:
+:class:`~ember_np.ppo.normalize_stats.NormStats`:
 
 * :func:`normalize_obs_rows`: update the observation statistics from a batch's
   chosen rows (when training), then normalise the batch;
@@ -22,14 +22,16 @@ import math
 import numpy as np
 
 from ember_np._jit import ordered_kernel
-from ember_np.ppo.normalize import NormStats
+from ember_np.ppo.normalize_stats import NormStats
 
 __all__ = ["merge_moments", "normalize_obs_rows", "normalize_rewards"]
 
 
 @ordered_kernel
-def merge_moments(mean: np.ndarray, var: np.ndarray, counts: np.ndarray, which: int,
-                  batch_mean: np.ndarray, batch_var: np.ndarray, batch_count: float) -> None:  # fmt: skip
+def merge_moments(
+    mean: np.ndarray, var: np.ndarray, counts: np.ndarray, which: int,
+    batch_mean: np.ndarray, batch_var: np.ndarray, batch_count: float,
+) -> None:  # fmt: skip
     """Merge a batch's moments into running ones, in place (SB3's ``update_from_moments``).
 
     mean, var : float64 (k,), updated; counts : float64, ``counts[which]`` the running

@@ -217,9 +217,11 @@ def rollout_arrays(
 
 
 @kernel
-def store_step(buf: RolloutArrays, obs: np.ndarray, actions: np.ndarray, values: np.ndarray,
-               log_probs: np.ndarray, masks: np.ndarray, rewards: np.ndarray,
-               terminated: np.ndarray, truncated: np.ndarray, final_values: np.ndarray) -> int:  # fmt: skip
+def store_step(
+    buf: RolloutArrays, obs: np.ndarray, actions: np.ndarray, values: np.ndarray,
+    log_probs: np.ndarray, masks: np.ndarray, rewards: np.ndarray, terminated: np.ndarray,
+    truncated: np.ndarray, final_values: np.ndarray,
+) -> int:  # fmt: skip
     """Store one vector step as the rollout's next row; return its index, or FULL (-1).
 
     Parameters
