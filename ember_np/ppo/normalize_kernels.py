@@ -72,7 +72,9 @@ def normalize_obs_rows(stats: NormStats, obs: np.ndarray, update_rows: np.ndarra
     """
     b, d = obs.shape
     if not stats.norm_obs:
-        out[:] = obs
+        for i in range(b):  # a loop: ``out[:] = obs`` compiles numba's shape-error formatting
+            for j in range(d):
+                out[i, j] = obs[i, j]
         return
     if stats.training[0]:
         n = 0
@@ -93,7 +95,8 @@ def normalize_obs_rows(stats: NormStats, obs: np.ndarray, update_rows: np.ndarra
                         bvar[j] += c * c
             for j in range(d):
                 bvar[j] /= n
-            merge_moments(stats.obs_mean, stats.obs_var, stats.counts, 0, bmean, bvar,
+            # np.int64(0), not 0: a literal would compile merge_moments once per value
+            merge_moments(stats.obs_mean, stats.obs_var, stats.counts, np.int64(0), bmean, bvar,
                           np.float64(n))  # fmt: skip
     clip = stats.clip_obs
     for j in range(d):
@@ -134,14 +137,16 @@ def normalize_rewards(stats: NormStats, rewards: np.ndarray, dones: np.ndarray,
                 total += stats.returns[e]
                 n += 1
         if n > 0:
-            bmean = np.full(1, total / n)
+            moments = np.empty(2)  # the batch's mean and variance (one column each)
+            moments[0] = total / n
             sq = 0.0
             for e in range(n_envs):
                 if not skip[e]:
-                    c = stats.returns[e] - bmean[0]
+                    c = stats.returns[e] - moments[0]
                     sq += c * c
-            merge_moments(stats.ret_mean, stats.ret_var, stats.counts, 1, bmean,
-                          np.full(1, sq / n), np.float64(n))  # fmt: skip
+            moments[1] = sq / n
+            merge_moments(stats.ret_mean, stats.ret_var, stats.counts, np.int64(1), moments[:1],
+                          moments[1:], np.float64(n))  # fmt: skip
     scale = math.sqrt(stats.ret_var[0] + stats.epsilon)
     clip = stats.clip_reward
     for e in range(n_envs):

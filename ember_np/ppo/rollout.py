@@ -252,11 +252,16 @@ def store_step(
     row = buf.cursor[0]
     if row >= buf.obs.shape[0]:
         return FULL
-    n = buf.obs.shape[1]
-    buf.obs[row] = obs
-    buf.masks[row] = masks
+    n, d = obs.shape
+    w = masks.shape[1]
     gamma = buf.gamma
     for e in range(n):
+        # element loops, not ``buf.obs[row] = obs``: a slice assignment compiles numba's
+        # shape-mismatch error (string formatting), about 3 s of CPU on a cold cache
+        for j in range(d):
+            buf.obs[row, e, j] = obs[e, j]
+        for j in range(w):
+            buf.masks[row, e, j] = masks[e, j]
         buf.actions[row, e] = actions[e]
         buf.values[row, e] = values[e]
         buf.log_probs[row, e] = log_probs[e]
