@@ -11,15 +11,22 @@ critic's value of the real last observation after a truncation.
 from __future__ import annotations
 
 import gymnasium as gym
+import numba
 import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+from ember_np.ppo.normalize import VecNormalizer
+from ember_np.ppo.normalize_kernels import normalize_obs_rows, normalize_rewards
 from ember_np.ppo.rollout import (
+    RolloutArrays,
     RolloutBuffer,
     autoreset_next,
+    compute_gae,
     rollout_arrays,
+    shuffled_indices,
+    store_step,
     truncation_bootstrap_obs,
 )
 from ember_np.rng import Rng
@@ -375,3 +382,58 @@ def test_bad_steps_say_what_was_expected():
 def test_autoreset_names():
     assert autoreset_next("next") and autoreset_next(AutoresetMode.NEXT_STEP)
     assert not autoreset_next("same") and not autoreset_next(AutoresetMode.SAME_STEP)
+
+
+@numba.njit(cache=False)
+def compiled_rollout(buf, stats, steps, last_values, rng_state, order):
+    """What a fused loop does per rollout, in one compiled function: normalise each
+    step's observations and rewards, store it, then GAE and an epoch's order."""
+    obs, actions, values, rewards, terminated, truncated, final_values = steps
+    t_max, n, d = obs.shape
+    x = np.empty((n, d), np.float32)
+    r = np.empty(n)
+    no_masks = np.zeros((n, 0), np.bool_)
+    for t in range(t_max):
+        normalize_obs_rows(stats, obs[t], ~(terminated[t] | truncated[t]), x)
+        normalize_rewards(stats, rewards[t], terminated[t] | truncated[t], buf.ended.copy(), r)
+        store_step(buf, x, actions[t], values[t], values[t], no_masks, r, terminated[t],
+                   truncated[t], final_values[t])  # fmt: skip
+    compute_gae(buf, last_values)
+    return shuffled_indices(rng_state, buf.valid.reshape(-1), order)
+
+
+def test_the_kernels_run_inside_a_compiled_loop_as_from_python():
+    """The fused loop's path (the kernels called from compiled code) gives the numbers
+    of the Python path (RolloutBuffer and VecNormalizer) bit for bit, NEXT_STEP reset
+    rows included."""
+    rng = np.random.default_rng(9)
+    t_max, n, d = 6, 3, 2
+    obs = rng.normal(size=(t_max, n, d)).astype(np.float32)
+    actions = rng.integers(0, 2, (t_max, n))
+    values = rng.normal(size=(t_max, n)).astype(np.float32)
+    rewards = rng.normal(size=(t_max, n))
+    terminated = rng.random((t_max, n)) < 0.2
+    truncated = ~terminated & (rng.random((t_max, n)) < 0.2)
+    final_values = rng.normal(size=(t_max, n)).astype(np.float32)
+    last = rng.normal(size=n).astype(np.float32)
+    steps = (obs, actions, values, rewards, terminated, truncated, final_values)
+
+    fused, fused_norm = RolloutBuffer(t_max, n, d), VecNormalizer(d, n)
+    order = np.zeros(t_max * n, np.int64)
+    k = compiled_rollout(fused.arrays, fused_norm.stats, steps, last, Rng(4).state, order)
+
+    py, py_norm = RolloutBuffer(t_max, n, d), VecNormalizer(d, n)
+    for t in range(t_max):
+        done = terminated[t] | truncated[t]
+        skip = py.state_arrays()["ended"]
+        x = py_norm.normalize_obs(obs[t], update_rows=~done)
+        r = py_norm.normalize_reward(rewards[t], terminated[t], truncated[t], skip=skip)
+        py.store(x, actions[t], values[t], values[t], r, terminated[t], truncated[t],
+                 final_values[t])  # fmt: skip
+    py.compute_gae(last)
+    assert (~py.arrays.valid).any()  # some NEXT_STEP reset rows
+    for name in RolloutArrays._fields[:-3]:  # bit for bit (ordered_kernel sums)
+        assert np.array_equal(getattr(fused.arrays, name), getattr(py.arrays, name)), name
+    for key, value in py_norm.state_arrays().items():
+        assert np.array_equal(fused_norm.state_arrays()[key], value), key
+    assert np.array_equal(order[:k], py.minibatch_order(Rng(4)))

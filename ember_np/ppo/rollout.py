@@ -65,6 +65,7 @@ from ember_np._validate import check_int
 from ember_np.rng import Rng, next_below
 
 __all__ = [
+    "FULL",
     "NEXT_STEP",
     "SAME_STEP",
     "FlatRollout",
