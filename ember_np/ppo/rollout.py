@@ -59,7 +59,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ember_np._arrays import as_f32, as_f64, as_i64
-from ember_np._jit import kernel, ordered_kernel
+from ember_np._jit import entry_point, kernel, ordered_kernel
 from ember_np._masks import check_action_masks
 from ember_np._validate import check_int
 from ember_np.rng import Rng, next_below
@@ -427,6 +427,7 @@ class RolloutBuffer:
         self.gae_done = False
         self._order = np.zeros(self.n_steps * self.n_envs, np.int64)
         self._no_masks = np.zeros((self.n_envs, 0), np.bool_)
+        self._store: Any = None  # store_step's entry point, resolved at the first store
 
     @property
     def pos(self) -> int:
@@ -465,7 +466,7 @@ class RolloutBuffer:
         if arr.dtype.kind not in "bi" or arr.shape != (self.n_envs,):
             raise ValueError(f"expected {name} as {self.n_envs} booleans (one per env), got "
                              f"dtype {arr.dtype} shape {arr.shape}")  # fmt: skip
-        return np.ascontiguousarray(arr, dtype=np.bool_)
+        return np.array(arr, dtype=np.bool_, order="C")  # owned, writeable: one kernel type
 
     def store(self, obs: Any, actions: Any, values: Any, log_probs: Any, rewards: Any,
               terminated: Any, truncated: Any, final_values: Any = None,
@@ -518,7 +519,10 @@ class RolloutBuffer:
             m = check_action_masks(masks, self.n_envs, self.n_actions_masked, "masks")
         else:
             m = self._no_masks
-        row = store_step(self.arrays, x, a, v, lp, m, r, term, trunc, fv)
+        args = (self.arrays, x, a, v, lp, m, r, term, trunc, fv)
+        if self._store is None:  # every argument is checked and coerced: the same types
+            self._store = entry_point(store_step, *args)
+        row = self._store(*args)
         self.gae_done = False
         return int(row)
 
