@@ -36,6 +36,7 @@ import signal
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TextIO
 
@@ -68,6 +69,9 @@ class PrecompileReport(NamedTuple):
     """The jobs run, one worker each."""
     compiled: tuple[int, ...]
     """Kernels (and signatures) each worker compiled."""
+    distinct: int
+    """Kernels (and signatures) compiled by any worker, each counted once: when both
+    workers compiled a shared kernel (the other had not cached it yet), once."""
     seconds: float
     """Wall time from the first fork to the last worker's exit."""
     failed: tuple[str, ...]
@@ -103,7 +107,7 @@ def precompile(jobs: Sequence[CompileJob], out: TextIO | None = None) -> Precomp
     status: list[int | None] = [None] * len(todo)
     try:
         workers.extend(_fork(job) for job in todo)
-        counts, cpu = _wait(workers, status, line, start)
+        counts, cpu, names = _wait(workers, status, line, start)
     finally:  # interrupted (Ctrl-C): the workers go too, the run compiles nothing more
         for (pid, _), done in zip(workers, status, strict=False):
             if done is None:
@@ -111,20 +115,23 @@ def precompile(jobs: Sequence[CompileJob], out: TextIO | None = None) -> Precomp
                 os.waitpid(pid, 0)
     seconds = time.perf_counter() - start
     failed = tuple(job.name for job, s in zip(todo, status, strict=True) if s != 0)
-    line.done(sum(counts), seconds, len(todo), sum(cpu))
-    names = tuple(job.name for job in todo)
-    return PrecompileReport(names, tuple(counts), seconds, failed, tuple(cpu))
+    line.done(len(names), seconds, len(todo), sum(cpu))
+    jobs_run = tuple(job.name for job in todo)
+    return PrecompileReport(jobs_run, tuple(counts), len(names), seconds, failed, tuple(cpu))
 
 
 def _wait(
     workers: list[tuple[int, int]], status: list[int | None], line: ProgressLine, start: float
-) -> tuple[list[int], list[float]]:
-    """Count each worker's compiles until all have exited; their counts and CPU seconds.
+) -> tuple[list[int], list[float], set[bytes]]:
+    """Count each worker's compiles until all have exited: their counts, CPU seconds, and
+    the kernels (with signatures) compiled by any of them.
 
     ``status`` gets each worker's exit code as it exits.
     """
     counts = [0] * len(workers)
     cpu = [0.0] * len(workers)
+    pending = [b""] * len(workers)  # a line not read whole yet, per worker
+    names: set[bytes] = set()
     while any(s is None for s in status):
         readers = [w[1] for w, s in zip(workers, status, strict=True) if s is None]
         ready, _, _ = select.select(readers, [], [], 0.5)
@@ -132,20 +139,22 @@ def _wait(
             if status[i] is not None:
                 continue
             if fd in ready:
-                data = os.read(fd, 4096)
-                counts[i] += len(data)
+                data = os.read(fd, 65536)
                 if data:
+                    *lines, pending[i] = (pending[i] + data).split(b"\n")
+                    counts[i] += len(lines)
+                    names.update(lines)
                     continue
                 os.close(fd)  # the worker's end closed: it exited
                 _, wait_status, usage = os.wait4(pid, 0)
                 status[i] = os.waitstatus_to_exitcode(wait_status)
                 cpu[i] = usage.ru_utime + usage.ru_stime
         line.show(counts, time.perf_counter() - start)
-    return counts, cpu
+    return counts, cpu, names
 
 
 def _fork(job: CompileJob) -> tuple[int, int]:
-    """Start ``job`` in a forked worker; its pid and the pipe it writes a byte to per compile."""
+    """Start ``job`` in a forked worker; its pid and the pipe it writes a line to per compile."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the worker: compile, report each compile, never return
@@ -164,7 +173,9 @@ def _fork(job: CompileJob) -> tuple[int, int]:
 
 
 def _count_compiles(fd: int) -> None:
-    """Write one byte to ``fd`` each time numba finishes compiling a kernel here."""
+    """Write a line to ``fd`` each time numba finishes compiling a kernel here: the
+    kernel's module and name, and a checksum of its argument types (a line for each
+    signature)."""
     from numba.core import event
 
     class Tick(event.Listener):  # type: ignore[misc]
@@ -172,7 +183,10 @@ def _count_compiles(fd: int) -> None:
             pass
 
         def on_end(self, ev: Any) -> None:
-            os.write(fd, b".")
+            fn = ev.data["dispatcher"].py_func
+            args = zlib.crc32(str(ev.data["args"]).encode())  # a state's type is long
+            name = f"{fn.__module__}.{fn.__qualname__}:{args:08x}"
+            os.write(fd, name.encode() + b"\n")
 
     event.register("numba:compile", Tick())
 
