@@ -133,3 +133,28 @@ def test_tune_refuses_an_algorithm_without_a_search_space(tmp_path, capsys):
     args = ["tune", "CartPole-v1", "--algo", ALGO, "--trials", "1", "--dir", str(tmp_path / "t")]
     assert main(args) == 2
     assert f"algorithm {ALGO} has no tune search space" in capsys.readouterr().err
+
+
+_DQN_ONLY = """
+import sys, tempfile
+from ember_np.cli import main
+
+status = main(["train", "CartPole-v1", "--steps", "300", "--eval-episodes", "1", "--quiet",
+               "--root", tempfile.mkdtemp()])
+print(status, sorted(m for m in sys.modules if m.startswith(("ember_np.ppo", "ember_np.dqn"))))
+"""
+
+
+def test_a_dqn_run_never_imports_another_algorithm():
+    """A default DQN run imports (so compiles) nothing of PPO: each algorithm's package
+    is reached only through the registry, by name, when a command asks for it."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _DQN_ONLY], capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    status, modules = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert status == "0"
+    assert "ember_np.dqn.agent" in modules  # (the check sees the algorithm that ran)
+    assert "ember_np.ppo" not in modules, modules
