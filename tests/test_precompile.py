@@ -131,14 +131,20 @@ _WORKERS = textwrap.dedent(
 )
 
 
-def test_a_worker_compiles_into_the_cache_and_the_parent_then_compiles_nothing(tmp_path):
+def _run_tiny(script: str, tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run ``script`` in a fresh process with the ``tiny`` module and an empty cache
+    under ``tmp_path``, precompiling allowed; its output and its last line, parsed."""
     (tmp_path / "tiny.py").write_text(_TINY)
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("EMBER_NP_PRECOMPILE", None)
-    out = subprocess.run([sys.executable, "-c", _WORKERS, str(tmp_path)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
                          text=True, env=env, timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return out, json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_worker_compiles_into_the_cache_and_the_parent_then_compiles_nothing(tmp_path):
+    out, result = _run_tiny(_WORKERS, tmp_path)
     assert result["before"] is False and result["after"] is True
     # both kernels compiled in the worker, none in the parent, before or after
     assert result["jobs"] == ["tiny", "broken"] and result["compiled"] == [2, 0]
@@ -168,13 +174,7 @@ _TWICE = textwrap.dedent(
 def test_a_kernel_compiled_by_both_workers_counts_once(tmp_path):
     """The last line's count is of distinct kernels and signatures: a kernel both
     workers compiled (neither had it cached yet) counts once, another signature apart."""
-    (tmp_path / "tiny.py").write_text(_TINY)
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
-    env.pop("EMBER_NP_PRECOMPILE", None)
-    out = subprocess.run([sys.executable, "-c", _TWICE, str(tmp_path)], capture_output=True,
-                         text=True, env=env, timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    out, result = _run_tiny(_TWICE, tmp_path)
     assert result == {"compiled": [1, 2], "distinct": 2}
     assert re.search(r"^compiled 2 kernels in [0-9.]+ s \(2 processes at once", out.stderr, re.M)
 
