@@ -1,0 +1,1 @@
+"""PPO (proximal policy optimisation) on ember_np's compiled engine."""

@@ -1,0 +1,484 @@
+"""PPO's actor-critic: a flat parameter vector, orthogonal initialisation and the
+compiled batch forward pass (logits, values, a categorical policy's log-probabilities,
+entropy, sampled and greedy actions).
+
+Architecture, as a table of layers (:func:`build_layers`, int64 ``(L, 7)``, one row a
+Linear layer; columns :data:`N_IN`, :data:`N_OUT`, :data:`W_OFF`, :data:`SRC`,
+:data:`A_OFF`, :data:`ACT`, :data:`ROLE`):
+
+* separate actor and critic (SB3's MlpPolicy, the default): the actor's hidden layers,
+  its logits layer, then the critic's hidden layers and its value layer, each MLP
+  reading the observation;
+* a shared trunk (ember-rl's): the trunk's hidden layers, then the logits layer and
+  the value layer, both reading the trunk's last hidden layer.
+
+Each layer's ``W`` (``n_in x n_out``, row-major ``(in, out)``: ``y = x W + b``) starts at
+its ``W_OFF`` in ``params``, its ``b`` right after; the layers follow one another in
+table order. Layer ``l`` reads the observation (``SRC`` -1) or layer ``SRC``'s output;
+its output (after the hidden activation, ``ACT`` 1 tanh, 2 ReLU, 0 none) is the
+``(B, n_out)`` block at ``B * A_OFF`` of the activation workspace (length
+``B * acts_width(layers)``). The kernels work in ``params``' dtype: float32 in use,
+float64 in the gradient tests.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from ember_np._jit import kernel
+from ember_np.nn._blas import gemm
+from ember_np.ppo.config import PPOConfig
+from ember_np.rng import Rng, next_double
+
+__all__ = [
+    "A_OFF",
+    "ACT",
+    "N_IN",
+    "N_OUT",
+    "ROLE",
+    "SRC",
+    "W_OFF",
+    "ActorCritic",
+    "PPONet",
+    "act_batch",
+    "acts_width",
+    "backward_into",
+    "build_layers",
+    "evaluate_batch",
+    "forward_into",
+    "head_layers",
+    "log_softmax_row",
+    "orthogonal",
+]
+
+N_IN, N_OUT, W_OFF, SRC, A_OFF, ACT, ROLE = range(7)  # the layer table's columns
+ROLE_HIDDEN, ROLE_LOGITS, ROLE_VALUE = 0, 1, 2
+ACT_NONE, ACT_TANH, ACT_RELU = 0, 1, 2
+#: Orthogonal initialisation's gains (SB3's and CleanRL's): hidden layers, logits, value.
+GAIN_HIDDEN, GAIN_POLICY, GAIN_VALUE = math.sqrt(2.0), 0.01, 1.0
+
+
+class PPONet(NamedTuple):
+    """What the update kernels read and write, passed to them as one value.
+
+    params, grads, adam_m, adam_v : float (num_params,), one dtype; adam_t : int64
+    (1,), Adam's step count; layers : int64 (L, 7), the layer table.
+    """
+
+    params: np.ndarray
+    grads: np.ndarray
+    adam_m: np.ndarray
+    adam_v: np.ndarray
+    adam_t: np.ndarray
+    layers: np.ndarray
+
+
+def build_layers(
+    obs_dim: int, n_actions: int, hidden: tuple[int, ...], activation: str, shared: bool
+) -> tuple[np.ndarray, int]:
+    """The layer table (int64 (L, 7), see the module docstring) and the parameter count."""
+    act = ACT_TANH if activation == "tanh" else ACT_RELU
+    rows: list[list[int]] = []
+    offsets = [0, 0]  # next parameter, next activation column
+
+    def add(n_in: int, n_out: int, src: int, act_: int, role: int) -> int:
+        rows.append([n_in, n_out, offsets[0], src, offsets[1], act_, role])
+        offsets[0] += n_in * n_out + n_out
+        offsets[1] += n_out
+        return len(rows) - 1
+
+    def mlp(src: int, width: int) -> tuple[int, int]:
+        for h in hidden:
+            src = add(width, h, src, act, ROLE_HIDDEN)
+            width = h
+        return src, width
+
+    if shared:
+        src, width = mlp(-1, obs_dim)
+        add(width, n_actions, src, ACT_NONE, ROLE_LOGITS)
+        add(width, 1, src, ACT_NONE, ROLE_VALUE)
+    else:
+        src, width = mlp(-1, obs_dim)
+        add(width, n_actions, src, ACT_NONE, ROLE_LOGITS)
+        src, width = mlp(-1, obs_dim)
+        add(width, 1, src, ACT_NONE, ROLE_VALUE)
+    return np.array(rows, dtype=np.int64), offsets[0]
+
+
+def orthogonal(n_out: int, n_in: int, gain: float, rng: Rng) -> np.ndarray:
+    """A float64 ``(n_in, n_out)`` weight whose transpose is ``torch.nn.init.orthogonal_``'s
+    ``(n_out, n_in)`` matrix times ``gain``: orthonormal rows (or columns, whichever
+    are fewer).
+
+    As torch: a standard normal ``(n_out, n_in)`` matrix (drawn from ``rng``, row-major;
+    ember_np's normals, :meth:`~ember_np.rng.Rng.normal`), transposed when it has
+    fewer rows than columns, QR-decomposed (NumPy), Q's columns multiplied by the
+    signs of R's diagonal (so the result is unique), transposed back.
+    """
+    flat = rng.normal(n_out * n_in).reshape(n_out, n_in)
+    wide = n_out < n_in
+    if wide:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q = q * np.sign(np.diag(r))
+    if wide:
+        q = q.T
+    return np.ascontiguousarray((gain * q).T)
+
+
+@kernel
+def acts_width(layers: np.ndarray) -> int:
+    """Activation columns per row: the sum of every layer's width (layers int64 (L, 7))."""
+    total = 0
+    for l in range(layers.shape[0]):
+        total += layers[l, N_OUT]
+    return total
+
+
+@kernel
+def head_layers(layers: np.ndarray) -> tuple[int, int]:
+    """The rows of the logits layer and of the value layer in the table."""
+    logits = value = -1
+    for l in range(layers.shape[0]):
+        if layers[l, ROLE] == ROLE_LOGITS:
+            logits = l
+        elif layers[l, ROLE] == ROLE_VALUE:
+            value = l
+    return logits, value
+
+
+@kernel
+def forward_into(params: np.ndarray, layers: np.ndarray, x: np.ndarray, acts: np.ndarray) -> None:
+    """Batch forward pass of every layer into ``acts``.
+
+    Parameters
+    ----------
+    params : ndarray of float32 (or float64), shape (num_params,)
+    layers : ndarray of int64, shape (L, 7)
+        The layer table.
+    x : ndarray of params' dtype, shape (B, obs_dim)
+        Rows contiguous (a BLAS operand).
+    acts : ndarray of params' dtype, shape (>= B * acts_width(layers),)
+        Written: layer l's output (activated for hidden layers) is the (B, n_out)
+        block at ``B * layers[l, A_OFF]``; the logits and the values (B, 1) are the
+        head layers' blocks (:func:`head_layers`).
+    """
+    batch = x.shape[0]
+    zero = params.dtype.type(0.0)
+    for l in range(layers.shape[0]):
+        n_in = layers[l, N_IN]
+        n_out = layers[l, N_OUT]
+        off = layers[l, W_OFF]
+        w = params[off : off + n_in * n_out].reshape((n_in, n_out))
+        b = params[off + n_in * n_out : off + n_in * n_out + n_out]
+        a0 = batch * layers[l, A_OFF]
+        out = acts[a0 : a0 + batch * n_out].reshape((batch, n_out))
+        src = layers[l, SRC]
+        if src < 0:
+            gemm(x, w, out, False, False, 0.0)
+        else:
+            s0 = batch * layers[src, A_OFF]
+            h = acts[s0 : s0 + batch * n_in].reshape((batch, n_in))
+            gemm(h, w, out, False, False, 0.0)
+        act = layers[l, ACT]
+        for i in range(batch):
+            row = out[i]
+            if act == ACT_TANH:
+                for k in range(n_out):
+                    row[k] = np.tanh(row[k] + b[k])
+            elif act == ACT_RELU:
+                for k in range(n_out):
+                    v = row[k] + b[k]
+                    row[k] = v if v > zero else zero
+            else:
+                for k in range(n_out):
+                    row[k] += b[k]
+
+
+@kernel
+def backward_into(
+    params: np.ndarray, layers: np.ndarray, x: np.ndarray, acts: np.ndarray, dacts: np.ndarray,
+    grads: np.ndarray,
+) -> None:  # fmt: skip
+    """Backward pass of :func:`forward_into`: every parameter's gradient into ``grads``.
+
+    Parameters
+    ----------
+    params, layers, x, acts
+        As :func:`forward_into` used and wrote them (same B = x.shape[0]).
+    dacts : ndarray of params' dtype, shape (>= B * acts_width(layers),)
+        On entry, the loss's gradient by each layer's output: the head layers' blocks
+        set, every hidden block 0. Overwritten (each hidden block ends as the gradient
+        by its pre-activation; a shared trunk's last block sums both heads').
+    grads : ndarray of params' dtype, shape (num_params,)
+        Written (every entry).
+    """
+    batch = x.shape[0]
+    zero = params.dtype.type(0.0)
+    one = params.dtype.type(1.0)
+    for l in range(layers.shape[0] - 1, -1, -1):  # a layer's readers come after it
+        n_in = layers[l, N_IN]
+        n_out = layers[l, N_OUT]
+        off = layers[l, W_OFF]
+        a0 = batch * layers[l, A_OFF]
+        out = acts[a0 : a0 + batch * n_out].reshape((batch, n_out))
+        d = dacts[a0 : a0 + batch * n_out].reshape((batch, n_out))
+        act = layers[l, ACT]
+        gb = grads[off + n_in * n_out : off + n_in * n_out + n_out]
+        for k in range(n_out):
+            gb[k] = zero
+        for i in range(batch):
+            if act == ACT_TANH:
+                for k in range(n_out):
+                    y = out[i, k]
+                    d[i, k] *= one - y * y
+            elif act == ACT_RELU:
+                for k in range(n_out):
+                    if not out[i, k] > zero:
+                        d[i, k] = zero
+            for k in range(n_out):
+                gb[k] += d[i, k]
+        gw = grads[off : off + n_in * n_out].reshape((n_in, n_out))
+        src = layers[l, SRC]
+        if src < 0:
+            gemm(x, d, gw, True, False, 0.0)
+        else:
+            s0 = batch * layers[src, A_OFF]
+            h = acts[s0 : s0 + batch * n_in].reshape((batch, n_in))
+            gemm(h, d, gw, True, False, 0.0)
+            w = params[off : off + n_in * n_out].reshape((n_in, n_out))
+            ds = dacts[s0 : s0 + batch * n_in].reshape((batch, n_in))
+            gemm(d, w, ds, False, True, 1.0)
+
+
+@kernel
+def log_softmax_row(logits: np.ndarray, logp: np.ndarray) -> float:
+    """logp = log_softmax(logits) of one row; returns the entropy -sum p log p.
+
+    logits : float (A,); logp : float (A,), written. The log-sum-exp and the entropy
+    are summed in float64 after subtracting the row's maximum.
+    """
+    n = logits.shape[0]
+    m = logits[0]
+    for k in range(1, n):
+        if logits[k] > m:
+            m = logits[k]
+    s = 0.0
+    for k in range(n):
+        s += math.exp(logits[k] - m)
+    lse = m + math.log(s)
+    ent = 0.0
+    for k in range(n):
+        lp = logits[k] - lse
+        logp[k] = lp
+        ent -= math.exp(lp) * lp
+    return ent
+
+
+@kernel
+def act_batch(
+    params: np.ndarray, layers: np.ndarray, x: np.ndarray, sample: bool, state: np.ndarray,
+    actions: np.ndarray, logp: np.ndarray, values: np.ndarray,
+) -> None:  # fmt: skip
+    """Actions for a batch of observations, their log-probabilities and the values.
+
+    Parameters
+    ----------
+    params : float (num_params,); layers : int64 (L, 7)
+    x : params' dtype, shape (B, obs_dim), rows contiguous
+    sample : bool
+        True: draw each action from softmax(logits) by inverse CDF with one
+        :func:`~ember_np.rng.next_double` per row from ``state``; False: the first
+        argmax of the logits (the deterministic policy), no draw.
+    state : uint64 (4,), a PCG64 state, advanced when sampling
+    actions : int64 (B,); logp, values : params' dtype (B,); written.
+    """
+    batch = x.shape[0]
+    acts = np.empty(batch * acts_width(layers), dtype=params.dtype)
+    forward_into(params, layers, x, acts)
+    lg, vl = head_layers(layers)
+    n_act = layers[lg, N_OUT]
+    l0 = batch * layers[lg, A_OFF]
+    logits = acts[l0 : l0 + batch * n_act].reshape((batch, n_act))
+    v0 = batch * layers[vl, A_OFF]
+    row_logp = np.empty(n_act, dtype=params.dtype)
+    for i in range(batch):
+        log_softmax_row(logits[i], row_logp)
+        a = 0
+        if sample:
+            u = next_double(state)
+            cum = 0.0
+            a = -1
+            for k in range(n_act):
+                p = math.exp(row_logp[k])
+                cum += p
+                if u < cum:
+                    a = k
+                    break
+            if a < 0:  # rounding left u above the last cumulative sum: the last possible one
+                a = n_act - 1
+                while a > 0 and row_logp[a] == -np.inf:
+                    a -= 1
+        else:
+            for k in range(1, n_act):
+                if logits[i, k] > logits[i, a]:
+                    a = k
+        actions[i] = a
+        logp[i] = row_logp[a]
+        values[i] = acts[v0 + i]
+
+
+@kernel
+def evaluate_batch(
+    params: np.ndarray, layers: np.ndarray, x: np.ndarray, actions: np.ndarray,
+    logp: np.ndarray, entropy: np.ndarray, values: np.ndarray,
+) -> None:  # fmt: skip
+    """Log-probabilities of given actions, the policy's entropies and the values.
+
+    params : float (num_params,); layers : int64 (L, 7); x : params' dtype (B, obs_dim),
+    rows contiguous; actions : int64 (B,), each in [0, n_actions); logp, entropy,
+    values : params' dtype (B,), written.
+    """
+    batch = x.shape[0]
+    acts = np.empty(batch * acts_width(layers), dtype=params.dtype)
+    forward_into(params, layers, x, acts)
+    lg, vl = head_layers(layers)
+    n_act = layers[lg, N_OUT]
+    l0 = batch * layers[lg, A_OFF]
+    logits = acts[l0 : l0 + batch * n_act].reshape((batch, n_act))
+    v0 = batch * layers[vl, A_OFF]
+    row_logp = np.empty(n_act, dtype=params.dtype)
+    for i in range(batch):
+        entropy[i] = log_softmax_row(logits[i], row_logp)
+        logp[i] = row_logp[actions[i]]
+        values[i] = acts[v0 + i]
+
+
+class ActorCritic:
+    """PPO's actor and critic in one flat parameter vector, with its Adam state.
+
+    Parameters
+    ----------
+    obs_dim : int >= 1
+        Length of an (encoded) observation.
+    n_actions : int >= 2
+        Discrete actions.
+    config : PPOConfig
+        Reads ``hidden_sizes``, ``activation`` and ``shared_trunk``.
+    rng : Rng
+        Draws the orthogonal initialisation, layer by layer in table order
+        (weights only: biases start at 0).
+    dtype : float32 (default) or float64 (the gradient tests)
+
+    Attributes
+    ----------
+    params, grads, adam_m, adam_v : ndarray of dtype, shape (num_params,)
+    adam_t : ndarray of int64, shape (1,)
+    layers : ndarray of int64, shape (L, 7)
+        The layer table (module docstring).
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        n_actions: int,
+        config: PPOConfig,
+        rng: Rng,
+        dtype: type[np.floating] = np.float32,
+    ) -> None:
+        if int(obs_dim) < 1 or int(n_actions) < 2:
+            raise ValueError(
+                "an actor-critic needs obs_dim >= 1 and n_actions >= 2, got obs_dim "
+                f"{obs_dim} and n_actions {n_actions}"
+            )
+        self.obs_dim = int(obs_dim)
+        self.n_actions = int(n_actions)
+        self.layers, n = build_layers(
+            self.obs_dim, self.n_actions, config.hidden_sizes, config.activation,
+            config.shared_trunk,
+        )  # fmt: skip
+        self.params = np.zeros(n, dtype=dtype)
+        self.grads = np.zeros(n, dtype=dtype)
+        self.adam_m = np.zeros(n, dtype=dtype)
+        self.adam_v = np.zeros(n, dtype=dtype)
+        self.adam_t = np.zeros(1, dtype=np.int64)
+        self.logits_layer, self.value_layer = (int(i) for i in head_layers(self.layers))
+        for l in range(len(self.layers)):
+            role = self.layers[l, ROLE]
+            gain = GAIN_HIDDEN if role == ROLE_HIDDEN else (
+                GAIN_POLICY if role == ROLE_LOGITS else GAIN_VALUE
+            )  # fmt: skip
+            w, _ = self.layer(l)
+            w[...] = orthogonal(w.shape[1], w.shape[0], gain, rng)
+
+    @property
+    def num_params(self) -> int:
+        """Length of the parameter vector."""
+        return int(self.params.shape[0])
+
+    @property
+    def state(self) -> PPONet:
+        """The arrays the update kernels take (views: updated in place)."""
+        return PPONet(self.params, self.grads, self.adam_m, self.adam_v, self.adam_t, self.layers)
+
+    def layer(self, l: int) -> tuple[np.ndarray, np.ndarray]:
+        """Views ``(W (n_in, n_out), b (n_out,))`` of layer ``l`` into :attr:`params`."""
+        n_in, n_out, off = (int(v) for v in self.layers[l, :3])
+        w = self.params[off : off + n_in * n_out].reshape(n_in, n_out)
+        return w, self.params[off + n_in * n_out : off + n_in * n_out + n_out]
+
+    def _obs(self, obs: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(obs, dtype=self.params.dtype)
+        if x.ndim != 2 or x.shape[1] != self.obs_dim or x.shape[0] < 1:
+            raise ValueError(
+                f"observations must be an array of shape (batch >= 1, {self.obs_dim}), "
+                f"got shape {np.shape(obs)}"
+            )
+        return x
+
+    def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(logits (B, n_actions), values (B,))`` of a batch ``obs`` (B, obs_dim)."""
+        x = self._obs(obs)
+        batch = x.shape[0]
+        acts = np.empty(batch * int(acts_width(self.layers)), dtype=self.params.dtype)
+        forward_into(self.params, self.layers, x, acts)
+        lg, vl = self.layers[self.logits_layer], self.layers[self.value_layer]
+        logits = acts[batch * lg[A_OFF] : batch * (lg[A_OFF] + self.n_actions)]
+        values = acts[batch * vl[A_OFF] : batch * (vl[A_OFF] + 1)]
+        return logits.reshape(batch, self.n_actions).copy(), values.copy()
+
+    def evaluate(
+        self, obs: np.ndarray, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(log pi(a|s), entropy, values)``, each (B,), for a batch of ``obs`` and
+        ``actions`` (int, each in [0, n_actions))."""
+        x = self._obs(obs)
+        a = np.ascontiguousarray(actions, dtype=np.int64)
+        if a.shape != (x.shape[0],) or a.min() < 0 or a.max() >= self.n_actions:
+            raise ValueError(
+                f"actions must be {x.shape[0]} integers in [0, {self.n_actions}), got "
+                f"{np.asarray(actions)!r}"
+            )
+        out = [np.empty(x.shape[0], dtype=self.params.dtype) for _ in range(3)]
+        evaluate_batch(self.params, self.layers, x, a, out[0], out[1], out[2])
+        return out[0], out[1], out[2]
+
+    def act(
+        self, obs: np.ndarray, rng: Rng, deterministic: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(actions int64, log-probabilities, values)``, each (B,), for a batch ``obs``.
+
+        Sampled from the policy with ``rng`` (one draw per row), or with
+        ``deterministic`` the argmax of the logits (``rng`` untouched).
+        """
+        x = self._obs(obs)
+        actions = np.empty(x.shape[0], dtype=np.int64)
+        logp = np.empty(x.shape[0], dtype=self.params.dtype)
+        values = np.empty(x.shape[0], dtype=self.params.dtype)
+        act_batch(
+            self.params, self.layers, x, not deterministic, rng.state, actions, logp, values
+        )
+        return actions, logp, values
