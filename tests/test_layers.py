@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     # the algorithm registry: below every algorithm (each registers in it), which it
     # imports only by name, when a command asks for one
     ("registry", {"algorithms"}),
-    ("algorithms", {"dqn", "policy", "presets"}),  # an algorithm, its deploy path, presets
+    ("algorithms", {"dqn", "policy", "presets", "ppo"}),  # an algorithm, its deploy path, presets
     ("training", {"training", "export", "report"}),  # loops, runs, seeds; what reads runs
     ("tune", {"tune"}),
     ("dashboard", {"dashboard"}),

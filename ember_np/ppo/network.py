@@ -478,7 +478,5 @@ class ActorCritic:
         actions = np.empty(x.shape[0], dtype=np.int64)
         logp = np.empty(x.shape[0], dtype=self.params.dtype)
         values = np.empty(x.shape[0], dtype=self.params.dtype)
-        act_batch(
-            self.params, self.layers, x, not deterministic, rng.state, actions, logp, values
-        )
+        act_batch(self.params, self.layers, x, not deterministic, rng.state, actions, logp, values)
         return actions, logp, values

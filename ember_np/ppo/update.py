@@ -32,8 +32,8 @@ from ember_np.nn.optim import clip_grad_norm
 from ember_np.ppo.config import PPOConfig
 from ember_np.ppo.network import (
     A_OFF,
-    ActorCritic,
     N_OUT,
+    ActorCritic,
     PPONet,
     acts_width,
     backward_into,
