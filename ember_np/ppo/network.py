@@ -54,7 +54,20 @@ __all__ = [
     "orthogonal",
 ]
 
-N_IN, N_OUT, W_OFF, SRC, A_OFF, ACT, ROLE = range(7)  # the layer table's columns
+#: Layer table column: the layer's input width.
+N_IN = 0
+#: Layer table column: the layer's output width.
+N_OUT = 1
+#: Layer table column: where the layer's W starts in ``params`` (its b follows W).
+W_OFF = 2
+#: Layer table column: the layer whose output it reads, -1 for the observation.
+SRC = 3
+#: Layer table column: where its output starts in the activation workspace, per row.
+A_OFF = 4
+#: Layer table column: the activation applied, 0 none, 1 tanh, 2 ReLU.
+ACT = 5
+#: Layer table column: 0 a hidden layer, 1 the logits layer, 2 the value layer.
+ROLE = 6
 ROLE_HIDDEN, ROLE_LOGITS, ROLE_VALUE = 0, 1, 2
 ACT_NONE, ACT_TANH, ACT_RELU = 0, 1, 2
 #: Orthogonal initialisation's gains (SB3's and CleanRL's): hidden layers, logits, value.
