@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ember_np.ppo.config import PPOConfig
-from ember_np.ppo.network import ActorCritic, orthogonal
+from ember_np.ppo.network import ActorCritic, bias_tanh, orthogonal
 from ember_np.rng import Rng
 
 ARCHS = [(False, "tanh"), (False, "relu"), (True, "tanh"), (True, "relu")]
@@ -254,3 +254,18 @@ def test_bad_inputs_say_what_was_expected():
         net.evaluate(np.zeros((2, 4)), [0, 3])
     with pytest.raises(ValueError, match="n_actions >= 2"):
         ActorCritic(4, 1, PPOConfig(), Rng(0))
+
+
+def test_float32_tanh_is_within_three_ulps_of_tanh():
+    x = np.concatenate(
+        [np.linspace(-12, 12, 200_001), np.geomspace(1e-30, 1e-2, 1001), [0.0, 3e-4, 5e-4]]
+    )
+    x = np.concatenate([x, -x]).astype(np.float32)
+    z = x.reshape(-1, 2).copy()
+    bias_tanh(z, np.zeros(2, dtype=np.float32))
+    exact = np.tanh(x.astype(np.float64))
+    err = np.abs(z.ravel() - exact)
+    assert np.all(err <= 4e-7 * np.maximum(np.abs(exact), 1e-30))  # relative, to 0 included
+    z64 = x.astype(np.float64).reshape(-1, 2).copy()
+    bias_tanh(z64, np.full(2, 0.5))
+    np.testing.assert_allclose(z64.ravel(), np.tanh(x.astype(np.float64) + 0.5), rtol=1e-15)
