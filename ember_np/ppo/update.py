@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ember_np._jit import kernel
+from ember_np._jit import inlined_kernel, kernel
 from ember_np.nn.optim import clip_grad_norm
 from ember_np.ppo.config import PPOConfig
 from ember_np.ppo.network import (
@@ -186,13 +186,17 @@ def shuffled_indices(state: np.ndarray, order: np.ndarray) -> None:
         order[j] = tmp
 
 
-@kernel
+@inlined_kernel
 def minibatch_loss_grads(
     net: PPONet, rollout: Rollout, idx: np.ndarray, hp: UpdateSettings, mb_obs: np.ndarray,
     acts: np.ndarray, dacts: np.ndarray, out: np.ndarray,
 ) -> None:  # fmt: skip
     """The loss of the minibatch ``rollout[idx]`` (module docstring) and its gradient
     by every parameter, into ``net.grads``.
+
+    Inlined into :func:`train_epochs` (``inline="always"``): as a kernel of its own,
+    numba optimised its code, the forward and backward passes linked in, once more
+    there, and a first update compiled in 6.1 CPU seconds instead of 4.8.
 
     Parameters
     ----------
