@@ -233,13 +233,13 @@ def torch_update(torch, net, shared, activation, rollout, s, state, n_epochs):
     weights = torch_weights(torch, net)
     params = [t for pair in weights for t in pair]
     opt = torch.optim.Adam(params, lr=s.learning_rate, eps=s.adam_eps)
-    n = len(rollout.obs)
-    order = np.empty(n, dtype=np.int64)
+    order = np.empty(len(rollout.obs), dtype=np.int64)
+    valid = np.ones(len(order), dtype=bool) if rollout.valid is None else rollout.valid
     steps = 0
     for _ in range(n_epochs):
-        shuffled_indices(state, order)
+        n = shuffled_indices(state, valid, order)
         for start in range(0, n, s.batch_size):
-            idx = order[start : start + s.batch_size]
+            idx = order[start : min(start + s.batch_size, n)]
             loss, stats = torch_loss(torch, weights, shared, activation, rollout, idx, s)
             if s.target_kl > 0 and stats["approx_kl"] > 1.5 * s.target_kl:
                 return flat_params(weights), steps
@@ -309,7 +309,7 @@ def test_stats_are_sb3s_means():
     rollout = make_rollout(net, 64)
     s = update_settings(cfg, 0.0, 0.2)  # lr 0: one minibatch, nothing moves
     order = np.empty(64, dtype=np.int64)
-    shuffled_indices(Rng(2).state, order)
+    assert shuffled_indices(Rng(2).state, np.ones(64, dtype=bool), order) == 64
     one = loss_and_grads(net, rollout, order, s)
     stats = update(net, rollout, s, Rng(2))
     assert list(stats) == list(STAT_NAMES)
@@ -318,13 +318,43 @@ def test_stats_are_sb3s_means():
         assert stats[name] == pytest.approx(one[name], rel=1e-12), name
 
 
-def test_shuffles_are_permutations_and_follow_the_stream():
+def test_shuffles_are_permutations_of_the_valid_rows_and_follow_the_stream():
+    every = np.ones(100, dtype=bool)
     order, again = np.empty(100, dtype=np.int64), np.empty(100, dtype=np.int64)
-    shuffled_indices(Rng(1).state, order)
-    shuffled_indices(Rng(1).state, again)
+    shuffled_indices(Rng(1).state, every, order)
+    shuffled_indices(Rng(1).state, every, again)
     assert sorted(order) == list(range(100)) and np.array_equal(order, again)
-    shuffled_indices(Rng(2).state, again)
+    shuffled_indices(Rng(2).state, every, again)
     assert not np.array_equal(order, again)
+    valid = np.random.default_rng(0).random(100) < 0.7
+    k = shuffled_indices(Rng(1).state, valid, order)
+    assert k == valid.sum() and sorted(order[:k]) == list(np.flatnonzero(valid))
+    # Fisher-Yates from the back on the valid indices, one next_below per position
+    rng, expected = Rng(1), list(np.flatnonzero(valid))
+    for i in range(k - 1, 0, -1):
+        j = rng.integers(i + 1)
+        expected[i], expected[j] = expected[j], expected[i]
+    assert order[:k].tolist() == expected
+
+
+def test_invalid_rows_are_never_learned_from():
+    torch = pytest.importorskip("torch")
+    cfg, net = make(True, "tanh", dtype=np.float64, n_epochs=3, batch_size=8)
+    rollout = make_rollout(net, 30, seed=9)
+    valid = np.ones(30, dtype=bool)
+    valid[[0, 7, 8, 29]] = False  # a next-step autoreset's reset rows
+    poisoned = rollout._replace(
+        obs=np.where(valid[:, None], rollout.obs, np.nan),
+        advantages=np.where(valid, rollout.advantages, np.nan), valid=valid,
+    )  # fmt: skip
+    s = update_settings(cfg, 3e-3, 0.2)
+    ref, ref_steps = torch_update(torch, net, True, "tanh", poisoned, s, Rng(3).state, 3)
+    stats = update(net, poisoned, s, Rng(3))
+    assert stats["n_gradient_steps"] == ref_steps == 12  # 26 rows: 4 minibatches an epoch
+    assert np.isfinite(net.params).all()
+    np.testing.assert_allclose(net.params, ref, rtol=1e-9, atol=1e-12)
+    none = update(net, poisoned._replace(valid=np.zeros(30, dtype=bool)), s, Rng(3))
+    assert (none["n_epochs"], none["n_gradient_steps"]) == (0, 0)
 
 
 def test_fixed_seed_gives_bit_identical_updates():
@@ -348,5 +378,7 @@ def test_bad_rollouts_and_settings_say_what_is_expected():
     with pytest.raises(ValueError, match="rollout.actions must be 10 integers in \\[0, 3\\)"):
         update(net, rollout._replace(actions=rollout.actions + 3),
                update_settings(cfg, 1e-3, 0.2), Rng(0))  # fmt: skip
+    with pytest.raises(ValueError, match="rollout.valid must be None or a bool array of shape"):
+        update(net, rollout._replace(valid=np.ones(10)), update_settings(cfg, 1e-3, 0.2), Rng(0))
     with pytest.raises(ValueError, match="learning_rate must be a finite number >= 0"):
         update_settings(cfg, float("nan"), 0.2)

@@ -23,7 +23,7 @@ Gradients follow torch's subgradient choices: where the two surrogate terms are 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -124,7 +124,10 @@ class Rollout(NamedTuple):
     """A rollout's transitions, flattened over steps and envs (N = n_steps * n_envs).
 
     obs : float (N, obs_dim), the network's dtype, rows contiguous; actions : int64
-    (N,); old_logp, advantages, returns, old_values : float (N,), the network's dtype.
+    (N,); old_logp, advantages, returns, old_values : float (N,), the network's dtype;
+    valid : bool (N,), the rows that are transitions (the rollout buffer's ``valid``:
+    a next-step autoreset's reset rows are not), or None in Python for all of them
+    (:func:`update` and :func:`loss_and_grads` pass an array to the kernels).
     """
 
     obs: np.ndarray
@@ -133,6 +136,7 @@ class Rollout(NamedTuple):
     advantages: np.ndarray
     returns: np.ndarray
     old_values: np.ndarray
+    valid: Any = None
 
 
 @kernel
@@ -170,20 +174,29 @@ def adam_step_eps(net: PPONet, lr: float, eps: float) -> None:
 
 
 @kernel
-def shuffled_indices(state: np.ndarray, order: np.ndarray) -> None:
-    """order <- a uniform random permutation of 0 .. n-1 (Fisher-Yates, from the top).
+def shuffled_indices(state: np.ndarray, valid: np.ndarray, order: np.ndarray) -> int:
+    """The indices of the True entries of ``valid`` in a uniformly random order; returns
+    how many (k).
 
-    state : uint64 (4,), a PCG64 state, advanced by n - 1 draws of
-    :func:`~ember_np.rng.next_below`; order : int64 (n,), written.
+    The indices in increasing order, then a Fisher-Yates shuffle from the back
+    (``j = next_below(state, i + 1)``): the rollout buffer's ``shuffled_indices``
+    (``ppo/rollout.py``), the same order from the same state.
+
+    state : uint64 (4,), a PCG64 state, advanced by k - 1 draws of
+    :func:`~ember_np.rng.next_below`; valid : bool (N,); order : int64 (N,), its first
+    k entries written.
     """
-    n = order.shape[0]
-    for i in range(n):
-        order[i] = i
-    for i in range(n - 1, 0, -1):
+    k = 0
+    for i in range(valid.shape[0]):
+        if valid[i]:
+            order[k] = i
+            k += 1
+    for i in range(k - 1, 0, -1):
         j = next_below(state, i + 1)
         tmp = order[i]
         order[i] = order[j]
         order[j] = tmp
+    return k
 
 
 @inlined_kernel
@@ -322,21 +335,26 @@ def train_epochs(
     net : PPONet
         Parameters, gradients and Adam state updated in place.
     rollout : Rollout
-        N >= 1 transitions.
+        N >= 1 rows; the minibatches are cut from the valid ones alone (none valid:
+        no epoch, nothing changes).
     hp : UpdateSettings
     state : uint64 (4,)
-        A PCG64 state, advanced by the shuffles (N - 1 draws per epoch begun).
+        A PCG64 state, advanced by the shuffles (k - 1 draws per epoch begun, k the
+        valid rows).
     stats : ndarray of float64, shape (N_STATS,)
         Written: :data:`STAT_NAMES`.
     """
-    n = rollout.obs.shape[0]
-    bs = min(hp.batch_size, n)
+    n = 0
+    for i in range(rollout.valid.shape[0]):
+        if rollout.valid[i]:
+            n += 1
+    bs = max(min(hp.batch_size, n), 1)
     dtype = net.params.dtype
     width = acts_width(net.layers)
     mb_obs = np.empty((bs, rollout.obs.shape[1]), dtype=dtype)
     acts = np.empty(bs * width, dtype=dtype)
     dacts = np.empty(bs * width, dtype=dtype)
-    order = np.empty(n, dtype=np.int64)
+    order = np.empty(rollout.valid.shape[0], dtype=np.int64)
     out = np.zeros(6)
     sums = np.zeros(5)  # pg, vf, entropy loss, clip fraction, and minibatches
     kl_sum = 0.0
@@ -344,8 +362,8 @@ def train_epochs(
     epochs = 0
     steps = 0
     stopped = False
-    for _ in range(hp.n_epochs):
-        shuffled_indices(state, order)
+    for _ in range(hp.n_epochs if n > 0 else 0):  # no valid row: nothing to learn from
+        shuffled_indices(state, rollout.valid, order)
         epochs += 1
         kl_sum = 0.0
         kl_n = 0
@@ -403,7 +421,16 @@ def _checked(net: ActorCritic, rollout: Rollout) -> Rollout:
         if v.shape != (n,):
             raise ValueError(f"rollout.{name} must have shape ({n},), got {v.shape}")
         rest.append(v)
-    return Rollout(obs, actions, *rest)
+    if rollout.valid is None:
+        valid = np.ones(n, dtype=np.bool_)
+    else:
+        valid = np.ascontiguousarray(rollout.valid)
+        if valid.dtype != np.bool_ or valid.shape != (n,):
+            raise ValueError(
+                f"rollout.valid must be None or a bool array of shape ({n},), got "
+                f"{valid.dtype} of shape {valid.shape}"
+            )
+    return Rollout(obs, actions, rest[0], rest[1], rest[2], rest[3], valid)
 
 
 def loss_and_grads(
