@@ -269,3 +269,28 @@ def test_float32_tanh_is_within_three_ulps_of_tanh():
     z64 = x.astype(np.float64).reshape(-1, 2).copy()
     bias_tanh(z64, np.full(2, 0.5))
     np.testing.assert_allclose(z64.ravel(), np.tanh(x.astype(np.float64) + 0.5), rtol=1e-15)
+
+
+def test_masked_policy_uses_legal_actions_alone():
+    net = perturbed(make_net(False, "relu", n_actions=4, dtype=np.float64), seed=11)
+    obs = np.random.default_rng(12).normal(size=(400, 4))
+    masks = np.random.default_rng(13).random((400, 4)) < 0.5
+    masks[np.arange(400), np.random.default_rng(14).integers(0, 4, 400)] = True
+    logits, _ = net.forward(obs)
+    legal = np.where(masks, logits, -np.inf)
+    ref_logp = log_softmax(legal)
+    greedy, _, _ = net.act(obs, Rng(0), deterministic=True, action_masks=masks)
+    np.testing.assert_array_equal(greedy, np.argmax(legal, axis=1))
+    sampled, logp, _ = net.act(obs, Rng(1), action_masks=masks)
+    assert masks[np.arange(400), sampled].all()
+    np.testing.assert_allclose(logp, ref_logp[np.arange(400), sampled], rtol=1e-12)
+    actions = np.argmax(masks, axis=1)  # a legal action of each row
+    logp, entropy, _ = net.evaluate(obs, actions, action_masks=masks)
+    np.testing.assert_allclose(logp, ref_logp[np.arange(400), actions], rtol=1e-12)
+    p_logp = np.where(masks, np.exp(ref_logp) * np.where(masks, ref_logp, 0.0), 0.0)
+    np.testing.assert_allclose(entropy, -p_logp.sum(axis=1), rtol=1e-12, atol=1e-15)
+    illegal = (actions + 1) % 4
+    assert np.isneginf(net.evaluate(obs, illegal, action_masks=masks)[0][~masks[np.arange(400),
+                       illegal]]).all()  # fmt: skip
+    with pytest.raises(ValueError, match="a legal \\(True\\) action in every row"):
+        net.act(obs[:2], Rng(0), action_masks=np.zeros((2, 4), dtype=bool))

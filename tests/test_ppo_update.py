@@ -76,6 +76,8 @@ def torch_loss(torch, weights, shared, activation, rollout, idx, s):
         logits = F.linear(mlp(x, weights[:k]), weights[k][0].T, weights[k][1])
         critic = mlp(x, weights[k + 1 : 2 * k + 1])
         value = F.linear(critic, weights[2 * k + 1][0].T, weights[2 * k + 1][1]).view(-1)
+    if rollout.masks is not None:  # sb3-contrib's MaskableCategorical: illegal logits -1e8
+        logits = torch.where(torch.as_tensor(rollout.masks[idx]), logits, -1e8)
     dist = torch.distributions.Categorical(logits=logits)
     newlogprob = dist.log_prob(torch.as_tensor(rollout.actions[idx]))
     entropy = dist.entropy()
@@ -133,9 +135,11 @@ def numpy_loss(params, net, shared, activation, rollout, idx, s):
         logits = mlp(x, layers[:k]) @ layers[k][0] + layers[k][1]
         value = mlp(x, layers[k + 1 : 2 * k + 1]) @ layers[2 * k + 1][0] + layers[2 * k + 1][1]
     value = value[:, 0]
+    if rollout.masks is not None:
+        logits = np.where(rollout.masks[idx], logits, -np.inf)
     z = logits - logits.max(axis=1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-    entropy = -(np.exp(logp) * logp).sum(axis=1)
+    entropy = -(np.exp(logp) * np.where(np.isinf(logp), 0.0, logp)).sum(axis=1)
     ratio = np.exp(logp[np.arange(len(idx)), rollout.actions[idx]] - rollout.old_logp[idx])
     adv = rollout.advantages[idx].astype(np.float64)
     if s.normalize_advantage and len(idx) > 1:
@@ -382,3 +386,65 @@ def test_bad_rollouts_and_settings_say_what_is_expected():
         update(net, rollout._replace(valid=np.ones(10)), update_settings(cfg, 1e-3, 0.2), Rng(0))
     with pytest.raises(ValueError, match="learning_rate must be a finite number >= 0"):
         update_settings(cfg, float("nan"), 0.2)
+
+
+def masked(rollout, seed=3):
+    """``rollout`` with random action masks (the action taken always legal)."""
+    rng = np.random.default_rng(seed)
+    masks = rng.random((len(rollout.actions), N_ACT)) < 0.6
+    masks[np.arange(len(masks)), rollout.actions] = True
+    return rollout._replace(masks=masks)
+
+
+@pytest.mark.parametrize(("shared", "activation"), ARCHS, ids=ARCH_IDS)
+def test_masked_loss_and_gradients_match_torch_and_finite_differences(shared, activation):
+    torch = pytest.importorskip("torch")
+    cfg, net = make(shared, activation, ent_coef=0.05)
+    rollout = masked(make_rollout(net, 40))
+    assert not rollout.masks.all()
+    idx = np.arange(40)[5:29]
+    s = update_settings(cfg, 3e-4, 0.2)
+    stats = loss_and_grads(net, rollout, idx, s)
+    weights = torch_weights(torch, net)
+    loss, ref = torch_loss(torch, weights, shared, activation, rollout, idx, s)
+    loss.backward()
+    ref_grads = flat_grads(weights)
+    for name, value in ref.items():
+        assert stats[name] == pytest.approx(value, rel=1e-5, abs=1e-7), name
+    scale = np.abs(ref_grads).max()
+    np.testing.assert_allclose(net.grads, ref_grads, rtol=1e-5, atol=1e-5 * scale)
+    # float64 against finite differences of the masked loss
+    cfg, net = make(shared, activation, dtype=np.float64, seed=4, ent_coef=0.05)
+    rollout = masked(make_rollout(net, 30, seed=5), seed=6)
+    stats = loss_and_grads(net, rollout, idx[:20], s)
+
+    def fn(p):
+        return numpy_loss(p, net, shared, activation, rollout, idx[:20], s)
+
+    params = net.params.copy()
+    assert stats["loss"] == pytest.approx(fn(params), rel=1e-12)
+    np.testing.assert_allclose(net.grads, finite_differences(fn, params), rtol=1e-5, atol=1e-8)
+
+
+def test_masked_updates_match_torch_adam():
+    torch = pytest.importorskip("torch")
+    cfg, net = make(False, "relu", dtype=np.float64, n_epochs=5, batch_size=16, ent_coef=0.01)
+    rollout = masked(make_rollout(net, 50, seed=7))
+    s = update_settings(cfg, 3e-3, 0.2)
+    ref, ref_steps = torch_update(torch, net, False, "relu", rollout, s, Rng(11).state, 5)
+    stats = update(net, rollout, s, Rng(11))
+    assert stats["n_gradient_steps"] == ref_steps == 20
+    np.testing.assert_allclose(net.params, ref, rtol=1e-9, atol=1e-12)
+
+
+def test_masks_that_forbid_a_taken_action_are_refused():
+    cfg, net = make(False, "tanh")
+    rollout = masked(make_rollout(net, 10))
+    bad = rollout.masks.copy()
+    bad[4, rollout.actions[4]] = False
+    with pytest.raises(ValueError, match="rollout.masks must allow every action taken in a "
+                       "valid row, got rows \\[4\\]"):  # fmt: skip
+        update(net, rollout._replace(masks=bad), update_settings(cfg, 1e-3, 0.2), Rng(0))
+    with pytest.raises(ValueError, match="rollout.masks must be None or a bool array"):
+        update(net, rollout._replace(masks=np.ones((10, 2), dtype=bool)),
+               update_settings(cfg, 1e-3, 0.2), Rng(0))  # fmt: skip

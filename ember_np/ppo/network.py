@@ -325,23 +325,32 @@ def backward_into(
 
 
 @kernel
-def log_softmax_row(logits: np.ndarray, logp: np.ndarray) -> float:
-    """logp = log_softmax(logits) of one row; returns the entropy -sum p log p.
+def log_softmax_row(logits: np.ndarray, mask: np.ndarray, logp: np.ndarray) -> float:
+    """logp = log_softmax(logits) of one row over its legal actions; returns the
+    entropy -sum p log p.
 
-    logits : float (A,); logp : float (A,), written. The log-sum-exp and the entropy
-    are summed in float64 after subtracting the row's maximum.
+    logits : float (A,); mask : bool (A,), the legal actions (at least one), or (0,)
+    for all of them; logp : float (A,), written, -inf for an illegal action (its
+    probability is 0 and it adds nothing to the entropy: sb3-contrib's
+    ``MaskableCategorical``). The log-sum-exp and the entropy are summed in float64
+    after subtracting the largest legal logit.
     """
     n = logits.shape[0]
-    m = logits[0]
-    for k in range(1, n):
-        if logits[k] > m:
+    masked = mask.shape[0] > 0
+    m = -np.inf
+    for k in range(n):
+        if logits[k] > m and (not masked or mask[k]):
             m = logits[k]
     s = 0.0
     for k in range(n):
-        s += math.exp(logits[k] - m)
+        if not masked or mask[k]:
+            s += math.exp(logits[k] - m)
     lse = m + math.log(s)
     ent = 0.0
     for k in range(n):
+        if masked and not mask[k]:
+            logp[k] = -np.inf
+            continue
         lp = logits[k] - lse
         logp[k] = lp
         ent -= math.exp(lp) * lp
@@ -350,8 +359,8 @@ def log_softmax_row(logits: np.ndarray, logp: np.ndarray) -> float:
 
 @kernel
 def act_batch(
-    params: np.ndarray, layers: np.ndarray, x: np.ndarray, sample: bool, state: np.ndarray,
-    actions: np.ndarray, logp: np.ndarray, values: np.ndarray,
+    params: np.ndarray, layers: np.ndarray, x: np.ndarray, masks: np.ndarray, sample: bool,
+    state: np.ndarray, actions: np.ndarray, logp: np.ndarray, values: np.ndarray,
 ) -> None:  # fmt: skip
     """Actions for a batch of observations, their log-probabilities and the values.
 
@@ -359,10 +368,12 @@ def act_batch(
     ----------
     params : float (num_params,); layers : int64 (L, 7)
     x : params' dtype, shape (B, obs_dim), rows contiguous
+    masks : bool, shape (B, n_actions), each row's legal actions (at least one), or
+        (B, 0): every action legal
     sample : bool
-        True: draw each action from softmax(logits) by inverse CDF with one
-        :func:`~ember_np.rng.next_double` per row from ``state``; False: the first
-        argmax of the logits (the deterministic policy), no draw.
+        True: draw each action from softmax(logits) over the legal actions by inverse
+        CDF with one :func:`~ember_np.rng.next_double` per row from ``state``; False:
+        the first argmax of the legal logits (the deterministic policy), no draw.
     state : uint64 (4,), a PCG64 state, advanced when sampling
     actions : int64 (B,); logp, values : params' dtype (B,); written.
     """
@@ -376,7 +387,7 @@ def act_batch(
     v0 = batch * layers[vl, A_OFF]
     row_logp = np.empty(n_act, dtype=params.dtype)
     for i in range(batch):
-        log_softmax_row(logits[i], row_logp)
+        log_softmax_row(logits[i], masks[i], row_logp)
         a = 0
         if sample:
             u = next_double(state)
@@ -393,8 +404,10 @@ def act_batch(
                 while a > 0 and row_logp[a] == -np.inf:
                     a -= 1
         else:
-            for k in range(1, n_act):
-                if logits[i, k] > logits[i, a]:
+            while row_logp[a] == -np.inf:  # the first legal action
+                a += 1
+            for k in range(a + 1, n_act):
+                if logits[i, k] > logits[i, a] and row_logp[k] != -np.inf:
                     a = k
         actions[i] = a
         logp[i] = row_logp[a]
@@ -403,14 +416,15 @@ def act_batch(
 
 @kernel
 def evaluate_batch(
-    params: np.ndarray, layers: np.ndarray, x: np.ndarray, actions: np.ndarray,
-    logp: np.ndarray, entropy: np.ndarray, values: np.ndarray,
+    params: np.ndarray, layers: np.ndarray, x: np.ndarray, masks: np.ndarray,
+    actions: np.ndarray, logp: np.ndarray, entropy: np.ndarray, values: np.ndarray,
 ) -> None:  # fmt: skip
     """Log-probabilities of given actions, the policy's entropies and the values.
 
     params : float (num_params,); layers : int64 (L, 7); x : params' dtype (B, obs_dim),
-    rows contiguous; actions : int64 (B,), each in [0, n_actions); logp, entropy,
-    values : params' dtype (B,), written.
+    rows contiguous; masks : bool (B, n_actions) or (B, 0), as :func:`act_batch`;
+    actions : int64 (B,), each in [0, n_actions); logp, entropy, values : params'
+    dtype (B,), written (an illegal action's logp is -inf).
     """
     batch = x.shape[0]
     acts = np.empty(batch * acts_width(layers), dtype=params.dtype)
@@ -422,7 +436,7 @@ def evaluate_batch(
     v0 = batch * layers[vl, A_OFF]
     row_logp = np.empty(n_act, dtype=params.dtype)
     for i in range(batch):
-        entropy[i] = log_softmax_row(logits[i], row_logp)
+        entropy[i] = log_softmax_row(logits[i], masks[i], row_logp)
         logp[i] = row_logp[actions[i]]
         values[i] = acts[v0 + i]
 
@@ -520,11 +534,25 @@ class ActorCritic:
         values = acts[batch * vl[A_OFF] : batch * (vl[A_OFF] + 1)]
         return logits.reshape(batch, self.n_actions).copy(), values.copy()
 
+    def masks(self, action_masks: np.ndarray | None, batch: int) -> np.ndarray:
+        """``action_masks`` as the kernels take them: bool (batch, n_actions), each row
+        with a legal action, or (batch, 0) for None (every action legal)."""
+        if action_masks is None:
+            return np.zeros((batch, 0), dtype=np.bool_)
+        m = np.ascontiguousarray(action_masks)
+        if m.dtype != np.bool_ or m.shape != (batch, self.n_actions) or not m.any(axis=1).all():
+            raise ValueError(
+                f"action_masks must be None or a bool array of shape ({batch}, "
+                f"{self.n_actions}) with a legal (True) action in every row, got "
+                f"{m.dtype} of shape {m.shape}"
+            )
+        return m
+
     def evaluate(
-        self, obs: np.ndarray, actions: np.ndarray
+        self, obs: np.ndarray, actions: np.ndarray, action_masks: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(log pi(a|s), entropy, values)``, each (B,), for a batch of ``obs`` and
-        ``actions`` (int, each in [0, n_actions))."""
+        ``actions`` (int, each in [0, n_actions)); ``action_masks`` as :meth:`masks`."""
         x = self._obs(obs)
         a = np.ascontiguousarray(actions, dtype=np.int64)
         if a.shape != (x.shape[0],) or a.min() < 0 or a.max() >= self.n_actions:
@@ -533,20 +561,26 @@ class ActorCritic:
                 f"{np.asarray(actions)!r}"
             )
         out = [np.empty(x.shape[0], dtype=self.params.dtype) for _ in range(3)]
-        evaluate_batch(self.params, self.layers, x, a, out[0], out[1], out[2])
+        m = self.masks(action_masks, x.shape[0])
+        evaluate_batch(self.params, self.layers, x, m, a, out[0], out[1], out[2])
         return out[0], out[1], out[2]
 
     def act(
-        self, obs: np.ndarray, rng: Rng, deterministic: bool = False
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self, obs: np.ndarray, rng: Rng, deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
         """``(actions int64, log-probabilities, values)``, each (B,), for a batch ``obs``.
 
         Sampled from the policy with ``rng`` (one draw per row), or with
-        ``deterministic`` the argmax of the logits (``rng`` untouched).
+        ``deterministic`` the argmax of the logits (``rng`` untouched); with
+        ``action_masks`` (:meth:`masks`) among each row's legal actions alone.
         """
         x = self._obs(obs)
         actions = np.empty(x.shape[0], dtype=np.int64)
         logp = np.empty(x.shape[0], dtype=self.params.dtype)
         values = np.empty(x.shape[0], dtype=self.params.dtype)
-        act_batch(self.params, self.layers, x, not deterministic, rng.state, actions, logp, values)
+        m = self.masks(action_masks, x.shape[0])
+        act_batch(
+            self.params, self.layers, x, m, not deterministic, rng.state, actions, logp, values
+        )
         return actions, logp, values

@@ -126,8 +126,10 @@ class Rollout(NamedTuple):
     obs : float (N, obs_dim), the network's dtype, rows contiguous; actions : int64
     (N,); old_logp, advantages, returns, old_values : float (N,), the network's dtype;
     valid : bool (N,), the rows that are transitions (the rollout buffer's ``valid``:
-    a next-step autoreset's reset rows are not), or None in Python for all of them
-    (:func:`update` and :func:`loss_and_grads` pass an array to the kernels).
+    a next-step autoreset's reset rows are not), or None in Python for all of them;
+    masks : bool (N, n_actions), the legal actions of each row (every action taken
+    legal), or (N, 0) for all of them, or None in Python for (N, 0). :func:`update`
+    and :func:`loss_and_grads` pass arrays to the kernels.
     """
 
     obs: np.ndarray
@@ -137,6 +139,7 @@ class Rollout(NamedTuple):
     returns: np.ndarray
     old_values: np.ndarray
     valid: Any = None
+    masks: Any = None
 
 
 @kernel
@@ -268,7 +271,7 @@ def minibatch_loss_grads(
     for r in range(batch):
         j = idx[r]
         logits = acts[l0 + r * n_act : l0 + (r + 1) * n_act]
-        ent = log_softmax_row(logits, logp)
+        ent = log_softmax_row(logits, rollout.masks[j], logp)
         a = rollout.actions[j]
         log_ratio = float(logp[a]) - float(rollout.old_logp[j])
         ratio = math.exp(log_ratio)
@@ -286,6 +289,9 @@ def minibatch_loss_grads(
         g_ent = hp.ent_coef * inv_b  # d(-ent_coef * mean H) / d logit_k = c/B p_k (logp_k + H)
         dl = dacts[l0 + r * n_act : l0 + (r + 1) * n_act]
         for k in range(n_act):
+            if logp[k] == -np.inf:  # an illegal action: probability 0 whatever its logit
+                dl[k] = dt(0.0)
+                continue
             p = math.exp(logp[k])
             g = g_ent * p * (logp[k] + ent) - g_logp * p
             if k == a:
@@ -430,7 +436,22 @@ def _checked(net: ActorCritic, rollout: Rollout) -> Rollout:
                 f"rollout.valid must be None or a bool array of shape ({n},), got "
                 f"{valid.dtype} of shape {valid.shape}"
             )
-    return Rollout(obs, actions, rest[0], rest[1], rest[2], rest[3], valid)
+    if rollout.masks is None:
+        masks = np.zeros((n, 0), dtype=np.bool_)
+    else:
+        masks = np.ascontiguousarray(rollout.masks)
+        if masks.dtype != np.bool_ or masks.shape not in ((n, 0), (n, net.n_actions)):
+            raise ValueError(
+                f"rollout.masks must be None or a bool array of shape ({n}, "
+                f"{net.n_actions}) or ({n}, 0), got {masks.dtype} of shape {masks.shape}"
+            )
+        if masks.shape[1] and not masks[np.arange(n), actions][valid].all():
+            raise ValueError(
+                "rollout.masks must allow every action taken in a valid row, got rows "
+                f"{np.flatnonzero(valid & ~masks[np.arange(n), actions])[:10].tolist()} "
+                "whose action is masked out"
+            )
+    return Rollout(obs, actions, rest[0], rest[1], rest[2], rest[3], valid, masks)
 
 
 def loss_and_grads(
