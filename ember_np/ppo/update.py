@@ -45,6 +45,7 @@ from ember_np.rng import Rng, next_below
 
 __all__ = [
     "ADV_EPS",
+    "MB_NAMES",
     "N_STATS",
     "STAT_NAMES",
     "Rollout",
