@@ -1,0 +1,265 @@
+"""PpoConfig: every PPO hyperparameter, validated, with Stable-Baselines3's defaults.
+
+The seed is not a field, as with DQN: the agent takes it (``DqnAgent(..., seed=)``)
+and derives its :class:`~ember_np.rng.Rng` streams from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ember_np._validate import F32_RULE, INT64_MAX, positive_in_f32, too_big_rule
+
+__all__ = ["ACTIVATIONS", "SCHEDULES", "PPOConfig"]
+
+#: The hidden layers' activation functions.
+ACTIVATIONS = ("tanh", "relu")
+#: How the learning rate and the clip range change over a run (SB3's constant and ``lin_``).
+SCHEDULES = ("constant", "linear")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with NumPy scalars as Python ones, so a config serialises to JSON."""
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Hyperparameters of a PPO agent (Stable-Baselines3's ``PPO`` defaults).
+
+    Every field is validated on construction; an invalid value raises a
+    ``ValueError`` naming the field, the value and the valid range.
+
+    Minibatches: each epoch shuffles the ``n_steps * n_envs`` transitions of a
+    rollout and cuts them into minibatches of ``batch_size``; when
+    ``batch_size`` does not divide the rollout, the last minibatch is smaller
+    (SB3 does the same and warns), and a ``batch_size`` above the rollout makes
+    one minibatch of it all.
+    """
+
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Widths of the hidden layers, each >= 1, of the actor and of the critic (or of
+    the shared trunk); () for linear heads. Default (64, 64), SB3's MlpPolicy."""
+
+    activation: str = "tanh"
+    """Activation of the hidden layers: ``"tanh"`` or ``"relu"``. Default tanh (SB3's)."""
+
+    shared_trunk: bool = False
+    """False: separate actor and critic MLPs (SB3's MlpPolicy). True: one trunk
+    feeding a policy head and a value head (ember-rl's). Default False."""
+
+    learning_rate: float = 3e-4
+    """Adam step size at the start of the run, > 0. Typical 1e-4 to 1e-3. Default 3e-4."""
+
+    lr_schedule: str = "constant"
+    """``"constant"``, or ``"linear"``: learning_rate times the fraction of the run
+    left (SB3's ``lin_``). Default constant."""
+
+    n_steps: int = 2048
+    """Env steps per env in each rollout, >= 1. Typical 32-2048. Default 2048."""
+
+    n_envs: int = 1
+    """Environments stepped together, >= 1. Default 1."""
+
+    batch_size: int = 64
+    """Transitions per minibatch, >= 2 when advantages are normalised (one
+    advantage has no spread). Typical 32-256. Default 64."""
+
+    n_epochs: int = 10
+    """Passes over each rollout, >= 1. Typical 3-20. Default 10."""
+
+    gamma: float = 0.99
+    """Discount factor, in [0, 1]. Default 0.99."""
+
+    gae_lambda: float = 0.95
+    """GAE(lambda)'s lambda, in [0, 1]. Default 0.95."""
+
+    clip_range: float = 0.2
+    """PPO's clip on the probability ratio, > 0, at the start of the run. Default 0.2."""
+
+    clip_schedule: str = "constant"
+    """``"constant"`` or ``"linear"`` (clip_range times the fraction of the run left,
+    SB3's ``lin_``). Default constant."""
+
+    clip_range_vf: float | None = None
+    """Clip the new value prediction to within this (> 0) of the rollout's (SB3's
+    ``clip_range_vf``, constant), or None for no value clipping. Default None."""
+
+    normalize_advantage: bool = True
+    """Normalise the advantages of each minibatch to mean 0, std 1. Default True."""
+
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus, >= 0. Typical 0-0.01. Default 0."""
+
+    vf_coef: float = 0.5
+    """Weight of the value loss, >= 0. Default 0.5."""
+
+    max_grad_norm: float | None = 0.5
+    """Clip the global gradient norm to this (> 0), or None for no clipping. Default 0.5."""
+
+    target_kl: float | None = None
+    """Stop a rollout's updates once a minibatch's approximate KL divergence exceeds
+    1.5 * target_kl (> 0), SB3's rule; None never stops early. Default None."""
+
+    adam_eps: float = 1e-5
+    """Adam's epsilon, > 0. Default 1e-5 (SB3's PPO; torch's own default is 1e-8)."""
+
+    normalize_obs: bool = False
+    """Running normalisation of the observations (SB3's VecNormalize). Default False."""
+
+    normalize_reward: bool = False
+    """Running normalisation of the rewards by the return's std (SB3's VecNormalize).
+    Default False."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _plain(getattr(self, f.name)))
+        object.__setattr__(self, "hidden_sizes", self._hidden(self.hidden_sizes))
+        self._validate()
+
+    @staticmethod
+    def _hidden(value: Any) -> tuple[int, ...]:
+        rule = "hidden_sizes must be a sequence of positive integers, e.g. (64, 64), got"
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise ValueError(f"{rule} {value!r}")
+        sizes = tuple(_plain(s) for s in value)
+        if not all(_is_int(s) and 1 <= s <= INT64_MAX for s in sizes):
+            raise ValueError(f"{rule} {value!r}")
+        return tuple(int(s) for s in sizes)
+
+    def _validate(self) -> None:
+        def fail(name: str, rule: str) -> None:
+            raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
+
+        def positive(name: str, rule: str) -> None:
+            v = getattr(self, name)
+            if not _is_real(v) or not (v > 0 and math.isfinite(v)):
+                fail(name, rule)
+            if not positive_in_f32(v):
+                fail(name, F32_RULE)
+
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if _is_int(v) and v > INT64_MAX:
+                fail(f.name, f"at most {too_big_rule(INT64_MAX)}")
+        if self.activation not in ACTIVATIONS:
+            fail("activation", "'tanh' or 'relu'")
+        for name in ("lr_schedule", "clip_schedule"):
+            if getattr(self, name) not in SCHEDULES:
+                fail(name, "'constant' or 'linear' (times the fraction of the run left)")
+        for name in ("shared_trunk", "normalize_advantage", "normalize_obs", "normalize_reward"):
+            if not isinstance(getattr(self, name), bool):
+                fail(name, "True or False")
+        for name in ("n_steps", "n_envs", "batch_size", "n_epochs"):
+            v = getattr(self, name)
+            if not _is_int(v) or v < 1:
+                fail(name, "a positive integer")
+        if self.normalize_advantage and self.batch_size < 2:
+            raise ValueError(
+                "batch_size must be >= 2 when normalize_advantage is True (the advantages "
+                "of one transition have no standard deviation), got 1; raise batch_size "
+                "or set normalize_advantage=False"
+            )
+        if self.normalize_advantage and self.n_steps * self.n_envs < 2:
+            raise ValueError(
+                "n_steps * n_envs must be >= 2 when normalize_advantage is True, got "
+                f"{self.n_steps} * {self.n_envs}; raise n_steps or set normalize_advantage=False"
+            )
+        for name in ("gamma", "gae_lambda"):
+            v = getattr(self, name)
+            if not _is_real(v) or not 0.0 <= v <= 1.0:
+                fail(name, "a number in [0, 1]")
+        positive("learning_rate", "a positive finite number")
+        positive("clip_range", "a positive finite number (typical 0.1-0.3)")
+        positive("adam_eps", "a positive finite number (SB3's PPO: 1e-5)")
+        for name in ("ent_coef", "vf_coef"):
+            v = getattr(self, name)
+            if not _is_real(v) or not (v >= 0 and math.isfinite(v)):
+                fail(name, "a finite number >= 0")
+        if self.clip_range_vf is not None:
+            positive("clip_range_vf", "a positive finite number or None (no value clipping)")
+        if self.max_grad_norm is not None:
+            positive("max_grad_norm", "a positive finite number or None (no clipping)")
+        if self.target_kl is not None:
+            positive("target_kl", "a positive finite number or None (never stop early)")
+
+    # -- schedules ------------------------------------------------------------
+    def learning_rate_at(self, progress_remaining: float) -> float:
+        """Adam's learning rate when ``progress_remaining`` (1 at the start of the run,
+        0 at its end; SB3's ``1 - num_timesteps / total_timesteps``) of the run is left."""
+        return _scheduled(self.learning_rate, self.lr_schedule, progress_remaining)
+
+    def clip_range_at(self, progress_remaining: float) -> float:
+        """The ratio clip range when ``progress_remaining`` of the run is left
+        (as :meth:`learning_rate_at`)."""
+        return _scheduled(self.clip_range, self.clip_schedule, progress_remaining)
+
+    @property
+    def rollout_size(self) -> int:
+        """Transitions per rollout: ``n_steps * n_envs``."""
+        return self.n_steps * self.n_envs
+
+    @property
+    def minibatches_per_epoch(self) -> int:
+        """Minibatches in one epoch: ceil(rollout_size / batch_size) (the last may be smaller)."""
+        return -(-self.rollout_size // self.batch_size)
+
+    # -- serialisation --------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict of every field (hidden_sizes as a list)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = list(v) if f.name == "hidden_sizes" else v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PPOConfig:
+        """Inverse of :meth:`to_dict`; unknown keys raise ValueError naming them."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a PPOConfig dict is expected, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown PPOConfig field(s) {unknown}; valid fields are {sorted(known)}"
+            )
+        kwargs = dict(data)
+        if isinstance(kwargs.get("hidden_sizes"), list):
+            kwargs["hidden_sizes"] = tuple(kwargs["hidden_sizes"])
+        return cls(**kwargs)
+
+    def replace(self, **changes: Any) -> PPOConfig:
+        """A copy with some fields changed (validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _scheduled(start: float, schedule: str, progress_remaining: float) -> float:
+    if not _is_real(progress_remaining) or not 0.0 <= progress_remaining <= 1.0:
+        raise ValueError(
+            "progress_remaining must be a number in [0, 1] (the fraction of the run left), "
+            f"got {progress_remaining!r}"
+        )
+    if schedule == "linear":
+        return float(progress_remaining) * float(start)
+    return float(start)
