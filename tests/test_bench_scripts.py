@@ -222,3 +222,31 @@ def test_learning_preset_keys_round_trip():
         assert split_preset_key(preset_key(preset, n)) == (preset, n)
     assert row_name("ember_np", "rainbow-n4") == "ember_np rainbow, compiled env x 4"
     assert row_name("ember_np", "my-noisy") == "ember_np my-noisy"  # "-n" not a suffix
+
+
+@pytest.mark.parametrize("batch", [256, 37])
+def test_ppo_floor_counts_the_products_torch_runs_for_a_minibatch(batch):
+    """bench/ppo_update.py's FLOPs of a minibatch equal the matrix products torch's
+    autograd runs for the same forward and backward pass (torch's own FLOP counter:
+    each Linear's product, its weight gradient, and its input gradient where the input
+    needs one, so not for layers that read the observation)."""
+    torch = pytest.importorskip("torch")
+    from ppo_update import ZOO_CARTPOLE, TorchPPO, update_flops
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ember_np.ppo.network import ActorCritic
+    from ember_np.rng import Rng
+
+    model = TorchPPO(torch, ZOO_CARTPOLE, 4, 2)
+    obs = torch.randn(batch, 4)
+    with FlopCounterMode(display=False) as counter:
+        logits, values = model.actor(obs), model.critic(obs)
+        (logits.sum() + values.sum()).backward()
+    net = ActorCritic(4, 2, ZOO_CARTPOLE, Rng(0))
+    assert counter.get_total_flops() > 0
+    assert update_flops(net, batch) == counter.get_total_flops()
+
+
+def test_ppo_update_bench_runs():
+    out = run("bench/ppo_update.py", "--quick")
+    assert "MFLOP per transition" in out and "floors" in out

@@ -156,6 +156,8 @@ class VectorDriver:
         self.masks = masks
         self.warned = False  # whether IGNORED_MASKS was said (masks off, the env gives them)
         agent.set_num_envs(self.num_envs)
+        if hasattr(agent, "set_autoreset_mode"):  # an agent that stores whole rollouts
+            agent.set_autoreset_mode(self.mode)
         n = self.num_envs
         self.step_arrays: Any = None  # the agent's VecStep, made at the first reset
         self.episode_steps = np.zeros(n, dtype=np.int64)

@@ -1,0 +1,427 @@
+"""PPOAgent: PPO's actor-critic, rollout buffer and update behind the trainer's agent protocol.
+
+The trainer steps any agent through :class:`~ember_np.types.LearningAgent` (one env)
+or the vector members (``set_num_envs``, ``new_vec_step``, ``observe_vector``,
+``encode_batch``, ``indices_to_actions``: N envs); PPOAgent implements both, so
+``DqnTrainer`` drives it over a gymnasium env or vector env as it drives a DQN agent.
+One env is N = 1 of the same path.
+
+A rollout, as Stable-Baselines3's ``PPO.collect_rollouts`` and ``PPO.train``:
+
+1. each env acts on its observation (normalised, when asked, by :class:`VecNormalizer`)
+   with an action sampled from the policy; its log-probability and the critic's value
+   are kept until the transition comes back;
+2. the transition is stored in the :class:`RolloutBuffer` with its (normalised)
+   reward; a truncated episode bootstraps from the critic's value of its real last
+   observation;
+3. after ``n_steps`` vector steps the critic values the observations the envs act on
+   next, GAE(lambda) gives advantages and returns, and :func:`update` runs every epoch
+   of minibatches; the learning rate and clip range follow their schedules over the
+   run (``total_timesteps``: SB3's ``progress_remaining``);
+4. the next actions are sampled by the updated policy.
+
+Randomness: three streams from the seed (:meth:`Rng.streams`): the initialisation,
+the actions, the minibatch shuffles.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ember_np._arrays import as_f32
+from ember_np.checkpoint import (
+    COUNTERS_KEY,
+    FORMAT_KEY,
+    VERSION_KEY,
+    Reader,
+    json_array,
+    save_arrays,
+    string_array,
+)
+from ember_np.encoding import describe, encoder_from_description, mapper_from_description
+from ember_np.ppo.config import PPOConfig
+from ember_np.ppo.network import ActorCritic
+from ember_np.ppo.normalize import VecNormalizer
+from ember_np.ppo.rollout import NEXT_STEP, SAME_STEP, RolloutBuffer
+from ember_np.ppo.update import Rollout, update, update_settings
+from ember_np.rng import Rng
+from ember_np.types import Experience
+
+__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "NO_TRANSITION", "PPOAgent", "PPOStep"]
+
+#: The format tag of a PPO checkpoint (a DQN run's checkpoint is refused by it, by name).
+CHECKPOINT_FORMAT = "ember_np.ppo"
+CHECKPOINT_VERSION = 1
+#: The network's arrays a checkpoint holds (ActorCritic's attributes).
+_NET_KEYS = ("params", "adam_m", "adam_v", "adam_t")
+#: The rollout buffer's arrays (RolloutArrays fields; a run stopped mid-rollout resumes it).
+_BUFFER_KEYS = ("obs", "actions", "rewards", "values", "log_probs", "masks", "dones", "valid",
+                "advantages", "returns", "ended", "cursor")  # fmt: skip
+
+#: A VecStep row that is no transition (a reset row under ``NEXT_STEP`` autoreset, or
+#: the first observations): the trainer's value (``dqn.agent_kernels.NO_TRANSITION``).
+NO_TRANSITION = -1
+
+
+class PPOStep(NamedTuple):
+    """One step of N envs, as the trainer's vector driver fills it (the fields of DQN's
+    ``VecStep``, which the driver reads and writes by name)."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    statuses: np.ndarray
+    next_masks: np.ndarray
+    act_obs: np.ndarray
+    act_masks: np.ndarray
+    acting: np.ndarray
+    next_actions: np.ndarray
+
+
+class PPOAgent:
+    """PPO (clipped surrogate, GAE, optional VecNormalize) for discrete actions.
+
+    Parameters
+    ----------
+    encoder : ObservationEncoder
+        Observations to float32 vectors (``encoder_for_space``).
+    action_mapper : IndexActionMapper
+        Action indices to env actions.
+    config : PPOConfig
+    seed : int
+        Derives the initialisation, action and shuffle streams.
+    total_timesteps : int or None
+        The run's length in env steps, which linear schedules of the learning rate and
+        clip range span (SB3's ``total_timesteps``). Required when a schedule is linear.
+    """
+
+    action_masks = False
+
+    def __init__(self, encoder: Any, action_mapper: Any, config: PPOConfig, seed: int = 0,
+                 total_timesteps: int | None = None) -> None:  # fmt: skip
+        if not isinstance(config, PPOConfig):
+            raise TypeError(f"config must be a PPOConfig, got {type(config).__name__}")
+        linear = "linear" in (config.lr_schedule, config.clip_schedule)
+        if total_timesteps is not None and int(total_timesteps) < 1:
+            raise ValueError(f"total_timesteps must be >= 1, got {total_timesteps!r}")
+        if linear and total_timesteps is None:
+            raise ValueError("a linear learning-rate or clip schedule spans the run: pass "
+                             "total_timesteps (the run's env steps)")  # fmt: skip
+        self.encoder = encoder
+        self.action_mapper = action_mapper
+        self.config = config
+        self.seed = int(seed)
+        self.total_timesteps = None if total_timesteps is None else int(total_timesteps)
+        self.obs_size = int(encoder.obs_size)
+        self.n_actions = int(action_mapper.num_actions)
+        init_rng, self.act_rng, self.update_rng = Rng.streams(self.seed, 3)
+        self.net = ActorCritic(self.obs_size, self.n_actions, config, init_rng)
+        self.last_loss = math.nan
+        self.last_stats: dict[str, float] = {}
+        self._total_steps = 0
+        self._n_updates = 0
+        self._trained = False
+        self._mode = SAME_STEP
+        self.num_envs = 0
+        self.buffer: RolloutBuffer
+        self.normalizer: VecNormalizer | None
+        self.set_num_envs(1)
+
+    # -- set-up ------------------------------------------------------------------
+    def set_num_envs(self, num_envs: int) -> None:
+        """Learn from ``num_envs`` envs stepped together: a new rollout buffer of
+        ``n_steps`` x ``num_envs`` (and normaliser); the one being filled must be empty."""
+        n = int(num_envs)
+        if n < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs!r}")
+        if n == self.num_envs:
+            return
+        if self.num_envs and self.buffer.pos:
+            raise ValueError(f"the rollout holds {self.buffer.pos} steps of {self.num_envs} "
+                             f"envs: it cannot be split for {n}")  # fmt: skip
+        c = self.config
+        self.num_envs = n
+        self.buffer = RolloutBuffer(c.n_steps, n, self.obs_size, 0, c.gamma, c.gae_lambda,
+                                    self._mode)  # fmt: skip
+        self.normalizer = (
+            VecNormalizer(self.obs_size, n, c.normalize_obs, c.normalize_reward, gamma=c.gamma)
+            if c.normalize_obs or c.normalize_reward
+            else None
+        )
+        self._x = np.zeros((n, self.obs_size), np.float32)  # the normalised obs acted on
+        self._values = np.zeros(n, np.float32)
+        self._logp = np.zeros(n, np.float32)
+
+    def set_autoreset_mode(self, mode: str) -> None:
+        """``"next"`` or ``"same"``: how the vector env resets (the trainer's driver tells)."""
+        if mode not in (NEXT_STEP, SAME_STEP):
+            raise ValueError(f"autoreset mode must be 'next' or 'same', got {mode!r}")
+        if mode != self._mode:
+            self._mode = mode
+            n, self.num_envs = self.num_envs, 0
+            self.set_num_envs(n)
+
+    def new_vec_step(self, num_envs: int, masks: bool = False) -> PPOStep:
+        """Zeroed arrays of one vector step for :meth:`observe_vector`."""
+        if masks:
+            raise ValueError("PPOAgent takes no action masks yet: train without them")
+        n, k = int(num_envs), self.obs_size
+        return PPOStep(
+            np.zeros((n, k), np.float32), np.zeros(n, np.int64), np.zeros(n, np.float64),
+            np.zeros((n, k), np.float32), np.zeros(n, np.int64), np.ones((n, 0), np.bool_),
+            np.zeros((n, k), np.float32), np.ones((n, 0), np.bool_), np.ones(n, np.bool_),
+            np.zeros(n, np.int64),
+        )  # fmt: skip
+
+    # -- observations and actions ------------------------------------------------
+    def encode(self, obs: Any) -> np.ndarray:
+        """One raw observation as float32 (obs_size,)."""
+        return as_f32(self.encoder.encode(obs), "the encoder's output")
+
+    def encode_batch(self, obs_batch: Any) -> np.ndarray:
+        """A batch of raw observations as float32 (N, obs_size)."""
+        x = as_f32(self.encoder.encode_batch(obs_batch), "the encoder's output")
+        if x.ndim != 2 or x.shape[1] != self.obs_size:
+            raise ValueError(f"expected a batch of observations encoded to shape (N, "
+                             f"{self.obs_size}), got {x.shape}")  # fmt: skip
+        return x
+
+    def index_to_action(self, index: int) -> Any:
+        return self.action_mapper.index_to_action(int(index))
+
+    def indices_to_actions(self, indices: np.ndarray) -> np.ndarray:
+        return np.array([self.action_mapper.index_to_action(int(i)) for i in indices])
+
+    def _normalized(self, x: np.ndarray, update_rows: np.ndarray | None = None) -> np.ndarray:
+        if self.normalizer is None or not self.config.normalize_obs:
+            return x
+        return self.normalizer.normalize_obs(x, update_rows)
+
+    def _applied(self, x: np.ndarray) -> np.ndarray:
+        if self.normalizer is None or not self.config.normalize_obs:
+            return x
+        return self.normalizer.apply_obs(x)
+
+    def act(self, obs: Any) -> Any:
+        """The greedy env action (argmax of the logits) for one raw observation."""
+        x = self._applied(self.encode(obs)[None, :])
+        actions, _, _ = self.net.act(x, self.act_rng, deterministic=True)
+        return self.index_to_action(int(actions[0]))
+
+    def act_epsilon_greedy(self, obs: Any, rng: Any = None) -> Any:
+        """An action sampled from the policy (the trainer's name for exploring)."""
+        x = self._applied(self.encode(obs)[None, :])
+        actions, _, _ = self.net.act(x, self.act_rng)
+        return self.index_to_action(int(actions[0]))
+
+    def _pick(self, rows: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Sample actions for normalised ``x`` (N, obs_size); keep each row's obs, value
+        and log-probability where ``rows`` (bool (N,)) for the transitions to come."""
+        actions, logp, values = self.net.act(x, self.act_rng)
+        self._x[rows] = x[rows]
+        self._logp[rows] = logp[rows]
+        self._values[rows] = values[rows]
+        return actions
+
+    def act_encoded(self, x: np.ndarray) -> int:
+        """The first action of an episode (one env): sampled, its obs kept."""
+        self._require_envs(1)
+        xn = self._normalized(np.asarray(x, np.float32)[None, :])
+        return int(self._pick(np.ones(1, np.bool_), xn)[0])
+
+    def _require_envs(self, n: int) -> None:
+        if self.num_envs != n:
+            raise ValueError(f"this agent learns from {self.num_envs} envs; the one-env "
+                             "methods need set_num_envs(1)")  # fmt: skip
+
+    # -- learning ----------------------------------------------------------------
+    def observe(self, experience: Experience) -> bool:
+        """Learn from one raw transition of one env, its action taken by whoever acted
+        (its log-probability and value are the current policy's, at the transition's
+        observation); whether an update ran."""
+        self._require_envs(1)
+        index = int(self.action_mapper.action_to_index(experience.action))
+        xn = self._normalized(self.encode(experience.observation)[None, :])
+        logp, _, values = self.net.evaluate(xn, np.array([index]))
+        self._x[0], self._logp[0], self._values[0] = xn[0], logp[0], values[0]
+        status = int(experience.status)
+        self.observe_encoded(xn[0], index, experience.reward,
+                             self.encode(experience.next_observation), status)  # fmt: skip
+        return self._trained
+
+    def observe_encoded(self, x: np.ndarray, index: int, reward: Any, nx: np.ndarray,
+                        status: int, act_next: bool = False) -> int:  # fmt: skip
+        """Learn from one transition of one env (its action picked by the last
+        :meth:`act_encoded` or ``act_next``); with ``act_next`` return the next action."""
+        self._require_envs(1)
+        s = self._one
+        s.actions[0] = index
+        s.rewards[0] = float(reward)
+        s.next_obs[0] = nx
+        s.statuses[0] = int(status)
+        s.act_obs[0] = nx
+        s.acting[0] = bool(act_next)
+        self.observe_vector(s)
+        return int(s.next_actions[0]) if act_next else 0
+
+    @property
+    def _one(self) -> PPOStep:
+        if not hasattr(self, "_one_step"):
+            self._one_step = self.new_vec_step(1)
+        return self._one_step
+
+    def observe_vector(self, step: PPOStep) -> np.ndarray:
+        """Learn from one step of N envs (store; at a full rollout, GAE and the update)
+        and sample the acting envs' next actions into ``step.next_actions``."""
+        n = self.num_envs
+        codes = step.statuses
+        moved = codes != NO_TRANSITION
+        self._trained = False
+        if moved.any():
+            self._store(step, codes, moved)
+        done = (codes == 1) | (codes == 2)
+        update_rows = None if self._mode == SAME_STEP else ~done
+        x = self._normalized(step.act_obs, update_rows)
+        if self.buffer.full:
+            self._learn(x)
+        acting = np.asarray(step.acting, np.bool_).reshape(n)
+        step.next_actions[:] = np.where(acting, self._pick(acting, x), 0)
+        return step.next_actions
+
+    def _store(self, step: PPOStep, codes: np.ndarray, moved: np.ndarray) -> None:
+        terminated, truncated = codes == 1, codes == 2
+        rewards = np.where(moved, step.rewards, 0.0)
+        if self.normalizer is not None and self.config.normalize_reward:
+            rewards = self.normalizer.normalize_reward(rewards, terminated, truncated,
+                                                       skip=~moved)  # fmt: skip
+        final = np.zeros(self.num_envs, np.float32)
+        if truncated.any():
+            _, _, v = self.net.act(self._applied(step.next_obs), self.act_rng, deterministic=True)
+            final[truncated] = v[truncated]
+        self.buffer.store(self._x, step.actions, self._values, self._logp, rewards,
+                          terminated, truncated, final)  # fmt: skip
+        self._total_steps += int(np.count_nonzero(moved))
+
+    def _learn(self, x_next: np.ndarray) -> None:
+        """GAE with the critic's values of ``x_next``, then every epoch of the update."""
+        _, _, last_values = self.net.act(x_next, self.act_rng, deterministic=True)
+        self.buffer.compute_gae(last_values)
+        progress = 1.0
+        if self.total_timesteps is not None:
+            progress = max(1.0 - self._total_steps / self.total_timesteps, 0.0)
+        c = self.config
+        settings = update_settings(c, c.learning_rate_at(progress), c.clip_range_at(progress))
+        f = self.buffer.flat()
+        rollout = Rollout(f.obs, f.actions, f.log_probs, f.advantages, f.returns, f.values,
+                          f.valid, None)  # fmt: skip
+        self.last_stats = update(self.net, rollout, settings, self.update_rng)
+        self.last_loss = self.last_stats["loss"]
+        self._n_updates += int(self.last_stats["n_epochs"])
+        self._trained = True
+        self.buffer.reset()
+
+    # -- counters ----------------------------------------------------------------
+    @property
+    def total_steps(self) -> int:
+        """Env transitions observed."""
+        return self._total_steps
+
+    @property
+    def n_updates(self) -> int:
+        """Epochs of updates begun (SB3's ``n_updates``)."""
+        return self._n_updates
+
+    @property
+    def last_step_trained(self) -> bool:
+        """Whether the last observed step ended a rollout (an update ran)."""
+        return self._trained
+
+    def epsilon_at(self, step: int) -> float:
+        """0.0: PPO has no epsilon, it explores by sampling its policy (the trainer's
+        logs and progress bar show the column)."""
+        return 0.0
+
+    def can_fuse(self, env: Any) -> bool:
+        """No compiled loop yet: the trainer steps it in Python."""
+        return False
+
+    # -- checkpoints -------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str], include_buffer: bool = True) -> Path:
+        """Write the agent to ``path`` (.npz, atomically): the network and Adam state,
+        counters, random streams, normalisation statistics and the rollout in progress
+        (so a resumed run equals the run straight through). ``include_buffer`` is the
+        trainer's argument; a rollout is always saved (it is small)."""
+        arrays: dict[str, np.ndarray] = {
+            FORMAT_KEY: string_array(CHECKPOINT_FORMAT),
+            VERSION_KEY: np.int64(CHECKPOINT_VERSION),
+            COUNTERS_KEY: np.array([self._total_steps, self._n_updates], dtype=np.int64),
+            "meta": json_array({
+                "seed": self.seed, "config": self.config.to_dict(),
+                "encoder": describe(self.encoder), "mapper": describe(self.action_mapper),
+                "total_timesteps": self.total_timesteps, "num_envs": self.num_envs,
+                "autoreset": self._mode, "last_loss": self.last_loss,
+            }),
+            "rng_act": self.act_rng.state.copy(),
+            "rng_update": self.update_rng.state.copy(),
+            "pending_obs": self._x, "pending_values": self._values, "pending_logp": self._logp,
+        }  # fmt: skip
+        for key in _NET_KEYS:
+            arrays[f"net/{key}"] = getattr(self.net, key)
+        rollout = self.buffer.arrays._asdict()
+        for key in _BUFFER_KEYS:
+            arrays[f"buffer/{key}"] = rollout[key]
+        if self.normalizer is not None:
+            for key, arr in self.normalizer.state_arrays().items():
+                arrays[f"normalizer/{key}"] = arr
+        save_arrays(path, arrays)
+        return Path(path)
+
+    def load(self, path: str | os.PathLike[str], include_buffer: bool = True) -> PPOAgent:
+        """Restore :meth:`save`'s state into this agent (same config and sizes)."""
+        reader = Reader(path)
+        reader.check_format(CHECKPOINT_FORMAT, CHECKPOINT_VERSION)
+        meta = reader.json("meta")
+        if int(meta["num_envs"]) != self.num_envs or meta["autoreset"] != self._mode:
+            self._mode = str(meta["autoreset"])
+            self.num_envs = 0
+            self.set_num_envs(int(meta["num_envs"]))
+        counters = reader.array(COUNTERS_KEY, "int64", (2,))
+        for key in _NET_KEYS:
+            target = getattr(self.net, key)
+            target[...] = reader.array(f"net/{key}", target.dtype, target.shape)
+        rollout = self.buffer.arrays._asdict()
+        for key in _BUFFER_KEYS:
+            rollout[key][...] = reader.array(
+                f"buffer/{key}", rollout[key].dtype, rollout[key].shape
+            )
+        for name, target in (("pending_obs", self._x), ("pending_values", self._values),
+                             ("pending_logp", self._logp)):  # fmt: skip
+            target[...] = reader.array(name, target.dtype, target.shape)
+        self.act_rng.state[:] = reader.array("rng_act", "uint64", (4,))
+        self.update_rng.state[:] = reader.array("rng_update", "uint64", (4,))
+        if self.normalizer is not None:
+            keys = self.normalizer.state_arrays()
+            self.normalizer.load_state_arrays(
+                {k: reader.array(f"normalizer/{k}", "float64") for k in keys}
+            )
+        self._total_steps, self._n_updates = int(counters[0]), int(counters[1])
+        self.last_loss = float(meta.get("last_loss", math.nan))
+        return self
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike[str]) -> PPOAgent:
+        """A new agent restored from :meth:`save`'s file."""
+        reader = Reader(path)
+        reader.check_format(CHECKPOINT_FORMAT, CHECKPOINT_VERSION)
+        meta = reader.json("meta")
+        agent = cls(encoder_from_description(meta["encoder"]),
+                    mapper_from_description(meta["mapper"]),
+                    PPOConfig.from_dict(meta["config"]), int(meta["seed"]),
+                    meta["total_timesteps"])  # fmt: skip
+        return agent.load(path)

@@ -1,0 +1,176 @@
+"""PPOAgent: the trainer drives it as a plain loop over PPO's pieces would, it learns
+CartPole, it is deterministic, and its checkpoints restore it exactly."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from ember_np import DqnAgent, DqnTrainer
+from ember_np.checkpoint import CheckpointError
+from ember_np.encoding import IndexActionMapper, encoder_for_space
+from ember_np.ppo.agent import PPOAgent
+from ember_np.ppo.config import PPOConfig
+from ember_np.ppo.network import ActorCritic
+from ember_np.ppo.normalize import VecNormalizer
+from ember_np.ppo.rollout import RolloutBuffer
+from ember_np.ppo.update import Rollout, update, update_settings
+from ember_np.rng import Rng
+
+#: Small rollouts, both normalisations, linear schedules: every path of a rollout.
+SMALL = PPOConfig(n_steps=16, batch_size=24, n_epochs=3, learning_rate=3e-3,
+                  lr_schedule="linear", clip_schedule="linear", normalize_obs=True,
+                  normalize_reward=True, ent_coef=0.01)  # fmt: skip
+#: The RL Zoo's CartPole-v1 row of ppo.yml (rl-baselines3-zoo hyperparams/ppo.yml).
+ZOO_CARTPOLE = PPOConfig(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
+                         gae_lambda=0.8, ent_coef=0.0, learning_rate=1e-3, lr_schedule="linear",
+                         clip_range=0.2, clip_schedule="linear")  # fmt: skip
+
+
+def vector_env(n: int, max_steps: int = 30) -> gym.vector.VectorEnv:
+    """CartPole copies whose episodes are cut at ``max_steps`` (truncations happen)."""
+    return gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1", max_episode_steps=max_steps) for _ in range(n)]
+    )
+
+
+def make_agent(env, config=SMALL, seed=0, total=400):  # noqa: ANN001, ANN201
+    obs_space = getattr(env, "single_observation_space", env.observation_space)
+    act_space = getattr(env, "single_action_space", env.action_space)
+    return PPOAgent(encoder_for_space(obs_space), IndexActionMapper.for_space(act_space),
+                    config, seed=seed, total_timesteps=total)  # fmt: skip
+
+
+def reference_params(config: PPOConfig, seed: int, n_envs: int, steps: int) -> np.ndarray:
+    """PPO on ``vector_env(n_envs)`` (next-step autoreset) written as a plain loop over
+    the network, the rollout buffer, the normaliser and the update."""
+    env = vector_env(n_envs)
+    init_rng, act_rng, update_rng = Rng.streams(seed, 3)
+    net = ActorCritic(4, 2, config, init_rng)
+    buf = RolloutBuffer(config.n_steps, n_envs, 4, 0, config.gamma, config.gae_lambda, "next")
+    norm = VecNormalizer(4, n_envs, True, True, gamma=config.gamma)
+    obs, _ = env.reset(seed=seed)
+    x = norm.normalize_obs(obs.astype(np.float32))
+    actions, logp, values = net.act(x, act_rng)
+    ended = np.zeros(n_envs, bool)  # the next step of these envs is a reset row
+    total = 0
+    while total < steps:
+        obs, rewards, terminated, truncated, _ = env.step(actions)
+        moved = ~ended
+        terminated, truncated = terminated & moved, truncated & moved & ~terminated
+        r = norm.normalize_reward(np.where(moved, rewards, 0.0), terminated, truncated,
+                                  skip=~moved)  # fmt: skip
+        final = np.zeros(n_envs, np.float32)
+        if truncated.any():  # next-step autoreset: obs is the real last observation
+            final = net.act(norm.apply_obs(obs.astype(np.float32)), act_rng, True)[2]
+        buf.store(x, actions, values, logp, r, terminated, truncated, final)
+        total += int(moved.sum())
+        done = terminated | truncated
+        x_next = norm.normalize_obs(obs.astype(np.float32), ~done)
+        if buf.full:
+            buf.compute_gae(net.act(x_next, act_rng, True)[2])
+            progress = max(1.0 - total / 400, 0.0)
+            settings = update_settings(config, config.learning_rate_at(progress),
+                                       config.clip_range_at(progress))  # fmt: skip
+            f = buf.flat()
+            update(net, Rollout(f.obs, f.actions, f.log_probs, f.advantages, f.returns,
+                                f.values, f.valid), settings, update_rng)  # fmt: skip
+            buf.reset()
+        new_actions, new_logp, new_values = net.act(x_next, act_rng)
+        # a reset row acts on its first observation, a continuing one on its next; an
+        # env that just ended ignores its action (its next step is its reset row)
+        acting = ended | (moved & ~done)
+        x = np.where(acting[:, None], x_next, x)
+        logp, values = np.where(acting, new_logp, logp), np.where(acting, new_values, values)
+        actions = np.where(acting, new_actions, 0)
+        ended = moved & done
+    return net.params.copy()
+
+
+def test_the_trainer_drives_the_agent_as_the_plain_loop_does():
+    """Over 3 envs with truncations and resets, both normalisations and linear
+    schedules, the trainer's vector driver and the plain loop end with the same weights."""
+    env = vector_env(3)
+    agent = make_agent(env, seed=4)
+    DqnTrainer(env, agent, seed=4).train(300)
+    assert agent.n_updates > 0 and agent.total_steps >= 300
+    expected = reference_params(SMALL, 4, 3, agent.total_steps)
+    np.testing.assert_array_equal(agent.net.params, expected)
+
+
+def test_the_same_seed_trains_the_same_weights_and_another_seed_others():
+    runs = []
+    for seed in (1, 1, 2):
+        env = vector_env(2)
+        agent = make_agent(env, seed=seed)
+        DqnTrainer(env, agent, seed=seed).train(200)
+        runs.append(agent.net.params.copy())
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert not np.array_equal(runs[0], runs[2])
+
+
+def test_one_env_counts_rollouts_and_epochs_as_sb3():
+    """The trainer's one-env path: an update after every n_steps transitions, each of
+    n_epochs epochs (SB3's n_updates), truncated episodes included."""
+    env = gym.make("CartPole-v1", max_episode_steps=25)
+    agent = make_agent(env, SMALL.replace(normalize_obs=False, normalize_reward=False))
+    DqnTrainer(env, agent, seed=0).train(5 * SMALL.n_steps + 3)
+    assert agent.total_steps == 5 * SMALL.n_steps + 3
+    assert agent.n_updates == 5 * SMALL.n_epochs
+    assert np.isfinite(agent.last_loss) and set(agent.last_stats) >= {"approx_kl", "clip_fraction"}
+
+
+def test_a_checkpoint_round_trip_continues_identically(tmp_path):
+    """Saved mid-rollout and restored, an agent given the same steps as the original
+    picks the same actions and ends with the same weights, Adam state and statistics."""
+    env = vector_env(2)
+    agent = make_agent(env)
+    DqnTrainer(env, agent, seed=3).train(37)  # stops mid-rollout
+    assert 0 < agent.buffer.pos < SMALL.n_steps
+    path = agent.save(tmp_path / "ppo.npz")
+    restored = PPOAgent.from_checkpoint(path)
+    rng = np.random.default_rng(0)
+    taken = np.zeros(2, np.int64)
+    for _ in range(3 * SMALL.n_steps):  # the same steps to both
+        steps = [a.new_vec_step(2) for a in (agent, restored)]
+        obs = rng.standard_normal((2, 4)).astype(np.float32)
+        codes = rng.choice([0, 0, 0, 1, 2], size=2)
+        for a, s in zip((agent, restored), steps, strict=True):
+            s.actions[:] = taken
+            s.rewards[:] = 1.0
+            s.next_obs[:] = obs
+            s.act_obs[:] = obs
+            s.statuses[:] = codes
+            a.observe_vector(s)
+        np.testing.assert_array_equal(steps[0].next_actions, steps[1].next_actions)
+        taken = steps[0].next_actions.copy()
+    assert agent.n_updates == restored.n_updates > 0
+    np.testing.assert_array_equal(agent.net.params, restored.net.params)
+    np.testing.assert_array_equal(agent.net.adam_v, restored.net.adam_v)
+    for key, value in agent.normalizer.state_arrays().items():
+        np.testing.assert_array_equal(value, restored.normalizer.state_arrays()[key])
+
+
+def test_a_ppo_checkpoint_is_refused_as_dqn_naming_both(tmp_path):
+    env = gym.make("CartPole-v1")
+    path = make_agent(env).save(tmp_path / "ppo.npz")
+    with pytest.raises(CheckpointError, match="ember_np.ppo"):
+        DqnAgent.from_checkpoint(path)
+
+
+def test_linear_schedules_need_the_run_length():
+    env = gym.make("CartPole-v1")
+    with pytest.raises(ValueError, match="total_timesteps"):
+        make_agent(env, total=None)
+
+
+def test_the_zoo_preset_solves_cartpole_in_100k_steps():
+    """The RL Zoo's CartPole-v1 settings (8 envs, 100k steps), one seed: the greedy
+    policy's mean return over 20 episodes is at least 475 (500 is the cap)."""
+    env = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync")
+    agent = make_agent(env, ZOO_CARTPOLE, seed=0, total=100_000)
+    trainer = DqnTrainer(env, agent, seed=0, eval_env=gym.make("CartPole-v1"))
+    trainer.train(100_000)
+    report = trainer.eval(20)
+    assert report.mean_reward >= 475, report
