@@ -174,3 +174,39 @@ def test_the_zoo_preset_solves_cartpole_in_100k_steps():
     trainer.train(100_000)
     report = trainer.eval(20)
     assert report.mean_reward >= 475, report
+
+
+_PPO_ONLY = """
+import sys
+import gymnasium as gym
+from numba.core.registry import CPUDispatcher
+from ember_np import DqnTrainer
+from ember_np.encoding import IndexActionMapper, encoder_for_space
+from ember_np.ppo.agent import PPOAgent
+from ember_np.ppo.config import PPOConfig
+
+env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
+agent = PPOAgent(encoder_for_space(env.single_observation_space),
+                 IndexActionMapper.for_space(env.single_action_space),
+                 PPOConfig(n_steps=16, batch_size=16, n_epochs=2), seed=0)
+DqnTrainer(env, agent, seed=0).train(100)
+used = sorted({f"{d.py_func.__module__}.{d.py_func.__qualname__}"  # where it is defined
+               for name, module in list(sys.modules.items()) if name.startswith("ember_np.")
+               for d in vars(module).values() if isinstance(d, CPUDispatcher) and d.overloads})
+print(agent.n_updates, " ".join(used))
+"""
+
+
+def test_a_ppo_run_compiles_no_dqn_kernel():
+    """A PPO run compiles (or loads) PPO's kernels and the shared network ones, and not
+    one of DQN's (checked in a process of its own: every kernel it holds code for)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _PPO_ONLY], capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    updates, *used = out.stdout.strip().splitlines()[-1].split(" ")
+    assert int(updates) > 0
+    assert any(name.startswith("ember_np.ppo.") for name in used), used
+    assert not [name for name in used if name.startswith("ember_np.dqn.")], used
