@@ -44,6 +44,12 @@ from ember_np.checkpoint import (
     string_array,
 )
 from ember_np.encoding import describe, encoder_from_description, mapper_from_description
+from ember_np.ppo.checkpoint_format import (
+    BUFFER_KEYS,
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_VERSION,
+    NET_KEYS,
+)
 from ember_np.ppo.config import PPOConfig
 from ember_np.ppo.network import ActorCritic
 from ember_np.ppo.normalize import VecNormalizer
@@ -52,16 +58,8 @@ from ember_np.ppo.update import Rollout, update, update_settings
 from ember_np.rng import Rng
 from ember_np.types import Experience
 
-__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "NO_TRANSITION", "PPOAgent", "PPOStep"]
+__all__ = ["NO_TRANSITION", "PPOAgent", "PPOStep"]
 
-#: The format tag of a PPO checkpoint (a DQN run's checkpoint is refused by it, by name).
-CHECKPOINT_FORMAT = "ember_np.ppo"
-CHECKPOINT_VERSION = 1
-#: The network's arrays a checkpoint holds (ActorCritic's attributes).
-_NET_KEYS = ("params", "adam_m", "adam_v", "adam_t")
-#: The rollout buffer's arrays (RolloutArrays fields; a run stopped mid-rollout resumes it).
-_BUFFER_KEYS = ("obs", "actions", "rewards", "values", "log_probs", "masks", "dones", "valid",
-                "advantages", "returns", "ended", "cursor")  # fmt: skip
 
 #: A VecStep row that is no transition (a reset row under ``NEXT_STEP`` autoreset, or
 #: the first observations): the trainer's value (``dqn.agent_kernels.NO_TRANSITION``).
@@ -371,10 +369,10 @@ class PPOAgent:
             "rng_update": self.update_rng.state.copy(),
             "pending_obs": self._x, "pending_values": self._values, "pending_logp": self._logp,
         }  # fmt: skip
-        for key in _NET_KEYS:
+        for key in NET_KEYS:
             arrays[f"net/{key}"] = getattr(self.net, key)
         rollout = self.buffer.arrays._asdict()
-        for key in _BUFFER_KEYS:
+        for key in BUFFER_KEYS:
             arrays[f"buffer/{key}"] = rollout[key]
         if self.normalizer is not None:
             for key, arr in self.normalizer.state_arrays().items():
@@ -392,11 +390,16 @@ class PPOAgent:
             self.num_envs = 0
             self.set_num_envs(int(meta["num_envs"]))
         counters = reader.array(COUNTERS_KEY, "int64", (2,))
-        for key in _NET_KEYS:
+        for key in NET_KEYS:
             target = getattr(self.net, key)
-            target[...] = reader.array(f"net/{key}", target.dtype, target.shape)
+            saved = reader.array(f"net/{key}", target.dtype, target.shape)
+            if key == "layers":  # built from the config: the same network, or refused
+                if not np.array_equal(saved, target):
+                    raise reader.error("its layer table is not this config's network")
+            else:
+                target[...] = saved
         rollout = self.buffer.arrays._asdict()
-        for key in _BUFFER_KEYS:
+        for key in BUFFER_KEYS:
             rollout[key][...] = reader.array(
                 f"buffer/{key}", rollout[key].dtype, rollout[key].shape
             )
