@@ -1,4 +1,5 @@
-"""DqnConfig: defaults, validation, schedule, serialisation."""
+"""DqnConfig: defaults, validation, schedule, serialisation (and what PPOConfig shares
+with it: ember_np/_config.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import pytest
 
 from ember_np import DqnConfig
+from ember_np.ppo.config import PPOConfig
 
 
 def test_defaults_are_ember_rl_and_sb3():
@@ -120,3 +122,22 @@ def test_numpy_scalars_become_python_types_so_runs_and_checkpoints_serialise(tmp
     agent = DqnAgent(VecEncoder(3), IndexActionMapper(2), c, seed=np.int64(1))
     loaded = DqnAgent.from_checkpoint(agent.save(tmp_path / "a.npz"))
     assert loaded.config == c
+
+
+@pytest.mark.parametrize("cls", [DqnConfig, PPOConfig])
+def test_every_config_converts_checks_and_round_trips_alike(cls):
+    import numpy as np
+
+    c = cls(hidden_sizes=np.array([16, 8]), gamma=np.float32(0.5), batch_size=np.int64(64))
+    assert c.hidden_sizes == (16, 8) and all(type(s) is int for s in c.hidden_sizes)
+    assert type(c.gamma) is float and type(c.batch_size) is int
+    d = c.to_dict()
+    assert d["hidden_sizes"] == [16, 8] and d["gamma"] == 0.5
+    assert cls.from_dict(json.loads(json.dumps(d))) == c
+    with pytest.raises(ValueError, match=rf"unknown {cls.__name__} field\(s\) \['gama'\]"):
+        cls.from_dict({"gama": 0.9})
+    with pytest.raises(ValueError, match=f"a {cls.__name__} dict is expected, got list"):
+        cls.from_dict([])  # type: ignore[arg-type]
+    for bad in ("64", (64, 0), (64, True), 64):
+        with pytest.raises(ValueError, match="hidden_sizes must be a sequence of positive"):
+            cls(hidden_sizes=bad)

@@ -28,10 +28,11 @@ from test_imports import GRAPH, MODULES, cycles
 # fmt: off
 LAYERS: list[tuple[str, set[str]]] = [
     # helpers every layer uses: jit options, boundary checks, the RNG, the shared
-    # types and encoders, statistics, and the checkpoint container (no algorithm's keys)
+    # types and encoders, statistics, the checkpoint container (no algorithm's keys), and
+    # what every algorithm's config dataclass does alike
     ("foundation", {"_jit", "_precompile", "_arrays", "_masks", "_memory", "_validate", "_npz",
-                    "_registration", "_files", "rng", "types", "encoding", "stats",
-                    "checkpoint"}),
+                    "_registration", "_files", "_config", "rng", "types", "encoding",
+                    "stats", "checkpoint"}),
     ("nn", {"nn"}),  # network kernels no algorithm owns
     ("envs", {"envs"}),  # native envs
     # the algorithm registry: below every algorithm (each registers in it), which it

@@ -236,12 +236,37 @@ def test_adam_matches_reference_over_several_steps():
     state = nw.NetState(params, params, np.zeros(2, np.int64), g, m, v, t)
     for _ in range(25):
         g[:] = rng.standard_normal(n).astype(np.float32)
-        optim.adam_step(state, 1e-2)
+        optim.adam_step(state, 1e-2, optim.ADAM_EPS)
         ref_params = ref.step(ref_params, g.astype(np.float64))
     assert t[0] == 25
     np.testing.assert_allclose(params, ref_params, rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(m, ref.m, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(v, ref.v, rtol=1e-5, atol=1e-9)
+
+
+def test_adam_applies_the_eps_it_is_given():
+    # Gradients of 1e-5 make sqrt(v_hat) as small as PPO's eps, so each step
+    # depends on eps: 1e-5 roughly halves the step that 1e-8 takes.
+    rng = np.random.default_rng(1)
+    n = 200
+    params = rng.standard_normal(n).astype(np.float32)
+    t = np.zeros(1, np.int64)
+    g = np.zeros(n, np.float32)
+    state = nw.NetState(
+        params, params, np.zeros(2, np.int64), g, np.zeros(n, np.float32),
+        np.zeros(n, np.float32), t,
+    )  # fmt: skip
+    ref = naive.Adam(n, lr=1e-2, eps=1e-5)
+    other = naive.Adam(n, lr=1e-2, eps=1e-8)
+    ref_params = params.astype(np.float64)
+    other_params = ref_params.copy()
+    for _ in range(10):
+        g[:] = (1e-5 * rng.standard_normal(n)).astype(np.float32)
+        optim.adam_step(state, 1e-2, 1e-5)
+        ref_params = ref.step(ref_params, g.astype(np.float64))
+        other_params = other.step(other_params, g.astype(np.float64))
+    np.testing.assert_allclose(params, ref_params, rtol=2e-5, atol=2e-6)
+    assert np.abs(other_params - ref_params).max() > 1e-2  # the test can tell eps apart
 
 
 @pytest.mark.parametrize("double", [False, True])

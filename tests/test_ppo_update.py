@@ -5,6 +5,7 @@ bit-identical results for a fixed seed."""
 
 from __future__ import annotations
 
+import naive
 import numpy as np
 import pytest
 
@@ -153,17 +154,35 @@ def numpy_loss(params, net, shared, activation, rollout, idx, s):
     return pg + s.vf_coef * vf - s.ent_coef * entropy.mean()
 
 
-def finite_differences(fn, x, eps=1e-6):
-    g = np.zeros_like(x)
-    for i in range(x.size):
-        old = x[i]
-        x[i] = old + eps
-        up = fn(x)
-        x[i] = old - eps
-        down = fn(x)
-        x[i] = old
-        g[i] = (up - down) / (2 * eps)
-    return g
+def check_against_torch(torch, net, shared, activation, rollout, idx, s):
+    """loss_and_grads on ``rollout[idx]`` against torch: every statistic and every
+    gradient. Returns the statistics and the largest of torch's gradients."""
+    stats = loss_and_grads(net, rollout, idx, s)
+    weights = torch_weights(torch, net)
+    loss, ref = torch_loss(torch, weights, shared, activation, rollout, idx, s)
+    loss.backward()
+    ref_grads = flat_grads(weights)
+    for name, value in ref.items():
+        assert stats[name] == pytest.approx(value, rel=1e-5, abs=1e-7), name
+    # every gradient within 1e-5 of torch's, relative to the largest (float32 sums in
+    # another order differ by ~1e-7 of the terms summed)
+    scale = np.abs(ref_grads).max()
+    np.testing.assert_allclose(net.grads, ref_grads, rtol=1e-5, atol=1e-5 * scale)
+    return stats, scale
+
+
+def check_against_finite_differences(net, shared, activation, rollout, idx, s):
+    """loss_and_grads of a float64 ``net`` on ``rollout[idx]`` against the NumPy loss
+    and its central differences."""
+    stats = loss_and_grads(net, rollout, idx, s)
+
+    def fn(p):
+        return numpy_loss(p, net, shared, activation, rollout, idx, s)
+
+    params = net.params.astype(np.float64).copy()
+    assert stats["loss"] == pytest.approx(fn(params), rel=1e-12)
+    fd = naive.finite_difference_grad(fn, params)
+    np.testing.assert_allclose(net.grads, fd, rtol=1e-5, atol=1e-8)
 
 
 VARIANTS = [
@@ -185,18 +204,8 @@ def test_loss_and_every_gradient_match_torch(shared, activation, variant):
     rollout = make_rollout(net, 40)
     idx = np.random.default_rng(2).permutation(40)[:24]
     s = update_settings(cfg, 3e-4, 0.2)
-    stats = loss_and_grads(net, rollout, idx, s)
-    weights = torch_weights(torch, net)
-    loss, ref = torch_loss(torch, weights, shared, activation, rollout, idx, s)
-    loss.backward()
-    ref_grads = flat_grads(weights)
-    for name, value in ref.items():
-        assert stats[name] == pytest.approx(value, rel=1e-5, abs=1e-7), name
+    stats, scale = check_against_torch(torch, net, shared, activation, rollout, idx, s)
     assert 0.0 < stats["clip_fraction"] < 1.0  # both sides of the clip are exercised
-    # every gradient within 1e-5 of torch's, relative to the largest (float32 sums in
-    # another order differ by ~1e-7 of the terms summed)
-    scale = np.abs(ref_grads).max()
-    np.testing.assert_allclose(net.grads, ref_grads, rtol=1e-5, atol=1e-5 * scale)
     assert scale > 1e-3
 
 
@@ -207,15 +216,7 @@ def test_every_gradient_matches_finite_differences(shared, activation, variant):
     rollout = make_rollout(net, 30, seed=5)
     idx = np.arange(30)[::-1][:20].copy()
     s = update_settings(cfg, 3e-4, 0.2)
-    stats = loss_and_grads(net, rollout, idx, s)
-
-    def fn(p):
-        return numpy_loss(p, net, shared, activation, rollout, idx, s)
-
-    params = net.params.astype(np.float64).copy()
-    assert stats["loss"] == pytest.approx(fn(params), rel=1e-12)
-    fd = finite_differences(fn, params)
-    np.testing.assert_allclose(net.grads, fd, rtol=1e-5, atol=1e-8)
+    check_against_finite_differences(net, shared, activation, rollout, idx, s)
     assert np.abs(net.grads).max() > 1e-3 and np.count_nonzero(net.grads) > 0.5 * net.num_params
 
 
@@ -404,26 +405,11 @@ def test_masked_loss_and_gradients_match_torch_and_finite_differences(shared, ac
     assert not rollout.masks.all()
     idx = np.arange(40)[5:29]
     s = update_settings(cfg, 3e-4, 0.2)
-    stats = loss_and_grads(net, rollout, idx, s)
-    weights = torch_weights(torch, net)
-    loss, ref = torch_loss(torch, weights, shared, activation, rollout, idx, s)
-    loss.backward()
-    ref_grads = flat_grads(weights)
-    for name, value in ref.items():
-        assert stats[name] == pytest.approx(value, rel=1e-5, abs=1e-7), name
-    scale = np.abs(ref_grads).max()
-    np.testing.assert_allclose(net.grads, ref_grads, rtol=1e-5, atol=1e-5 * scale)
+    check_against_torch(torch, net, shared, activation, rollout, idx, s)
     # float64 against finite differences of the masked loss
     cfg, net = make(shared, activation, dtype=np.float64, seed=4, ent_coef=0.05)
     rollout = masked(make_rollout(net, 30, seed=5), seed=6)
-    stats = loss_and_grads(net, rollout, idx[:20], s)
-
-    def fn(p):
-        return numpy_loss(p, net, shared, activation, rollout, idx[:20], s)
-
-    params = net.params.copy()
-    assert stats["loss"] == pytest.approx(fn(params), rel=1e-12)
-    np.testing.assert_allclose(net.grads, finite_differences(fn, params), rtol=1e-5, atol=1e-8)
+    check_against_finite_differences(net, shared, activation, rollout, idx[:20], s)
 
 
 def test_masked_updates_match_torch_adam():

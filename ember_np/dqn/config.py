@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from ember_np._config import (
+    config_from_dict,
+    config_to_dict,
+    is_integral,
+    is_real,
+    normalize_fields,
+)
 from ember_np._jit import kernel
 from ember_np._validate import F32_RULE, INT64_MAX, positive_in_f32, too_big_rule
 from ember_np.dqn.heads.head import DistributionalHead
@@ -34,26 +38,6 @@ def linear_epsilon(step: int, start: float, end: float, decay_steps: int) -> flo
     if step >= decay_steps:
         return end
     return start + (end - start) * (step / decay_steps)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _plain(value: Any) -> Any:
-    """``value`` with NumPy scalars as Python ones (np.bool_ -> bool, np.integer -> int,
-    np.floating -> float), so that a config serialises to JSON whatever built it."""
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value
 
 
 _linear_epsilon = linear_epsilon.py_func  # the same function, run by Python
@@ -203,27 +187,8 @@ class DqnConfig:
     unused without ``noisy``."""
 
     def __post_init__(self) -> None:
-        # NumPy scalars (np.int64(32), np.float32(0.99), np.True_) become Python ones
-        # here, so to_dict() is JSON-safe and run files and checkpoints can be written.
-        for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, _plain(getattr(self, f.name)))
-        object.__setattr__(self, "hidden_sizes", self._hidden(self.hidden_sizes))
+        normalize_fields(self)
         self._validate()
-
-    @staticmethod
-    def _hidden(value: Any) -> tuple[int, ...]:
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-            raise ValueError(
-                "hidden_sizes must be a sequence of positive integers, e.g. (64, 64), "
-                f"got {value!r}"
-            )
-        sizes = tuple(value)
-        if not all(_is_int(s) and 1 <= s <= INT64_MAX for s in sizes):
-            raise ValueError(
-                "hidden_sizes must be a sequence of positive integers, e.g. (64, 64), "
-                f"got {value!r}"
-            )
-        return tuple(int(s) for s in sizes)
 
     def _validate(self) -> None:
         def fail(name: str, rule: str) -> None:
@@ -233,7 +198,7 @@ class DqnConfig:
             """The rule ``rule`` (a positive finite number...), then in float32: the
             kernels apply these settings to float32 weights."""
             v = getattr(self, name)
-            if not _is_real(v) or not (v > 0 and math.isfinite(v)):
+            if not is_real(v) or not (v > 0 and math.isfinite(v)):
                 fail(name, rule)
             if not positive_in_f32(v):
                 fail(name, F32_RULE)
@@ -241,12 +206,12 @@ class DqnConfig:
         # Every integer field reaches the kernels as an int64 (counts, sizes, steps).
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if _is_int(v) and v > INT64_MAX:
+            if is_integral(v) and v > INT64_MAX:
                 fail(f.name, f"at most {too_big_rule(INT64_MAX)}")
 
         for name in ("gamma", "epsilon_start", "epsilon_end"):
             v = getattr(self, name)
-            if not _is_real(v) or not 0.0 <= v <= 1.0:
+            if not is_real(v) or not 0.0 <= v <= 1.0:
                 fail(name, "a number in [0, 1]")
         for name in ("learning_rate", "huber_delta"):
             positive(name, "a positive finite number")
@@ -258,11 +223,11 @@ class DqnConfig:
             "train_freq",
         ):
             v = getattr(self, name)
-            if not _is_int(v) or v < 1:
+            if not is_integral(v) or v < 1:
                 fail(name, "a positive integer")
-        if not _is_int(self.epsilon_decay_steps) or self.epsilon_decay_steps < 0:
+        if not is_integral(self.epsilon_decay_steps) or self.epsilon_decay_steps < 0:
             fail("epsilon_decay_steps", "an integer >= 0")
-        if not _is_int(self.gradient_steps) or not (
+        if not is_integral(self.gradient_steps) or not (
             self.gradient_steps >= 1 or self.gradient_steps == -1
         ):
             fail("gradient_steps", "a positive integer or -1 (one per env step)")
@@ -279,7 +244,7 @@ class DqnConfig:
             )
         if self.learning_rate_end is not None:
             positive("learning_rate_end", "a positive finite number or None (no annealing)")
-        if not _is_int(self.learning_rate_decay_steps) or self.learning_rate_decay_steps < 1:
+        if not is_integral(self.learning_rate_decay_steps) or self.learning_rate_decay_steps < 1:
             fail("learning_rate_decay_steps", "a positive integer")
         if not isinstance(self.layer_norm, bool):
             fail("layer_norm", "True or False")
@@ -288,20 +253,20 @@ class DqnConfig:
                 "layer_norm=True needs hidden layers of width >= 2 to normalise (set "
                 f"hidden_sizes, e.g. (64, 64)), got hidden_sizes {self.hidden_sizes}"
             )
-        if not _is_int(self.n_step) or self.n_step < 1:
+        if not is_integral(self.n_step) or self.n_step < 1:
             fail("n_step", "a positive integer (1 for one-step DQN)")
         if not isinstance(self.prioritized_replay, bool):
             fail("prioritized_replay", "True or False")
         alpha = self.per_alpha
-        if not _is_real(alpha) or not (alpha >= 0 and math.isfinite(alpha)):
+        if not is_real(alpha) or not (alpha >= 0 and math.isfinite(alpha)):
             fail("per_alpha", "a finite number >= 0")
-        if not _is_real(self.per_beta_start) or not 0.0 <= self.per_beta_start <= 1.0:
+        if not is_real(self.per_beta_start) or not 0.0 <= self.per_beta_start <= 1.0:
             fail("per_beta_start", "a number in [0, 1]")
-        if not _is_int(self.per_beta_steps) or self.per_beta_steps < 0:
+        if not is_integral(self.per_beta_steps) or self.per_beta_steps < 0:
             fail("per_beta_steps", "an integer >= 0")
-        if not _is_real(self.per_eps) or not (self.per_eps > 0 and math.isfinite(self.per_eps)):
+        if not is_real(self.per_eps) or not (self.per_eps > 0 and math.isfinite(self.per_eps)):
             fail("per_eps", "a positive finite number")
-        if not _is_real(self.tau) or not 0.0 < self.tau <= 1.0:
+        if not is_real(self.tau) or not 0.0 < self.tau <= 1.0:
             fail("tau", "a number in (0, 1]")
         positive("tau", "a number in (0, 1]")
         if self.max_grad_norm is not None:
@@ -386,27 +351,12 @@ class DqnConfig:
     # -- serialisation ------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict of every field (hidden_sizes as a list)."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            out[f.name] = list(v) if f.name == "hidden_sizes" else v
-        return out
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DqnConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise ValueError naming them."""
-        if not isinstance(data, dict):
-            raise ValueError(f"a DqnConfig dict is expected, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown DqnConfig field(s) {unknown}; valid fields are {sorted(known)}"
-            )
-        kwargs = dict(data)
-        if "hidden_sizes" in kwargs and isinstance(kwargs["hidden_sizes"], list):
-            kwargs["hidden_sizes"] = tuple(kwargs["hidden_sizes"])
-        return cls(**kwargs)
+        return config_from_dict(cls, data)
 
     def replace(self, **changes: Any) -> DqnConfig:
         """A copy with some fields changed (validated)."""

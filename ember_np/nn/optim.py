@@ -12,12 +12,12 @@ import numpy as np
 
 from ember_np._jit import inlined_kernel, kernel
 
-__all__ = ["AdamState", "adam_step", "clip_grad_norm", "copy_into", "polyak"]
+__all__ = ["ADAM_EPS", "AdamState", "adam_step", "clip_grad_norm", "copy_into", "polyak"]
 
 
 class AdamState(Protocol):
     """What :func:`adam_step` reads and writes: a NamedTuple with these fields
-    (DQN's ``NetState``), passed to the kernel as one value.
+    (DQN's ``NetState``, PPO's ``PPONet``), passed to the kernel as one value.
 
     params, grads, adam_m, adam_v : float (num_params,), the same dtype;
     adam_t : int64 (1,), the step count.
@@ -37,6 +37,7 @@ class AdamState(Protocol):
 
 ADAM_BETA1 = 0.9
 ADAM_BETA2 = 0.999
+#: torch.optim.Adam's default epsilon, DQN's (:func:`adam_step` takes it as an argument).
 ADAM_EPS = 1e-8
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6)
 ADAM_FLUSH = 1e-30  # Adam moments below this are set to 0 (see adam_step)
@@ -64,12 +65,15 @@ def clip_grad_norm(grads: np.ndarray, max_norm: float) -> float:
 
 
 @kernel
-def adam_step(net: AdamState, lr: float) -> None:
+def adam_step(net: AdamState, lr: float, eps: float) -> None:
     """One bias-corrected Adam step of ``net.params`` along ``net.grads``, as
-    ``torch.optim.Adam`` (betas 0.9, 0.999, eps 1e-8, no weight decay).
+    ``torch.optim.Adam(eps=eps)`` (betas 0.9, 0.999, no weight decay).
 
-    net : AdamState (DQN: a NetState); params, adam_m, adam_v, adam_t are updated in place.
-    lr : float > 0.
+    net : AdamState (DQN's NetState, PPO's PPONet); params, adam_m, adam_v, adam_t
+    are updated in place. lr : float > 0. eps : float > 0, applied in the params'
+    dtype: DQN passes torch's default :data:`ADAM_EPS` (1e-8), PPO its
+    ``adam_eps`` (SB3's 1e-5). An argument, not a per-caller constant, so one
+    kernel serves both; float32(eps) is the same value either way.
 
     t += 1; m <- m + (1 - b1)(g - m); v <- b2 v + (1 - b2) g^2;
     p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
@@ -89,7 +93,7 @@ def adam_step(net: AdamState, lr: float) -> None:
     one_m_b1 = dt(1.0 - ADAM_BETA1)
     b2 = dt(ADAM_BETA2)
     one_m_b2 = dt(1.0 - ADAM_BETA2)
-    e = dt(ADAM_EPS)
+    e = dt(eps)
     tiny = dt(ADAM_FLUSH)
     zero = dt(0.0)
     for i in range(params.shape[0]):

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from ember_np._config import (
+    config_from_dict,
+    config_to_dict,
+    is_integral,
+    is_real,
+    normalize_fields,
+)
 from ember_np._validate import F32_RULE, INT64_MAX, positive_in_f32, too_big_rule
 
 __all__ = ["ACTIVATIONS", "SCHEDULES", "PPOConfig"]
@@ -22,25 +26,6 @@ __all__ = ["ACTIVATIONS", "SCHEDULES", "PPOConfig"]
 ACTIVATIONS = ("tanh", "relu")
 #: How the learning rate and the clip range change over a run (SB3's constant and ``lin_``).
 SCHEDULES = ("constant", "linear")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _plain(value: Any) -> Any:
-    """``value`` with NumPy scalars as Python ones, so a config serialises to JSON."""
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value
 
 
 @dataclass(frozen=True)
@@ -132,20 +117,8 @@ class PPOConfig:
     Default False."""
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, _plain(getattr(self, f.name)))
-        object.__setattr__(self, "hidden_sizes", self._hidden(self.hidden_sizes))
+        normalize_fields(self)
         self._validate()
-
-    @staticmethod
-    def _hidden(value: Any) -> tuple[int, ...]:
-        rule = "hidden_sizes must be a sequence of positive integers, e.g. (64, 64), got"
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-            raise ValueError(f"{rule} {value!r}")
-        sizes = tuple(_plain(s) for s in value)
-        if not all(_is_int(s) and 1 <= s <= INT64_MAX for s in sizes):
-            raise ValueError(f"{rule} {value!r}")
-        return tuple(int(s) for s in sizes)
 
     def _validate(self) -> None:
         def fail(name: str, rule: str) -> None:
@@ -153,14 +126,14 @@ class PPOConfig:
 
         def positive(name: str, rule: str) -> None:
             v = getattr(self, name)
-            if not _is_real(v) or not (v > 0 and math.isfinite(v)):
+            if not is_real(v) or not (v > 0 and math.isfinite(v)):
                 fail(name, rule)
             if not positive_in_f32(v):
                 fail(name, F32_RULE)
 
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if _is_int(v) and v > INT64_MAX:
+            if is_integral(v) and v > INT64_MAX:
                 fail(f.name, f"at most {too_big_rule(INT64_MAX)}")
         if self.activation not in ACTIVATIONS:
             fail("activation", "'tanh' or 'relu'")
@@ -172,7 +145,7 @@ class PPOConfig:
                 fail(name, "True or False")
         for name in ("n_steps", "n_envs", "batch_size", "n_epochs"):
             v = getattr(self, name)
-            if not _is_int(v) or v < 1:
+            if not is_integral(v) or v < 1:
                 fail(name, "a positive integer")
         if self.normalize_advantage and self.batch_size < 2:
             raise ValueError(
@@ -187,14 +160,14 @@ class PPOConfig:
             )
         for name in ("gamma", "gae_lambda"):
             v = getattr(self, name)
-            if not _is_real(v) or not 0.0 <= v <= 1.0:
+            if not is_real(v) or not 0.0 <= v <= 1.0:
                 fail(name, "a number in [0, 1]")
         positive("learning_rate", "a positive finite number")
         positive("clip_range", "a positive finite number (typical 0.1-0.3)")
         positive("adam_eps", "a positive finite number (SB3's PPO: 1e-5)")
         for name in ("ent_coef", "vf_coef"):
             v = getattr(self, name)
-            if not _is_real(v) or not (v >= 0 and math.isfinite(v)):
+            if not is_real(v) or not (v >= 0 and math.isfinite(v)):
                 fail(name, "a finite number >= 0")
         if self.clip_range_vf is not None:
             positive("clip_range_vf", "a positive finite number or None (no value clipping)")
@@ -227,27 +200,12 @@ class PPOConfig:
     # -- serialisation --------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict of every field (hidden_sizes as a list)."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            out[f.name] = list(v) if f.name == "hidden_sizes" else v
-        return out
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PPOConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise ValueError naming them."""
-        if not isinstance(data, dict):
-            raise ValueError(f"a PPOConfig dict is expected, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown PPOConfig field(s) {unknown}; valid fields are {sorted(known)}"
-            )
-        kwargs = dict(data)
-        if isinstance(kwargs.get("hidden_sizes"), list):
-            kwargs["hidden_sizes"] = tuple(kwargs["hidden_sizes"])
-        return cls(**kwargs)
+        return config_from_dict(cls, data)
 
     def replace(self, **changes: Any) -> PPOConfig:
         """A copy with some fields changed (validated)."""
@@ -255,7 +213,7 @@ class PPOConfig:
 
 
 def _scheduled(start: float, schedule: str, progress_remaining: float) -> float:
-    if not _is_real(progress_remaining) or not 0.0 <= progress_remaining <= 1.0:
+    if not is_real(progress_remaining) or not 0.0 <= progress_remaining <= 1.0:
         raise ValueError(
             "progress_remaining must be a number in [0, 1] (the fraction of the run left), "
             f"got {progress_remaining!r}"

@@ -49,6 +49,7 @@ __all__ = [
     "bias_tanh",
     "build_layers",
     "evaluate_batch",
+    "forward_heads",
     "forward_into",
     "head_layers",
     "log_softmax_row",
@@ -358,6 +359,26 @@ def log_softmax_row(logits: np.ndarray, mask: np.ndarray, logp: np.ndarray) -> f
 
 
 @kernel
+def forward_heads(
+    params: np.ndarray, layers: np.ndarray, x: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The forward pass of a batch, cut into its two heads.
+
+    params : float (num_params,); layers : int64 (L, 7); x : params' dtype
+    (B, obs_dim), rows contiguous. Returns ``(logits, values)``: params' dtype
+    (B, n_actions) and (B,), views of one new activations array.
+    """
+    batch = x.shape[0]
+    acts = np.empty(batch * acts_width(layers), dtype=params.dtype)
+    forward_into(params, layers, x, acts)
+    lg, vl = head_layers(layers)
+    n_act = layers[lg, N_OUT]
+    l0 = batch * layers[lg, A_OFF]
+    v0 = batch * layers[vl, A_OFF]
+    return acts[l0 : l0 + batch * n_act].reshape((batch, n_act)), acts[v0 : v0 + batch]
+
+
+@kernel
 def act_batch(
     params: np.ndarray, layers: np.ndarray, x: np.ndarray, masks: np.ndarray, sample: bool,
     state: np.ndarray, actions: np.ndarray, logp: np.ndarray, values: np.ndarray,
@@ -377,14 +398,8 @@ def act_batch(
     state : uint64 (4,), a PCG64 state, advanced when sampling
     actions : int64 (B,); logp, values : params' dtype (B,); written.
     """
-    batch = x.shape[0]
-    acts = np.empty(batch * acts_width(layers), dtype=params.dtype)
-    forward_into(params, layers, x, acts)
-    lg, vl = head_layers(layers)
-    n_act = layers[lg, N_OUT]
-    l0 = batch * layers[lg, A_OFF]
-    logits = acts[l0 : l0 + batch * n_act].reshape((batch, n_act))
-    v0 = batch * layers[vl, A_OFF]
+    logits, vals = forward_heads(params, layers, x)
+    batch, n_act = logits.shape
     row_logp = np.empty(n_act, dtype=params.dtype)
     for i in range(batch):
         log_softmax_row(logits[i], masks[i], row_logp)
@@ -411,7 +426,7 @@ def act_batch(
                     a = k
         actions[i] = a
         logp[i] = row_logp[a]
-        values[i] = acts[v0 + i]
+        values[i] = vals[i]
 
 
 @kernel
@@ -426,19 +441,13 @@ def evaluate_batch(
     actions : int64 (B,), each in [0, n_actions); logp, entropy, values : params'
     dtype (B,), written (an illegal action's logp is -inf).
     """
-    batch = x.shape[0]
-    acts = np.empty(batch * acts_width(layers), dtype=params.dtype)
-    forward_into(params, layers, x, acts)
-    lg, vl = head_layers(layers)
-    n_act = layers[lg, N_OUT]
-    l0 = batch * layers[lg, A_OFF]
-    logits = acts[l0 : l0 + batch * n_act].reshape((batch, n_act))
-    v0 = batch * layers[vl, A_OFF]
+    logits, vals = forward_heads(params, layers, x)
+    batch, n_act = logits.shape
     row_logp = np.empty(n_act, dtype=params.dtype)
     for i in range(batch):
         entropy[i] = log_softmax_row(logits[i], masks[i], row_logp)
         logp[i] = row_logp[actions[i]]
-        values[i] = acts[v0 + i]
+        values[i] = vals[i]
 
 
 class ActorCritic:
@@ -525,14 +534,8 @@ class ActorCritic:
 
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(logits (B, n_actions), values (B,))`` of a batch ``obs`` (B, obs_dim)."""
-        x = self._obs(obs)
-        batch = x.shape[0]
-        acts = np.empty(batch * int(acts_width(self.layers)), dtype=self.params.dtype)
-        forward_into(self.params, self.layers, x, acts)
-        lg, vl = self.layers[self.logits_layer], self.layers[self.value_layer]
-        logits = acts[batch * lg[A_OFF] : batch * (lg[A_OFF] + self.n_actions)]
-        values = acts[batch * vl[A_OFF] : batch * (vl[A_OFF] + 1)]
-        return logits.reshape(batch, self.n_actions).copy(), values.copy()
+        logits, values = forward_heads(self.params, self.layers, self._obs(obs))
+        return logits.copy(), values.copy()
 
     def masks(self, action_masks: np.ndarray | None, batch: int) -> np.ndarray:
         """``action_masks`` as the kernels take them: bool (batch, n_actions), each row

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ember_np._jit import inlined_kernel, kernel
-from ember_np.nn.optim import clip_grad_norm
+from ember_np.nn.optim import adam_step, clip_grad_norm
 from ember_np.ppo.config import PPOConfig
 from ember_np.ppo.network import (
     A_OFF,
@@ -51,7 +51,6 @@ __all__ = [
     "STAT_NAMES",
     "Rollout",
     "UpdateSettings",
-    "adam_step_eps",
     "minibatch_loss_grads",
     "loss_and_grads",
     "train_epochs",
@@ -60,9 +59,6 @@ __all__ = [
 ]
 
 ADV_EPS = 1e-8  # SB3 and CleanRL: (A - mean) / (std + 1e-8)
-ADAM_BETA1 = 0.9
-ADAM_BETA2 = 0.999
-ADAM_FLUSH = 1e-30  # moments below this are set to 0 (nn/optim.py's adam_step says why)
 
 #: What :func:`minibatch_loss_grads` writes to ``out`` (float64 (6,)), in order.
 MB_NAMES = ("loss", "policy_loss", "value_loss", "entropy_loss", "approx_kl", "clip_fraction")
@@ -141,40 +137,6 @@ class Rollout(NamedTuple):
     old_values: np.ndarray
     valid: Any = None
     masks: Any = None
-
-
-@kernel
-def adam_step_eps(net: PPONet, lr: float, eps: float) -> None:
-    """One bias-corrected Adam step of ``net.params`` along ``net.grads`` with epsilon
-    ``eps``, as ``torch.optim.Adam(eps=eps)`` (betas 0.9, 0.999): nn/optim.py's
-    ``adam_step``, whose epsilon is fixed at torch's default 1e-8 (PPO uses 1e-5).
-
-    net : PPONet; params, adam_m, adam_v, adam_t are updated in place. lr : float >= 0.
-    """
-    params = net.params
-    grads = net.grads
-    m = net.adam_m
-    v = net.adam_v
-    net.adam_t[0] += 1
-    t = net.adam_t[0]
-    dt = params.dtype.type
-    s = dt(lr / (1.0 - ADAM_BETA1**t))
-    inv_bc2 = dt(1.0 / math.sqrt(1.0 - ADAM_BETA2**t))
-    one_m_b1 = dt(1.0 - ADAM_BETA1)
-    b2 = dt(ADAM_BETA2)
-    one_m_b2 = dt(1.0 - ADAM_BETA2)
-    e = dt(eps)
-    tiny = dt(ADAM_FLUSH)
-    zero = dt(0.0)
-    for i in range(params.shape[0]):
-        gi = grads[i]
-        mi = m[i] + one_m_b1 * (gi - m[i])
-        vi = b2 * v[i] + one_m_b2 * gi * gi
-        mi = mi if abs(mi) >= tiny else zero
-        vi = vi if vi >= tiny else zero
-        m[i] = mi
-        v[i] = vi
-        params[i] -= s * mi / (math.sqrt(vi) * inv_bc2 + e)
 
 
 @inlined_kernel
@@ -309,7 +271,7 @@ def train_epochs(
     minibatch's approx KL exceeds ``1.5 * target_kl``, stop before its step (SB3);
     else clip the gradient's global norm to ``hp.max_grad_norm`` (if > 0, torch's
     rule, nn/optim.py's ``clip_grad_norm``) and take an Adam step
-    (:func:`adam_step_eps`, ``hp.learning_rate``, ``hp.adam_eps``).
+    (nn/optim.py's ``adam_step``, ``hp.learning_rate``, ``hp.adam_eps``).
 
     Parameters
     ----------
@@ -364,7 +326,7 @@ def train_epochs(
                 stopped = True
                 break
             clip_grad_norm(net.grads, hp.max_grad_norm)
-            adam_step_eps(net, hp.learning_rate, hp.adam_eps)
+            adam_step(net, hp.learning_rate, hp.adam_eps)
             steps += 1
         if stopped:
             break

@@ -42,7 +42,7 @@ from ember_np.dqn.learner.update_types import (
 )  # fmt: skip
 from ember_np.nn.backprop import backward
 from ember_np.nn.mlp import acts_size, argmax, argmax_packed, forward_into
-from ember_np.nn.optim import adam_step, clip_grad_norm
+from ember_np.nn.optim import ADAM_EPS, adam_step, clip_grad_norm
 from ember_np.nn.shape import n_actions
 from ember_np.types import Batch
 
@@ -253,7 +253,7 @@ def dqn_update(net: NetState, batch: Batch, per: PerSample, hp: UpdateSettings) 
     resample_noise(net)
     loss = loss_and_grads(net, batch, per, hp)
     clip_grad_norm(net.grads, hp.max_grad_norm)
-    adam_step(net, hp.learning_rate)
+    adam_step(net, hp.learning_rate, ADAM_EPS)
     return loss
 
 
