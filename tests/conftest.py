@@ -29,7 +29,8 @@ def trained_run(tmp_path_factory):
 # test only loses its place at the front. Not test_reliability's SIGKILL test: its
 # first child must checkpoint within 60 s, too tight while a cold cache compiles.
 SLOW_FIRST = (
-    "test_jit.py::test_a_cold_fused_run_compiles_each_kernel_once_and_env_dynamics_stay_exact",
+    "test_cold_warm.py::test_a_cold_fused_run_compiles_each_kernel_once_and_env_dynamics_stay_exact",
+    "test_cold_warm.py::test_runs_from_an_empty_cache_and_a_full_one_write_the_same_bytes",
     "test_tune_workers.py::test_ctrl_c_fails_the_running_trials_and_a_rerun_reaches_exactly_the_trials",
     "test_multiseed.py::test_sigkilled_worker_leaves_other_seeds_and_resume_finishes",
     "test_dask.py::test_a_worker_sigkilled_mid_seed_costs_only_that_seeds_progress",
