@@ -52,29 +52,42 @@ def _slow_rank(item: pytest.Item) -> int:
     return len(SLOW_FIRST)
 
 
-#: The test modules each pytest-xdist group runs on one worker (``--dist loadgroup``):
-#: their tests share what is slow to make (a cold-cache process; kernels that only
-#: they compile, and module fixtures), which each worker would otherwise make again.
-#: Each module also says so with ``pytestmark = pytest.mark.xdist_group(...)``, but
-#: pytest-xdist 3.8 under pytest 9.2 ignores that mark (it renames node ids, which
-#: pytest 9.2 no longer reads), so the scheduler below groups by module name.
+#: The tests each pytest-xdist group runs on one worker (``--dist loadgroup``), by test
+#: module or ``module::test function``: they share what is slow to make (a cold-cache
+#: process, a Dask cluster, the built docs site; kernels that only they compile, and
+#: module fixtures), which each worker would otherwise make again. The tests also say
+#: so with ``pytest.mark.xdist_group(...)``, but pytest-xdist 3.8 under pytest 9.2
+#: ignores that mark (it renames node ids, which pytest 9.2 no longer reads), so the
+#: scheduler below groups by this table, which collection checks against the marks.
+_SITE = "test_docs.py::"
 XDIST_GROUPS = {
     "test_cold_warm.py": "cold_cache",
     "test_noisy.py": "noisy",
     "test_distributional.py": "distributional",
     "test_distributional_agent.py": "distributional",
-}
+    "test_dask.py": "dask",
+    **{_SITE + name: "docs_site" for name in (
+        "test_mkdocs_build_strict_has_no_warning", "test_built_site_has_no_broken_internal_link",
+        "test_every_page_of_the_site_has_text_beyond_its_title",
+        "test_api_reference_documents_every_public_name",
+        "test_cli_reference_lists_every_command_and_option",
+        "test_options_checkpoint_keys_and_learning_table_are_two_clicks_from_home")},
+}  # fmt: skip
 
 
 def _group_of(nodeid: str) -> str | None:
-    return XDIST_GROUPS.get(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+    """The XDIST_GROUPS group of a test id (``path/test_x.py::test_y[params]``), if any."""
+    module, _, rest = nodeid.split("@", 1)[0].partition("::")
+    module = module.rsplit("/", 1)[-1]
+    function = rest.split("[", 1)[0]
+    return XDIST_GROUPS.get(f"{module}::{function}", XDIST_GROUPS.get(module))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_slow_rank)  # stable: every other test keeps its order
     for item in items:  # one list of groups: the modules' marks name the table's
         marks = {mark.args[0] for mark in item.iter_markers("xdist_group")}
-        group = _group_of(item.nodeid.split("@", 1)[0])
+        group = _group_of(item.nodeid)
         assert marks == ({group} if group else set()), (item.nodeid, marks, group)
 
 
