@@ -338,17 +338,18 @@ def dist_expected(head, out):
 
 
 def c51_project(p, reward, discount, v_min, v_max):
-    """C51's projection, slowly: each atom's return r + discount * z_j, clipped to
-    [v_min, v_max], shares its probability among the atoms by the triangular
-    kernel max(0, 1 - |Tz - z_k| / dz) (the two nearest atoms, by nearness)."""
-    z = np.linspace(v_min, v_max, len(p))
+    """C51's projection, atom by atom: each atom's return r + discount * z_j, clipped to
+    [v_min, v_max], shares its probability among the atoms by the triangular kernel
+    max(0, 1 - |Tz - z_k| / dz) (the two nearest atoms, by nearness). ``p`` (..., atoms)
+    with ``reward`` and ``discount`` of shape (...) (scalars for one distribution):
+    every pair (j, k) as one array (..., j, k), not a kernel's two-atom scatter."""
+    p = np.asarray(p, np.float64)
+    z = np.linspace(v_min, v_max, p.shape[-1])
     dz = z[1] - z[0]
-    m = np.zeros(len(p))
-    for j in range(len(p)):
-        tz = min(max(reward + discount * z[j], v_min), v_max)
-        for k in range(len(p)):
-            m[k] += p[j] * max(0.0, 1.0 - abs(tz - z[k]) / dz)
-    return m
+    reward, discount = np.asarray(reward)[..., None], np.asarray(discount)[..., None]
+    tz = np.clip(reward + discount * z, v_min, v_max)  # (..., j)
+    share = np.maximum(0.0, 1.0 - np.abs(tz[..., :, None] - z) / dz)  # (..., j, k)
+    return (p[..., :, None] * share).sum(axis=-2)
 
 
 def dist_loss(flat, t_flat, sizes, dueling, layer_norm, head, batch, discounts, double,
@@ -370,8 +371,7 @@ def dist_loss(flat, t_flat, sizes, dueling, layer_norm, head, batch, discounts, 
     out = dist_outputs(flat, sizes, dueling, layer_norm, atoms, obs)[rows, actions]
     if kind == "c51":
         p_next = np.exp(log_softmax(out_t[rows, best]))
-        m = np.array([c51_project(p_next[i], rewards[i], discounts[i], head[2], head[3])
-                      for i in rows])  # fmt: skip
+        m = c51_project(p_next, rewards, discounts, head[2], head[3])  # (B, atoms)
         per_sample = -(m * log_softmax(out)).sum(axis=1)
         priority = per_sample
     else:

@@ -411,6 +411,10 @@ PRIVATE_READS_ALLOWED = {
         "numba's Dispatcher keeps its disk cache there (a NullCache when caching is off) "
         "and numba has no public way to ask; the attribute is numba's, not ember_np's"
     ),
+    ("conftest.py", "_split_scope"): (
+        "pytest-xdist's scheduler hook: the scope of a test id, which a scheduler "
+        "overrides to group tests; the method is pytest-xdist's, not ember_np's"
+    ),
     ("test_agent.py", "_adam_m"): (
         "hasattr asserting that a policy carries no optimiser state: it reads nothing"
     ),

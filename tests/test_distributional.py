@@ -36,6 +36,11 @@ HEAD_IDS = ["c51", "qr"]
 ARCHS = [(False, False), (True, False), (False, True), (True, True)]
 ARCH_IDS = ["plain", "dueling", "layer_norm", "dueling+layer_norm"]
 
+# One pytest-xdist worker runs this module and tests/test_distributional_agent.py: they
+# compile the same C51 and QR kernels, which two workers would otherwise each compile
+# from an empty cache at once, neither yet cached.
+pytestmark = pytest.mark.xdist_group("distributional")
+
 
 def as_tuple(head):
     return (head.kind, head.n_atoms, head.v_min, head.v_max)

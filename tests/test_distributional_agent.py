@@ -32,6 +32,9 @@ HEADS = {
 #: Every other component at once: the heads must compose with all of them.
 RAINBOW = dict(dueling=True, layer_norm=True, double_dqn=True, n_step=3, prioritized_replay=True)
 
+# one pytest-xdist worker for this module and tests/test_distributional.py (see there)
+pytestmark = pytest.mark.xdist_group("distributional")
+
 
 def config_for(head, **kw):
     return CARTPOLE_AGENT.replace(**HEADS[head], **kw)

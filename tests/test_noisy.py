@@ -53,6 +53,11 @@ ARCHS = [(False, False), (True, False), (False, True), (True, True)]
 ARCH_IDS = ["plain", "dueling", "layer_norm", "dueling+layer_norm"]
 SIZES = (3, 6, 5, 3)
 
+# One pytest-xdist worker runs this module: its tests compile the same noisy-network
+# kernels (float64 for the gradients, float32 for the agents), which two workers
+# would otherwise each compile from an empty cache at once, neither yet cached.
+pytestmark = pytest.mark.xdist_group("noisy")
+
 
 def atoms_of(head):
     return 1 if head is None else head.n_atoms
