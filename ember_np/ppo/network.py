@@ -558,7 +558,7 @@ class ActorCritic:
         ``actions`` (int, each in [0, n_actions)); ``action_masks`` as :meth:`masks`."""
         x = self._obs(obs)
         a = np.ascontiguousarray(actions, dtype=np.int64)
-        if a.shape != (x.shape[0],) or a.min() < 0 or a.max() >= self.n_actions:
+        if a.shape != (x.shape[0],) or np.min(a) < 0 or np.max(a) >= self.n_actions:
             raise ValueError(
                 f"actions must be {x.shape[0]} integers in [0, {self.n_actions}), got "
                 f"{np.asarray(actions)!r}"

@@ -352,7 +352,7 @@ def _checked(net: ActorCritic, rollout: Rollout) -> Rollout:
         )
     n = obs.shape[0]
     actions = np.ascontiguousarray(rollout.actions, dtype=np.int64)
-    if actions.shape != (n,) or actions.min() < 0 or actions.max() >= net.n_actions:
+    if actions.shape != (n,) or np.min(actions) < 0 or np.max(actions) >= net.n_actions:
         raise ValueError(
             f"rollout.actions must be {n} integers in [0, {net.n_actions}), got shape "
             f"{np.shape(rollout.actions)} with values from {np.min(rollout.actions)} to "
@@ -398,7 +398,7 @@ def loss_and_grads(
     gradient left in ``net.grads``; returns :data:`MB_NAMES` as a dict."""
     r = _checked(net, rollout)
     index = np.ascontiguousarray(idx, dtype=np.int64)
-    if index.ndim != 1 or index.size < 1 or index.min() < 0 or index.max() >= len(r.obs):
+    if index.ndim != 1 or index.size < 1 or np.min(index) < 0 or np.max(index) >= len(r.obs):
         raise ValueError(f"idx must be 1 or more row numbers in [0, {len(r.obs)}), got {idx!r}")
     width = int(acts_width(net.layers)) * index.size
     out = np.zeros(len(MB_NAMES))
