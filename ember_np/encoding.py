@@ -25,9 +25,11 @@ __all__ = [
     "OneHotEncoder",
     "VecEncoder",
     "describe",
+    "encode_batch_for_network",
     "encode_for_network",
     "encoder_for_space",
     "encoder_from_description",
+    "indices_to_actions",
     "mapper_from_description",
     "nonfinite_observation",
     "nonfinite_row",
@@ -310,6 +312,27 @@ def encode_for_network(encoder: ObservationEncoder, obs: Any, shape: tuple[int])
     if x.shape != shape:
         raise ValueError(f"the encoder returned shape {x.shape}; the network expects {shape}")
     return x
+
+
+def encode_batch_for_network(
+    encoder: ObservationEncoder, obs_batch: Any, obs_size: int
+) -> np.ndarray:
+    """``encoder.encode_batch(obs_batch)`` as the C-contiguous float32 (N, ``obs_size``)
+    array kernels take; ValueError for another shape."""
+    x = as_f32(encoder.encode_batch(obs_batch), "the encoder's output")
+    if x.ndim != 2 or x.shape[1] != obs_size:
+        raise ValueError(
+            f"expected a batch of observations encoded to shape (N, {obs_size}), got {x.shape}"
+        )
+    return x
+
+
+def indices_to_actions(mapper: DiscreteActionMapper, indices: np.ndarray) -> np.ndarray:
+    """The env actions of action indices (int (N,)), as an array (``mapper``'s; an
+    :class:`IndexActionMapper` by one addition, not a call per index)."""
+    if isinstance(mapper, IndexActionMapper):
+        return indices + mapper.start
+    return np.array([mapper.index_to_action(int(i)) for i in indices])
 
 
 def nonfinite_observation(x: np.ndarray, name: str = "obs") -> ValueError:

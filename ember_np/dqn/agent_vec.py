@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from ember_np._arrays import as_f32
 from ember_np._jit import entry_point
 from ember_np._masks import check_action_masks
 from ember_np.dqn.agent_kernels import (
@@ -37,7 +36,12 @@ from ember_np.dqn.agent_kernels import (
     epsilon_now,
 )
 from ember_np.dqn.heads.qvalues import greedy_actions_checked, greedy_actions_legal_checked
-from ember_np.encoding import IndexActionMapper, nonfinite_row
+from ember_np.encoding import (
+    IndexActionMapper,
+    encode_batch_for_network,
+    indices_to_actions,
+    nonfinite_row,
+)
 
 __all__ = ["NO_TRANSITION", "VecStep", "VectorLearner"]
 
@@ -69,13 +73,7 @@ class VectorLearner:
     # -- acting on a batch ----------------------------------------------------
     def encode_batch(self, obs_batch: Any) -> np.ndarray:
         """The encoder's output for a batch: C-contiguous float32 (N, obs_size)."""
-        x = as_f32(self.agent.encoder.encode_batch(obs_batch), "the encoder's output")
-        if x.ndim != 2 or x.shape[1] != self.agent.online.obs_size:
-            raise ValueError(
-                f"expected a batch of observations encoded to shape (N, "
-                f"{self.agent.online.obs_size}), got {x.shape}"
-            )
-        return x
+        return encode_batch_for_network(self.agent.encoder, obs_batch, self.agent.online.obs_size)
 
     def _masks_for(self, masks: Any, n: int) -> np.ndarray:
         """Masks (N, n_actions) as the kernels' bool array; None: width 0 (all legal)."""
@@ -85,10 +83,7 @@ class VectorLearner:
 
     def indices_to_actions(self, indices: np.ndarray) -> np.ndarray:
         """The env actions of action indices (int (N,)), as an array (the mapper's)."""
-        mapper = self.agent.action_mapper
-        if isinstance(mapper, IndexActionMapper):
-            return indices + mapper.start
-        return np.array([mapper.index_to_action(int(i)) for i in indices])
+        return indices_to_actions(self.agent.action_mapper, indices)
 
     def act_batch(self, obs_batch: Any, action_masks: Any = None) -> np.ndarray:
         """Greedy env actions for a batch of observations (N, ...), one forward pass.

@@ -43,7 +43,13 @@ from ember_np.checkpoint import (
     save_arrays,
     string_array,
 )
-from ember_np.encoding import describe, encoder_from_description, mapper_from_description
+from ember_np.encoding import (
+    describe,
+    encode_batch_for_network,
+    encoder_from_description,
+    indices_to_actions,
+    mapper_from_description,
+)
 from ember_np.ppo.checkpoint_format import (
     BUFFER_KEYS,
     CHECKPOINT_FORMAT,
@@ -184,17 +190,13 @@ class PPOAgent:
 
     def encode_batch(self, obs_batch: Any) -> np.ndarray:
         """A batch of raw observations as float32 (N, obs_size)."""
-        x = as_f32(self.encoder.encode_batch(obs_batch), "the encoder's output")
-        if x.ndim != 2 or x.shape[1] != self.obs_size:
-            raise ValueError(f"expected a batch of observations encoded to shape (N, "
-                             f"{self.obs_size}), got {x.shape}")  # fmt: skip
-        return x
+        return encode_batch_for_network(self.encoder, obs_batch, self.obs_size)
 
     def index_to_action(self, index: int) -> Any:
         return self.action_mapper.index_to_action(int(index))
 
     def indices_to_actions(self, indices: np.ndarray) -> np.ndarray:
-        return np.array([self.action_mapper.index_to_action(int(i)) for i in indices])
+        return indices_to_actions(self.action_mapper, indices)
 
     def _normalized(self, x: np.ndarray, update_rows: np.ndarray | None = None) -> np.ndarray:
         if self.normalizer is None or not self.config.normalize_obs:
