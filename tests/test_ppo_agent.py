@@ -210,3 +210,22 @@ def test_a_ppo_run_compiles_no_dqn_kernel():
     assert int(updates) > 0
     assert any(name.startswith("ember_np.ppo.") for name in used), used
     assert not [name for name in used if name.startswith("ember_np.dqn.")], used
+
+
+def test_a_new_autoreset_mode_keeps_the_statistics_and_never_drops_a_rollout():
+    """Switching the autoreset mode takes a new rollout buffer but keeps the normaliser's
+    statistics; with steps stored it is refused (they would be lost), as is resizing."""
+    env = vector_env(2)
+    agent = make_agent(env)
+    DqnTrainer(env, agent, seed=3).train(37)  # next-step autoreset, mid-rollout
+    stats = agent.normalizer.state_arrays()
+    with pytest.raises(ValueError, match="finish the rollout first"):
+        agent.set_autoreset_mode("same")
+    with pytest.raises(ValueError, match="finish the rollout first"):
+        agent.set_num_envs(3)
+    assert agent.buffer.pos > 0  # nothing was dropped
+    agent.buffer.reset()
+    agent.set_autoreset_mode("same")
+    assert agent.buffer.arrays.next_step is False
+    for key, value in stats.items():
+        np.testing.assert_array_equal(agent.normalizer.state_arrays()[key], value)

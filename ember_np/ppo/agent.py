@@ -136,6 +136,7 @@ class PPOAgent:
         self.buffer: RolloutBuffer
         self.normalizer: VecNormalizer | None
         self.set_num_envs(1)
+        self._one = self.new_vec_step(1)  # the one-env methods' step arrays
 
     # -- set-up ------------------------------------------------------------------
     def set_num_envs(self, num_envs: int) -> None:
@@ -146,13 +147,10 @@ class PPOAgent:
             raise ValueError(f"num_envs must be >= 1, got {num_envs!r}")
         if n == self.num_envs:
             return
-        if self.num_envs and self.buffer.pos:
-            raise ValueError(f"the rollout holds {self.buffer.pos} steps of {self.num_envs} "
-                             f"envs: it cannot be split for {n}")  # fmt: skip
+        self._refuse_partial_rollout(f"split for {n} envs")
         c = self.config
         self.num_envs = n
-        self.buffer = RolloutBuffer(c.n_steps, n, self.obs_size, 0, c.gamma, c.gae_lambda,
-                                    self._mode)  # fmt: skip
+        self._new_buffer()
         self.normalizer = (
             VecNormalizer(self.obs_size, n, c.normalize_obs, c.normalize_reward, gamma=c.gamma)
             if c.normalize_obs or c.normalize_reward
@@ -163,13 +161,27 @@ class PPOAgent:
         self._logp = np.zeros(n, np.float32)
 
     def set_autoreset_mode(self, mode: str) -> None:
-        """``"next"`` or ``"same"``: how the vector env resets (the trainer's driver tells)."""
+        """``"next"`` or ``"same"``: how the vector env resets (the trainer's driver
+        tells). A new mode takes a new rollout buffer (the normaliser's statistics stay);
+        the rollout being filled must be empty."""
         if mode not in (NEXT_STEP, SAME_STEP):
             raise ValueError(f"autoreset mode must be 'next' or 'same', got {mode!r}")
         if mode != self._mode:
+            self._refuse_partial_rollout(f"refilled under {mode!r} autoreset")
             self._mode = mode
-            n, self.num_envs = self.num_envs, 0
-            self.set_num_envs(n)
+            self._new_buffer()
+
+    def _new_buffer(self) -> None:
+        """An empty rollout buffer for ``num_envs`` envs and the autoreset mode."""
+        c = self.config
+        self.buffer = RolloutBuffer(c.n_steps, self.num_envs, self.obs_size, 0, c.gamma,
+                                    c.gae_lambda, self._mode)  # fmt: skip
+
+    def _refuse_partial_rollout(self, change: str) -> None:
+        """ValueError when the buffer holds steps (they would be lost by ``change``)."""
+        if self.num_envs and self.buffer.pos:
+            raise ValueError(f"the rollout holds {self.buffer.pos} steps of {self.num_envs} "
+                             f"envs: it cannot be {change}; finish the rollout first")  # fmt: skip
 
     def new_vec_step(self, num_envs: int, masks: bool = False) -> PPOStep:
         """Zeroed arrays of one vector step for :meth:`observe_vector`."""
@@ -269,12 +281,6 @@ class PPOAgent:
         s.acting[0] = bool(act_next)
         self.observe_vector(s)
         return int(s.next_actions[0]) if act_next else 0
-
-    @property
-    def _one(self) -> PPOStep:
-        if not hasattr(self, "_one_step"):
-            self._one_step = self.new_vec_step(1)
-        return self._one_step
 
     def observe_vector(self, step: PPOStep) -> np.ndarray:
         """Learn from one step of N envs (store; at a full rollout, GAE and the update)
@@ -387,10 +393,9 @@ class PPOAgent:
         reader = Reader(path)
         reader.check_format(CHECKPOINT_FORMAT, CHECKPOINT_VERSION)
         meta = reader.json("meta")
-        if int(meta["num_envs"]) != self.num_envs or meta["autoreset"] != self._mode:
-            self._mode = str(meta["autoreset"])
-            self.num_envs = 0
-            self.set_num_envs(int(meta["num_envs"]))
+        self.buffer.reset()
+        self.set_num_envs(int(meta["num_envs"]))
+        self.set_autoreset_mode(str(meta["autoreset"]))
         counters = reader.array(COUNTERS_KEY, "int64", (2,))
         for key in NET_KEYS:
             target = getattr(self.net, key)
