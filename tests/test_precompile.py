@@ -305,3 +305,24 @@ def test_the_jobs_of_a_run_follow_its_loop():
     assert names["gymnasium"] == [("training step", agent_step),
                                   ("acting and evaluation", act_explore)]  # fmt: skip
     assert names["vector"] == []
+
+
+def test_another_algorithms_agent_gets_no_jobs():
+    """The jobs compile a DqnAgent's kernels: for another algorithm's agent (it acts and
+    learns through the same methods) they would fork workers on every run and compile
+    nothing it uses, so there are none."""
+    import gymnasium as gym
+    from random_algorithm import RANDOM, RandomConfig
+
+    from ember_np import DqnTrainer
+    from ember_np.encoding import IndexActionMapper, encoder_for_space
+    from ember_np.ppo.agent import PPOAgent
+    from ember_np.ppo.config import PPOConfig
+    from ember_np.training.precompile import compile_jobs
+
+    env = gym.make("CartPole-v1")
+    ppo = PPOAgent(encoder_for_space(env.observation_space),
+                   IndexActionMapper.for_space(env.action_space), PPOConfig(), seed=0)  # fmt: skip
+    for agent in (RANDOM.make_agent(env, RandomConfig(), 0), ppo):
+        assert hasattr(agent, "observe_encoded")
+        assert compile_jobs(DqnTrainer(env, agent, seed=0)) == []

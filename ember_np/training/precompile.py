@@ -22,13 +22,15 @@ def compile_jobs(trainer: Any) -> list[CompileJob]:
 
     Covers one env: a native env in the fused loop (the Quick start's run:
     ``fused_steps``) or any env in the Python loop (``agent_step``), and the
-    kernels the run calls from Python to act and evaluate. Other runs (N
-    envs) get [] (they compile as before).
+    kernels the run calls from Python to act and evaluate: a DqnAgent's kernels.
+    Other runs (N envs, another algorithm's agent) get [] (they compile as before:
+    jobs whose kernels such a run never compiles would be forked again every run).
     """
+    from ember_np.dqn.agent import DqnAgent
     from ember_np.envs.native import unwrap_native
 
     agent = trainer.agent
-    if trainer.num_envs != 1 or not hasattr(agent, "observe_encoded"):
+    if trainer.num_envs != 1 or not isinstance(agent, DqnAgent):
         return []
     from ember_np.dqn.agent_kernels import act_explore, agent_step
     from ember_np.dqn.heads.qvalues import greedy_action
