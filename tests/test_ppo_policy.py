@@ -82,3 +82,12 @@ def test_another_file_is_refused_naming_what_it_is(tmp_path):
     np.savez(path, format=np.array("ember_np.dqn"), format_version=np.int64(1))
     with pytest.raises(CheckpointError, match="ember_np.dqn"):
         PPOPolicy.load(path)
+
+
+def test_a_nonfinite_or_misshapen_observation_is_refused(saved):
+    _, path = saved
+    policy = PPOPolicy.load(path)
+    with pytest.raises(ValueError, match=r"obs_batch\[1\]"):
+        policy.act_batch([[0.0, 0.0, 0.0, 0.0], [0.0, float("nan"), 0.0, 0.0]])
+    with pytest.raises(ValueError, match=r"observations of shape \(batch, \*\(4,\)\)"):
+        policy.act_batch([[0.0, 0.0, 0.0]])

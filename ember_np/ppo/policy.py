@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from ember_np.checkpoint import Reader
-from ember_np.encoding import encoder_from_description, mapper_from_description
+from ember_np.encoding import (
+    encode_batch_for_network,
+    encoder_from_description,
+    indices_to_actions,
+    mapper_from_description,
+    nonfinite_row,
+)
 from ember_np.ppo.checkpoint_format import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, LAYER_COLUMNS
 from ember_np.ppo.normalize_stats import normalize_obs_numpy
 
@@ -111,16 +117,17 @@ class PPOPolicy:
         return outputs[self._logits]
 
     def _encode_batch(self, obs_batch: Any) -> np.ndarray:
-        x = np.asarray(self.encoder.encode_batch(obs_batch), dtype=np.float32)
-        if x.ndim != 2 or not np.isfinite(x).all():
-            raise ValueError(f"expected a batch of finite observations, got shape {x.shape}"
-                             + ("" if x.ndim != 2 else " holding NaN or inf"))  # fmt: skip
+        """Encoded float32 (B, obs_dim), every row finite (else ValueError naming it)."""
+        x = encode_batch_for_network(self.encoder, obs_batch, int(self.layers[0, _COL["n_in"]]))
+        bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
+        if bad.size:
+            raise nonfinite_row(x, int(bad[0]), "obs_batch")
         return x
 
     def act_batch(self, obs_batch: Any) -> np.ndarray:
         """The env actions (argmax of the logits) for a batch of raw observations."""
         indices = np.argmax(self.logits_batch(self._encode_batch(obs_batch)), axis=1)
-        return np.array([self.action_mapper.index_to_action(int(i)) for i in indices])
+        return indices_to_actions(self.action_mapper, indices)
 
     def act(self, obs: Any) -> Any:
         """The env action (argmax of the logits) for one raw observation."""
