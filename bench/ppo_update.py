@@ -43,16 +43,17 @@ from ember_np.rng import Rng  # noqa: E402
 
 #: The RL Zoo's CartPole-v1 row of ppo.yml (its learning rate and clip range are
 #: linear schedules from these values; an update at the run's start uses them).
-ZOO_CARTPOLE = PPOConfig(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
+ZOO_CARTPOLE = PPOConfig(n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
                          gae_lambda=0.8, ent_coef=0.0, learning_rate=1e-3,
                          clip_range=0.2)  # fmt: skip
 OBS_SIZE, N_ACTIONS = 4, 2  # CartPole-v1
+N_ENVS = 8  # the Zoo preset's n_envs
 
 
 def rollout_arrays(config: PPOConfig, obs_size: int, n_actions: int, seed: int = 0) -> dict:
     """A rollout's flat arrays (float32, int64 actions) of random but plausible values."""
     rng = np.random.default_rng(seed)
-    n = config.n_steps * config.n_envs
+    n = config.n_steps * N_ENVS
     logits = rng.standard_normal((n, n_actions)) * 0.1
     actions = rng.integers(n_actions, size=n)
     logp = logits[np.arange(n), actions] - np.log(np.exp(logits).sum(axis=1))
@@ -78,7 +79,7 @@ def update_flops(net: ActorCritic, batch: int) -> int:
 def rollout_flops(config: PPOConfig, obs_size: int, n_actions: int) -> int:
     """The FLOPs of one update: every epoch's minibatches (the last one may be smaller)."""
     net = ActorCritic(obs_size, n_actions, config, Rng(0))
-    n = config.n_steps * config.n_envs
+    n = config.n_steps * N_ENVS
     sizes = [config.batch_size] * (n // config.batch_size)
     if n % config.batch_size:
         sizes.append(n % config.batch_size)
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     t_torch = None if theirs is None else best_seconds(theirs, calls, rounds)
     rate = (rate_before + sgemm_rate()) / 2
     floor = flops / rate
-    transitions = config.n_steps * config.n_envs
+    transitions = config.n_steps * N_ENVS
     print(machine())
     per = flops / transitions / 1e6
     print(f"PPO update, the RL Zoo's CartPole-v1 preset ({transitions} transitions, "

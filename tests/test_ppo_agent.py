@@ -21,11 +21,11 @@ from ember_np.rng import Rng
 #: Small rollouts, both normalisations, linear schedules: every path of a rollout.
 SMALL = PPOConfig(n_steps=16, batch_size=24, n_epochs=3, learning_rate=3e-3,
                   lr_schedule="linear", clip_schedule="linear", normalize_obs=True,
-                  normalize_reward=True, ent_coef=0.01)  # fmt: skip
+                  normalize_reward=True, ent_coef=0.01, schedule_steps=400)  # fmt: skip
 #: The RL Zoo's CartPole-v1 row of ppo.yml (rl-baselines3-zoo hyperparams/ppo.yml).
-ZOO_CARTPOLE = PPOConfig(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
+ZOO_CARTPOLE = PPOConfig(n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
                          gae_lambda=0.8, ent_coef=0.0, learning_rate=1e-3, lr_schedule="linear",
-                         clip_range=0.2, clip_schedule="linear")  # fmt: skip
+                         clip_range=0.2, clip_schedule="linear", schedule_steps=100_000)  # fmt: skip
 
 
 def vector_env(n: int, max_steps: int = 30) -> gym.vector.VectorEnv:
@@ -35,11 +35,11 @@ def vector_env(n: int, max_steps: int = 30) -> gym.vector.VectorEnv:
     )
 
 
-def make_agent(env, config=SMALL, seed=0, total=400):  # noqa: ANN001, ANN201
+def make_agent(env, config=SMALL, seed=0):  # noqa: ANN001, ANN201
     obs_space = getattr(env, "single_observation_space", env.observation_space)
     act_space = getattr(env, "single_action_space", env.action_space)
     return PPOAgent(encoder_for_space(obs_space), IndexActionMapper.for_space(act_space),
-                    config, seed=seed, total_timesteps=total)  # fmt: skip
+                    config, seed=seed)  # fmt: skip
 
 
 def reference_params(config: PPOConfig, seed: int, n_envs: int, steps: int) -> np.ndarray:
@@ -160,16 +160,28 @@ def test_a_ppo_checkpoint_is_refused_as_dqn_naming_both(tmp_path):
 
 
 def test_linear_schedules_need_the_run_length():
+    with pytest.raises(ValueError, match="schedule_steps"):
+        SMALL.replace(schedule_steps=None)
+    for bad in (0, -5, 2.5, "100"):
+        with pytest.raises(ValueError, match="schedule_steps"):
+            SMALL.replace(schedule_steps=bad)
+    constant = SMALL.replace(lr_schedule="constant", clip_schedule="constant", schedule_steps=None)
+    assert constant.progress_remaining(10**9) == 1.0
+    assert SMALL.progress_remaining(100) == 0.75 and SMALL.progress_remaining(800) == 0.0
+
+
+def test_a_rollout_of_one_transition_is_refused_with_advantage_normalisation():
     env = gym.make("CartPole-v1")
-    with pytest.raises(ValueError, match="total_timesteps"):
-        make_agent(env, total=None)
+    with pytest.raises(ValueError, match="n_steps=1 x 1 env"):
+        make_agent(env, SMALL.replace(n_steps=1))
+    make_agent(env, SMALL.replace(n_steps=1, normalize_advantage=False))
 
 
 def test_the_zoo_preset_solves_cartpole_in_100k_steps():
     """The RL Zoo's CartPole-v1 settings (8 envs, 100k steps), one seed: the greedy
     policy's mean return over 20 episodes is at least 475 (500 is the cap)."""
     env = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync")
-    agent = make_agent(env, ZOO_CARTPOLE, seed=0, total=100_000)
+    agent = make_agent(env, ZOO_CARTPOLE, seed=0)
     trainer = DqnTrainer(env, agent, seed=0, eval_env=gym.make("CartPole-v1"))
     trainer.train(100_000)
     report = trainer.eval(20)

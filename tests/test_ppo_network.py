@@ -59,7 +59,7 @@ def test_config_defaults_are_sb3s_ppo():
     assert (c.learning_rate, c.n_steps, c.batch_size, c.n_epochs) == (3e-4, 2048, 64, 10)
     assert (c.gamma, c.gae_lambda, c.clip_range, c.clip_range_vf) == (0.99, 0.95, 0.2, None)
     assert (c.ent_coef, c.vf_coef, c.max_grad_norm, c.target_kl) == (0.0, 0.5, 0.5, None)
-    assert (c.adam_eps, c.normalize_advantage, c.n_envs) == (1e-5, True, 1)
+    assert (c.adam_eps, c.normalize_advantage, c.schedule_steps) == (1e-5, True, None)
     assert (c.normalize_obs, c.normalize_reward) == (False, False)
 
 
@@ -70,7 +70,7 @@ def test_config_defaults_are_sb3s_ppo():
         ("lr_schedule", "cosine", "lr_schedule must be 'constant' or 'linear'"),
         ("clip_schedule", 1, "clip_schedule must be 'constant' or 'linear'"),
         ("n_steps", 0, "n_steps must be a positive integer, got 0"),
-        ("n_envs", 2.0, "n_envs must be a positive integer, got 2.0"),
+        ("schedule_steps", 2.0, "schedule_steps must be a positive integer"),
         ("batch_size", 1, "batch_size must be >= 2 when normalize_advantage is True"),
         ("n_epochs", True, "n_epochs must be a positive integer, got True"),
         ("gamma", 1.5, "gamma must be a number in [0, 1], got 1.5"),
@@ -97,15 +97,13 @@ def test_config_rejects_bad_values_in_one_line(field, value, says):
 
 
 def test_config_allows_batches_that_do_not_divide_the_rollout_as_sb3():
-    c = PPOConfig(n_steps=100, n_envs=3, batch_size=64)
-    assert (c.rollout_size, c.minibatches_per_epoch) == (300, 5)  # the fifth has 44
+    c = PPOConfig(n_steps=100, batch_size=64)
+    assert (c.rollout_size(3), c.minibatches_per_epoch(3)) == (300, 5)  # the fifth has 44
     assert PPOConfig(batch_size=1, normalize_advantage=False).batch_size == 1
-    with pytest.raises(ValueError, match="n_steps \\* n_envs must be >= 2"):
-        PPOConfig(n_steps=1, batch_size=2)
 
 
 def test_schedules_are_fractions_of_the_run_left():
-    c = PPOConfig(learning_rate=1e-3, lr_schedule="linear", clip_range=0.2)
+    c = PPOConfig(learning_rate=1e-3, lr_schedule="linear", clip_range=0.2, schedule_steps=100)
     assert c.learning_rate_at(1.0) == 1e-3 and c.learning_rate_at(0.25) == 0.25 * 1e-3
     assert c.clip_range_at(0.25) == 0.2  # constant
     lin = c.replace(clip_schedule="linear")

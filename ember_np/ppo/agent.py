@@ -17,7 +17,7 @@ A rollout, as Stable-Baselines3's ``PPO.collect_rollouts`` and ``PPO.train``:
 3. after ``n_steps`` vector steps the critic values the observations the envs act on
    next, GAE(lambda) gives advantages and returns, and :func:`update` runs every epoch
    of minibatches; the learning rate and clip range follow their schedules over the
-   run (``total_timesteps``: SB3's ``progress_remaining``);
+   run (the config's ``schedule_steps``: SB3's ``progress_remaining``);
 4. the next actions are sampled by the updated policy.
 
 Randomness: three streams from the seed (:meth:`Rng.streams`): the initialisation,
@@ -100,28 +100,20 @@ class PPOAgent:
     config : PPOConfig
     seed : int
         Derives the initialisation, action and shuffle streams.
-    total_timesteps : int or None
-        The run's length in env steps, which linear schedules of the learning rate and
-        clip range span (SB3's ``total_timesteps``). Required when a schedule is linear.
+
+    The number of envs is the trainer's (:meth:`set_num_envs`); linear schedules span
+    the config's ``schedule_steps``.
     """
 
     action_masks = False
 
-    def __init__(self, encoder: Any, action_mapper: Any, config: PPOConfig, seed: int = 0,
-                 total_timesteps: int | None = None) -> None:  # fmt: skip
+    def __init__(self, encoder: Any, action_mapper: Any, config: PPOConfig, seed: int = 0) -> None:
         if not isinstance(config, PPOConfig):
             raise TypeError(f"config must be a PPOConfig, got {type(config).__name__}")
-        linear = "linear" in (config.lr_schedule, config.clip_schedule)
-        if total_timesteps is not None and int(total_timesteps) < 1:
-            raise ValueError(f"total_timesteps must be >= 1, got {total_timesteps!r}")
-        if linear and total_timesteps is None:
-            raise ValueError("a linear learning-rate or clip schedule spans the run: pass "
-                             "total_timesteps (the run's env steps)")  # fmt: skip
         self.encoder = encoder
         self.action_mapper = action_mapper
         self.config = config
         self.seed = int(seed)
-        self.total_timesteps = None if total_timesteps is None else int(total_timesteps)
         self.obs_size = int(encoder.obs_size)
         self.n_actions = int(action_mapper.num_actions)
         init_rng, self.act_rng, self.update_rng = Rng.streams(self.seed, 3)
@@ -147,6 +139,12 @@ class PPOAgent:
             raise ValueError(f"num_envs must be >= 1, got {num_envs!r}")
         if n == self.num_envs:
             return
+        if self.config.normalize_advantage and self.config.rollout_size(n) < 2:
+            raise ValueError(
+                f"a rollout of n_steps={self.config.n_steps} x {n} env(s) holds one "
+                "transition, whose advantage has no spread: raise n_steps or set "
+                "normalize_advantage=False"
+            )
         self._refuse_partial_rollout(f"split for {n} envs")
         c = self.config
         self.num_envs = n
@@ -318,10 +316,8 @@ class PPOAgent:
         """GAE with the critic's values of ``x_next``, then every epoch of the update."""
         _, _, last_values = self.net.act(x_next, self.act_rng, deterministic=True)
         self.buffer.compute_gae(last_values)
-        progress = 1.0
-        if self.total_timesteps is not None:
-            progress = max(1.0 - self._total_steps / self.total_timesteps, 0.0)
         c = self.config
+        progress = c.progress_remaining(self._total_steps)
         settings = update_settings(c, c.learning_rate_at(progress), c.clip_range_at(progress))
         f = self.buffer.flat()
         rollout = Rollout(f.obs, f.actions, f.log_probs, f.advantages, f.returns, f.values,
@@ -370,7 +366,7 @@ class PPOAgent:
             "meta": json_array({
                 "seed": self.seed, "config": self.config.to_dict(),
                 "encoder": describe(self.encoder), "mapper": describe(self.action_mapper),
-                "total_timesteps": self.total_timesteps, "num_envs": self.num_envs,
+                "num_envs": self.num_envs,
                 "autoreset": self._mode, "last_loss": self.last_loss,
             }),
             "rng_act": self.act_rng.state.copy(),
@@ -430,8 +426,11 @@ class PPOAgent:
         reader = Reader(path)
         reader.check_format(CHECKPOINT_FORMAT, CHECKPOINT_VERSION)
         meta = reader.json("meta")
+        config = dict(meta["config"])
+        if "n_envs" in config:  # written before the run's num_envs owned it (2026-12-05)
+            del config["n_envs"]
+            config["schedule_steps"] = meta.get("total_timesteps")
         agent = cls(encoder_from_description(meta["encoder"]),
                     mapper_from_description(meta["mapper"]),
-                    PPOConfig.from_dict(meta["config"]), int(meta["seed"]),
-                    meta["total_timesteps"])  # fmt: skip
+                    PPOConfig.from_dict(config), int(meta["seed"]))  # fmt: skip
         return agent.load(path)

@@ -60,11 +60,13 @@ class PPOConfig:
     """``"constant"``, or ``"linear"``: learning_rate times the fraction of the run
     left (SB3's ``lin_``). Default constant."""
 
+    schedule_steps: int | None = None
+    """The env steps (all envs' transitions) a linear schedule spans, >= 1: SB3's
+    ``total_timesteps``. A preset sets it to the run's budget (``--steps``); None
+    suits constant schedules only. Past it a linear schedule stays at 0. Default None."""
+
     n_steps: int = 2048
     """Env steps per env in each rollout, >= 1. Typical 32-2048. Default 2048."""
-
-    n_envs: int = 1
-    """Environments stepped together, >= 1. Default 1."""
 
     batch_size: int = 64
     """Transitions per minibatch, >= 2 when advantages are normalised (one
@@ -143,7 +145,7 @@ class PPOConfig:
         for name in ("shared_trunk", "normalize_advantage", "normalize_obs", "normalize_reward"):
             if not isinstance(getattr(self, name), bool):
                 fail(name, "True or False")
-        for name in ("n_steps", "n_envs", "batch_size", "n_epochs"):
+        for name in ("n_steps", "batch_size", "n_epochs"):
             v = getattr(self, name)
             if not is_integral(v) or v < 1:
                 fail(name, "a positive integer")
@@ -153,10 +155,14 @@ class PPOConfig:
                 "of one transition have no standard deviation), got 1; raise batch_size "
                 "or set normalize_advantage=False"
             )
-        if self.normalize_advantage and self.n_steps * self.n_envs < 2:
+        if self.schedule_steps is not None and (
+            not is_integral(self.schedule_steps) or self.schedule_steps < 1
+        ):
+            fail("schedule_steps", "a positive integer (the run's env steps) or None")
+        if self.schedule_steps is None and "linear" in (self.lr_schedule, self.clip_schedule):
             raise ValueError(
-                "n_steps * n_envs must be >= 2 when normalize_advantage is True, got "
-                f"{self.n_steps} * {self.n_envs}; raise n_steps or set normalize_advantage=False"
+                "a linear lr_schedule or clip_schedule spans the run: set schedule_steps "
+                "to the run's env steps (a preset does), or use constant schedules"
             )
         for name in ("gamma", "gae_lambda"):
             v = getattr(self, name)
@@ -187,15 +193,21 @@ class PPOConfig:
         (as :meth:`learning_rate_at`)."""
         return _scheduled(self.clip_range, self.clip_schedule, progress_remaining)
 
-    @property
-    def rollout_size(self) -> int:
-        """Transitions per rollout: ``n_steps * n_envs``."""
-        return self.n_steps * self.n_envs
+    def progress_remaining(self, steps: int) -> float:
+        """The fraction of the run left after ``steps`` env steps (SB3's
+        ``1 - num_timesteps / total_timesteps``, never below 0): 1.0 without
+        ``schedule_steps``."""
+        if self.schedule_steps is None:
+            return 1.0
+        return max(1.0 - steps / self.schedule_steps, 0.0)
 
-    @property
-    def minibatches_per_epoch(self) -> int:
+    def rollout_size(self, num_envs: int) -> int:
+        """Transitions per rollout of ``num_envs`` envs: ``n_steps * num_envs``."""
+        return self.n_steps * int(num_envs)
+
+    def minibatches_per_epoch(self, num_envs: int) -> int:
         """Minibatches in one epoch: ceil(rollout_size / batch_size) (the last may be smaller)."""
-        return -(-self.rollout_size // self.batch_size)
+        return -(-self.rollout_size(num_envs) // self.batch_size)
 
     # -- serialisation --------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
