@@ -4,8 +4,8 @@ An ``.npz`` written by :meth:`PPOAgent.save <ember_np.ppo.agent.PPOAgent.save>`:
 
 * ``format`` ``"ember_np.ppo"``, ``format_version`` 1, ``counters`` int64 (2,): the
   env transitions observed and the epochs of updates;
-* ``meta``: JSON (seed, config (its ``schedule_steps`` the span of linear schedules), encoder, action mapper,
-  ``num_envs``, autoreset mode, last loss);
+* ``meta``: JSON (seed, config, encoder, action mapper, ``num_envs``, autoreset mode,
+  last loss); the config's ``schedule_steps`` is the span of its linear schedules;
 * ``net/params``, ``net/adam_m``, ``net/adam_v``, ``net/adam_t``: the actor-critic and its
   Adam state; ``net/layers``: its layer table (int64 (L, 7), columns :data:`LAYER_COLUMNS`),
   so a policy runs the network without rebuilding it;
