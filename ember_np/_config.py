@@ -4,13 +4,17 @@ round trip, written once so that run files and checkpoints of every algorithm
 read and write their config the same way.
 
 Each config keeps its own fields and its own ``_validate``; it calls these from
-``__post_init__``, ``to_dict`` and ``from_dict``.
+``__post_init__``, ``to_dict`` and ``from_dict``. Preset files (``--preset
+FILE.json``) of every algorithm are read and checked against the env by
+:func:`read_preset_json` and :func:`check_file_env`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import numbers
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -104,3 +108,41 @@ def config_from_dict(cls: type[C], data: Any) -> C:
     if isinstance(kwargs.get("hidden_sizes"), list):
         kwargs["hidden_sizes"] = tuple(kwargs["hidden_sizes"])
     return cls(**kwargs)
+
+
+def read_preset_json(path: Path, example: str) -> dict[str, Any]:
+    """The JSON object in the preset file ``path``; ValueError naming the file for one
+    that cannot be read, is not UTF-8 JSON, nests too deeply or holds no object.
+    ``example`` ends the too-deep message (what a preset is)."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read preset file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"preset file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it "
+            "as UTF-8 JSON"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"preset file {path} is not valid JSON: {exc}") from None
+    except RecursionError:  # json recurses once per level: 200,000 nested brackets
+        raise ValueError(
+            f"preset file {path} nests its JSON too deeply to be a preset: {example}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ValueError(f"preset file {path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def check_file_env(path: Path, file_env: Any, env_id: str | None) -> str:
+    """A preset file's ``env_id`` (``""``: made for any env), checked against the env
+    about to be trained (``env_id``, None: any); ValueError naming the file otherwise."""
+    if not isinstance(file_env, str):
+        raise ValueError(f"preset file {path}: env_id must be a string, got {file_env!r}")
+    plain = file_env.removeprefix("ember_np/")
+    if env_id is not None and plain and plain != env_id.removeprefix("ember_np/"):
+        raise ValueError(
+            f"preset file {path} was made for env_id {file_env!r}, not {env_id!r}: train "
+            f'{file_env}, or remove or change "env_id" in the file to use it on {env_id}'
+        )
+    return file_env

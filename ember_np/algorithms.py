@@ -12,6 +12,7 @@ else, so a second algorithm needs no change above this module.
 Names:
 
 * ``"dqn"``: built in (:mod:`ember_np.dqn.algorithm`), the default.
+* ``"ppo"``: built in (:mod:`ember_np.ppo.algorithm`).
 * ``"package.module:NAME"``: an algorithm defined outside ember_np.
   ``package.module`` is imported and its attribute ``NAME`` must be an
   :class:`Algorithm`. The full string is what a run records (config.json's
@@ -35,7 +36,10 @@ from typing import Any, Protocol
 DEFAULT_ALGORITHM = "dqn"
 
 #: Built-in algorithms: name -> ``"module:attribute"`` of their :class:`Algorithm`.
-BUILT_IN: dict[str, str] = {"dqn": "ember_np.dqn.algorithm:DQN"}
+BUILT_IN: dict[str, str] = {
+    "dqn": "ember_np.dqn.algorithm:DQN",
+    "ppo": "ember_np.ppo.algorithm:PPO",
+}
 
 
 class SearchSpace(Protocol):

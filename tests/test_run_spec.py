@@ -97,8 +97,12 @@ def test_every_default_comes_from_the_spec():
     for option, field in (("seed", "seed"), ("eval_every", "eval_every"),
                           ("eval_episodes", "eval_episodes"),
                           ("checkpoint_freq", "checkpoint_freq"), ("keep", "keep"),
-                          ("num_envs", "num_envs"), ("vectorization", "vectorization")):  # fmt: skip
+                          ("vectorization", "vectorization")):  # fmt: skip
         assert getattr(train, option) == fields[field], option
+    # --num-envs left out: the preset's envs (a PPO zoo preset's n_envs), else RunSpec's
+    assert train.num_envs is None
+    assert resolve("CartPole-v1", say=str).num_envs == fields["num_envs"]
+    assert resolve("CartPole-v1", algorithm="ppo", say=str).num_envs == 8
     tune = parser.parse_args(["tune", "CartPole-v1"])
     assert tune.eval_episodes == fields["eval_episodes"]
     assert fields["steps"] == spec_module.DEFAULT_STEPS
@@ -220,8 +224,8 @@ def test_train_seeds_takes_a_run_spec_and_no_loose_options(tmp_path):
 def test_a_spec_refuses_bad_settings_naming_them():
     with pytest.raises(ValueError, match="eval_every must be an integer >= 1, got 0"):
         RunSpec("CartPole-v1", eval_every=0)
-    with pytest.raises(ValueError, match="unknown algorithm 'ppo'; built in: dqn"):
-        RunSpec("CartPole-v1", algorithm="ppo")
+    with pytest.raises(ValueError, match="unknown algorithm 'a2c'; built in: dqn, ppo"):
+        RunSpec("CartPole-v1", algorithm="a2c")
     with pytest.raises(ValueError, match="vectorization must be None, 'sync' or 'async'"):
         RunSpec("CartPole-v1", num_envs=2, vectorization="threads")
     with pytest.raises(ValueError, match="config must be a DqnConfig"):

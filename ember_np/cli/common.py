@@ -75,8 +75,9 @@ def add_vector_arguments(p: Any) -> None:
     from ember_np.training.setup import VECTORIZATIONS
 
     p.add_argument(
-        "--num-envs", type=positive, default=1,
-        help="envs stepped together (default 1); steps count env transitions, N per step",
+        "--num-envs", type=positive, default=None,
+        help="envs stepped together (default: the preset's, e.g. PPO's zoo n_envs, else 1); "
+        "steps count env transitions, N per step",
     )  # fmt: skip
     p.add_argument(
         "--vectorization", choices=VECTORIZATIONS,

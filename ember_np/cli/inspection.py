@@ -237,7 +237,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-    print(f"wrote {args.output} ({meta['obs_size']} inputs -> {meta['n_actions']} Q-values)")
+    outputs = meta.get("outputs", "Q-values")  # a PPO actor's: logits
+    print(f"wrote {args.output} ({meta['obs_size']} inputs -> {meta['n_actions']} {outputs})")
     return 0
 
 

@@ -308,8 +308,8 @@ def train_many(args: Any, spec: RunSpec, name: str, version: str) -> int:
 
     def announce(parent: Path) -> None:
         started.append(parent)
-        print(f"{len(seeds)} seeds ({format_seeds(seeds)}) of {spec.env_id}, preset "
-              f"{algorithm_text(spec)}{preset_text(spec)}, {spec.steps:,} steps each"
+        print(f"{len(seeds)} seeds ({format_seeds(seeds)}) of {spec.env_id}, "
+              f"{algorithm_text(spec)}preset {preset_text(spec)}, {spec.steps:,} steps each"
               f"{envs_text(spec.num_envs, spec.vectorization)}, on {on}; "
               f"runs: {parent}/seed_<s>/")  # fmt: skip
         sys.stdout.flush()

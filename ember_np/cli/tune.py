@@ -174,7 +174,9 @@ def print_results(study: Any, tune_dir: Path) -> None:
             write_json(path, preset)
         except OSError as exc:
             raise UsageError(f"cannot write {path}: {exc}") from None
-        print(f"best trial as a preset: {path} (ember-np train {preset['env_id']} --preset {path})")
+        algo = f" --algo {preset['algorithm']}" if "algorithm" in preset else ""
+        print(f"best trial as a preset: {path} (ember-np train {preset['env_id']}{algo} "
+              f"--preset {path})")  # fmt: skip
 
 
 def show(tune_dir: str | Path, storage: str | None = None, study_name: str | None = None) -> int:

@@ -49,7 +49,6 @@ n_timesteps                Preset.steps
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,6 +56,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from ember_np._config import check_file_env, read_preset_json
 from ember_np._validate import INT64_MAX, too_big_rule
 from ember_np.dqn.config import SCHEDULE_FIELDS, DqnConfig
 
@@ -419,24 +419,7 @@ def load_preset_file(path: str | Path, env_id: str | None = None) -> Preset:
     JSON, a schedule that disagrees with ``dqn``, and, when ``env_id`` is given (the env
     about to be trained), a file made for another env."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise ValueError(f"cannot read preset file {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"preset file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it "
-            "as UTF-8 JSON"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"preset file {path} is not valid JSON: {exc}") from None
-    except RecursionError:  # json recurses once per level: 200,000 nested brackets
-        raise ValueError(
-            f"preset file {path} nests its JSON too deeply to be a preset: a preset is an "
-            'object of DqnConfig fields, e.g. {"gamma": 0.99}'
-        ) from None
-    if not isinstance(data, dict):
-        raise ValueError(f"preset file {path} must hold a JSON object, got {type(data).__name__}")
+    data = read_preset_json(path, 'a preset is an object of DqnConfig fields, e.g. {"gamma": 0.99}')
     if "dqn" in data:
         unknown = sorted(set(data) - set(PRESET_FILE_KEYS))
         if unknown:
@@ -468,14 +451,6 @@ def load_preset_file(path: str | Path, env_id: str | None = None) -> Preset:
         config = config.replace(**resolved)
     except ValueError as exc:
         raise ValueError(f"preset file {path}: {exc}") from None
-    file_env = data.get("env_id", "") if "dqn" in data else ""
-    if not isinstance(file_env, str):
-        raise ValueError(f"preset file {path}: env_id must be a string, got {file_env!r}")
-    plain = file_env.removeprefix("ember_np/")
-    if env_id is not None and plain and plain != env_id.removeprefix("ember_np/"):
-        raise ValueError(
-            f"preset file {path} was made for env_id {file_env!r}, not {env_id!r}: train "
-            f'{file_env}, or remove or change "env_id" in the file to use it on {env_id}'
-        )
+    file_env = check_file_env(path, data.get("env_id", "") if "dqn" in data else "", env_id)
     return Preset(path.stem, file_env, config, steps, str(data.get("source", path)),
                   schedule=schedule)  # fmt: skip

@@ -44,8 +44,10 @@ from ember_np.checkpoint import (
     string_array,
 )
 from ember_np.encoding import (
+    IndexActionMapper,
     describe,
     encode_batch_for_network,
+    encoder_for_space,
     encoder_from_description,
     indices_to_actions,
     mapper_from_description,
@@ -64,12 +66,26 @@ from ember_np.ppo.update import Rollout, update, update_settings
 from ember_np.rng import Rng
 from ember_np.types import Experience
 
-__all__ = ["NO_TRANSITION", "PPOAgent", "PPOStep"]
+__all__ = ["LOGGED_STATS", "NO_TRANSITION", "PPOAgent", "PPOStep", "explained_variance"]
 
 
 #: A VecStep row that is no transition (a reset row under ``NEXT_STEP`` autoreset, or
 #: the first observations): the trainer's value (``dqn.agent_kernels.NO_TRANSITION``).
 NO_TRANSITION = -1
+
+
+#: The update's statistics a training episode's log row carries (SB3's ``train/``).
+LOGGED_STATS = ("loss", "policy_loss", "value_loss", "entropy_loss", "approx_kl",
+                "clip_fraction", "explained_variance", "learning_rate", "clip_range")  # fmt: skip
+
+
+def explained_variance(values: np.ndarray, returns: np.ndarray) -> float:
+    """1 - Var(returns - values) / Var(returns) (SB3's, over a rollout; NaN when the
+    returns have no variance)."""
+    var = float(np.var(returns.astype(np.float64)))
+    if var == 0.0:
+        return math.nan
+    return 1.0 - float(np.var(returns.astype(np.float64) - values)) / var
 
 
 class PPOStep(NamedTuple):
@@ -129,6 +145,16 @@ class PPOAgent:
         self.normalizer: VecNormalizer | None
         self.set_num_envs(1)
         self._one = self.new_vec_step(1)  # the one-env methods' step arrays
+
+    @classmethod
+    def for_env(cls, env: Any, config: PPOConfig | None = None, seed: int = 0) -> PPOAgent:
+        """An agent for a gymnasium env or vector env (its copies' spaces): a Box or
+        Discrete observation space (:func:`~ember_np.encoding.encoder_for_space`) and
+        a Discrete action space. ``config`` None: :class:`PPOConfig`'s defaults."""
+        obs_space = getattr(env, "single_observation_space", env.observation_space)
+        action_space = getattr(env, "single_action_space", env.action_space)
+        return cls(encoder_for_space(obs_space), IndexActionMapper.for_space(action_space),
+                   PPOConfig() if config is None else config, seed)  # fmt: skip
 
     # -- set-up ------------------------------------------------------------------
     def set_num_envs(self, num_envs: int) -> None:
@@ -323,6 +349,10 @@ class PPOAgent:
         rollout = Rollout(f.obs, f.actions, f.log_probs, f.advantages, f.returns, f.values,
                           f.valid, None)  # fmt: skip
         self.last_stats = update(self.net, rollout, settings, self.update_rng)
+        self.last_stats.update(
+            explained_variance=explained_variance(f.values[f.valid], f.returns[f.valid]),
+            learning_rate=settings.learning_rate, clip_range=settings.clip_range,
+        )  # fmt: skip
         self.last_loss = self.last_stats["loss"]
         self._n_updates += int(self.last_stats["n_epochs"])
         self._trained = True
@@ -343,6 +373,14 @@ class PPOAgent:
     def last_step_trained(self) -> bool:
         """Whether the last observed step ended a rollout (an update ran)."""
         return self._trained
+
+    def episode_extras(self, total_steps: int, loss: float) -> dict[str, float]:
+        """What a finished episode's log row (and TensorBoard's ``train/``) carries: the
+        last update's :data:`LOGGED_STATS` (SB3's names), none before the first; a NaN
+        (explained variance of constant returns) is left out, as JSON has none."""
+        stats = ((name, float(self.last_stats[name])) for name in LOGGED_STATS
+                 if name in self.last_stats)  # fmt: skip
+        return {name: value for name, value in stats if math.isfinite(value)}
 
     def epsilon_at(self, step: int) -> float:
         """0.0: PPO has no epsilon, it explores by sampling its policy (the trainer's

@@ -98,16 +98,30 @@ class PPOPolicy:
                      reader.array("normalizer/obs_var", "float64", ndim=1))  # fmt: skip
         return cls(params, layers, encoder, mapper, stats)
 
+    @property
+    def logits_layer(self) -> int:
+        """The layer table's row of the logits layer."""
+        return self._logits
+
+    def actor_layers(self) -> list[tuple[int, tuple[np.ndarray, np.ndarray, int, int]]]:
+        """The layers the logits need, in order: ``(row, (W (in, out), b (out,), src,
+        act))``, ``src`` the row feeding it (-1: the observation), ``act`` its
+        activation code (0 none, 1 tanh, 2 ReLU); W and b are views of ``params``."""
+        out = []
+        for l in self._path:
+            n_in, n_out, w_off, src, _, act, _ = (int(v) for v in self.layers[l])
+            w = self.params[w_off : w_off + n_in * n_out].reshape(n_in, n_out)
+            b = self.params[w_off + n_in * n_out : w_off + n_in * n_out + n_out]
+            out.append((l, (w, b, src, act)))
+        return out
+
     def logits_batch(self, x: np.ndarray) -> np.ndarray:
         """The actor's logits (float32 (B, n_actions)) of encoded observations (B, obs_dim)."""
         x = np.asarray(x, dtype=np.float32)
         if self.obs_stats is not None:
             x = normalize_obs_numpy(x, *self.obs_stats, clip_obs=self.clip_obs)
         outputs: dict[int, np.ndarray] = {}
-        for l in self._path:
-            n_in, n_out, w_off, src, _, act, _ = (int(v) for v in self.layers[l])
-            w = self.params[w_off : w_off + n_in * n_out].reshape(n_in, n_out)
-            b = self.params[w_off + n_in * n_out : w_off + n_in * n_out + n_out]
+        for l, (w, b, src, act) in self.actor_layers():
             h = (x if src < 0 else outputs[src]) @ w + b
             if act == _TANH:
                 h = np.tanh(h)

@@ -210,7 +210,7 @@ def resolve_preset(
     preset: str | None = None,
     sets: Sequence[str] = (),
     steps: int | None = None,
-    vector: tuple[int, str | None] = (1, None),
+    vector: tuple[int | None, str | None] = (None, None),
     gymnasium_env: bool = False,
     say: Callable[[str], None] = print,
     algorithm: str = DEFAULT_ALGORITHM,
@@ -223,7 +223,8 @@ def resolve_preset(
     (default: the env's own, :func:`~ember_np.presets.default_preset`);
     ``steps`` None: the preset's budget, else :data:`DEFAULT_STEPS`; the
     preset's schedule lengths are fractions of ``steps``. ``vector`` is
-    (``num_envs``, ``vectorization``). Action masks are turned on where the env
+    (``num_envs``, ``vectorization``), ``num_envs`` None for the preset's (a PPO
+    preset's ``n_envs``; one env without). Action masks are turned on where the env
     gives them and ``sets`` does not choose (``say`` gets the line saying so).
     ``algorithm`` names the algorithm (:func:`~ember_np.algorithms.get_algorithm`):
     its presets, its config class and the fields ``--set`` takes.
@@ -240,7 +241,9 @@ def resolve_preset(
         raise SetupError(str(exc)) from None
     native = not gymnasium_env and env_id in NATIVE_IDS
     train_id = NATIVE_IDS[env_id] if native else env_id
-    num_envs, vectorization = vector_settings(train_id, *vector)
+    asked, vectorization = vector
+    if asked is not None:  # a bad --num-envs or --vectorization first
+        vector_settings(train_id, asked, vectorization)
     make_env(train_id).close()  # an unknown id: gymnasium's own message, before the rest
     plain_id = native_to_plain(env_id)
     try:
@@ -250,6 +253,9 @@ def resolve_preset(
             chosen = known.default_preset(plain_id)
     except ValueError as exc:
         raise SetupError(str(exc)) from None
+    if asked is None:  # the preset's envs (PPO's n_envs), else one
+        asked = getattr(chosen, "num_envs", 1)
+    num_envs, vectorization = vector_settings(train_id, asked, vectorization)
     if steps is None:
         steps = chosen.steps if chosen is not None else DEFAULT_STEPS
     try:
@@ -270,7 +276,7 @@ def resolve(
     preset: str | None = None,
     sets: Sequence[str] = (),
     steps: int | None = None,
-    vector: tuple[int, str | None] = (1, None),
+    vector: tuple[int | None, str | None] = (None, None),
     gymnasium_env: bool = False,
     say: Callable[[str], None] = print,
     algorithm: str = DEFAULT_ALGORITHM,

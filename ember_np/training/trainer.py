@@ -381,8 +381,13 @@ class DqnTrainer:
 
         ``epsilon`` is the exploration rate after the episode's last step;
         ``loss`` the most recent training loss, left out before the first
-        update (JSON has no NaN). The dashboard charts both.
+        update (JSON has no NaN). The dashboard charts both. An agent with its own
+        ``episode_extras(total_steps, loss)`` says what its rows carry instead
+        (PPO: its update's losses and statistics, SB3's ``train/`` names).
         """
+        own = getattr(self._agent, "episode_extras", None)
+        if own is not None:
+            return dict(own(total_steps, loss))
         extras = {"epsilon": self._agent.epsilon_at(total_steps)}
         if not math.isnan(loss):
             extras["loss"] = loss

@@ -90,6 +90,14 @@ def best_preset(study: Any) -> dict[str, Any] | None:
     t = best[0]
     settings = study.user_attrs[SETTINGS_ATTR]  # TuneSettings.to_dict()
     config, steps = t.user_attrs["config"], settings["steps"]
+    source = (f"ember-np tune: study {study.study_name}, trial {t.number}, "
+              f"IQM {t.value:.2f} over {settings['seeds']} seeds")  # fmt: skip
+    algorithm = settings.get("algorithm", "dqn")
+    if algorithm != "dqn":  # its preset file: the config under its name, the run's envs
+        return {"format": "ember_np.preset", "algorithm": algorithm,
+                "env_id": settings["env_id"], "steps": steps,
+                "num_envs": settings.get("num_envs", 1), "source": source,
+                algorithm: config}  # fmt: skip
     # the schedule lengths the trial trained with, as fractions of its budget, so that
     # `train --preset FILE --steps N` scales them (at N = steps: exactly "dqn"'s); one
     # fixed with --set stays as given at any --steps
@@ -102,10 +110,7 @@ def best_preset(study: Any) -> dict[str, Any] | None:
         "format": "ember_np.preset",
         "env_id": settings["env_id"],
         "steps": settings["steps"],
-        "source": (
-            f"ember-np tune: study {study.study_name}, trial {t.number}, "
-            f"IQM {t.value:.2f} over {settings['seeds']} seeds"
-        ),
+        "source": source,
         "dqn": config,
         "schedule": schedule,
     }

@@ -115,7 +115,7 @@ def settings_for(
     seed: int,
     sets: list[str],
     say: Callable[[str], None] = print,
-    num_envs: int = 1,
+    num_envs: int | None = None,
     vectorization: str | None = None,
     gymnasium_env: bool = False,
     algorithm: str = DEFAULT_ALGORITHM,
@@ -138,7 +138,8 @@ def settings_for(
     say : callable
         Gets the line saying action masks were turned on.
     num_envs, vectorization, gymnasium_env
-        ``ember-np train``'s ``--num-envs``, ``--vectorization`` and ``--gymnasium-env``.
+        ``ember-np train``'s ``--num-envs`` (None: the preset's, else one),
+        ``--vectorization`` and ``--gymnasium-env``.
     algorithm : str, default "dqn"
         ``--algo``: an algorithm with a search space (:attr:`Algorithm.tune_space
         <ember_np.algorithms.Algorithm.tune_space>`).
