@@ -106,6 +106,11 @@ class Algorithm:
     export_onnx : callable or None
         ``(checkpoint, output) -> dict``: the checkpoint's policy as an ONNX file;
         None: no ONNX export.
+    entry_kernel : callable or None
+        ``(native, num_envs) -> kernel or None``: the compiled kernel whose numba
+        cache says whether a run (on a native env in the fused loop, or not; with
+        ``num_envs`` envs) compiles first (``train`` then says so), None when the
+        run says it another way; None: the algorithm compiles nothing worth a notice.
     """
 
     name: str
@@ -121,6 +126,7 @@ class Algorithm:
     check_setup: Callable[[Any, Any, int], None] | None = None
     tune_space: SearchSpace | None = None
     export_onnx: Callable[[Path, Path], dict[str, Any]] | None = None
+    entry_kernel: Callable[[bool, int], Any] | None = None
 
     def preset(self, name: str, env_id: str) -> Any:
         """The preset ``name`` for ``env_id``; ValueError listing the names it takes."""

@@ -226,3 +226,23 @@ def test_a_dqn_run_is_refused_as_ppo_naming_both(tmp_path, capsys):
 
     with pytest.raises(CheckpointError, match="a dqn checkpoint.*this run's algorithm is ppo"):
         check_checkpoint_format(run / "checkpoints" / "latest.npz", "ppo")
+
+
+def test_the_first_compile_notice_checks_the_runs_own_algorithms_kernel(monkeypatch):
+    import ember_np._jit
+    from ember_np.ppo.update import train_epochs
+    from ember_np.training.setup import first_compile_notice
+
+    checked = []
+
+    def nothing_cached(kernel):  # noqa: ANN001, ANN202
+        checked.append(kernel)
+        return False
+
+    monkeypatch.setattr(ember_np._jit, "cached_on_disk", nothing_cached)
+    assert first_compile_notice(True, 8, "ppo").startswith("compiling ember_np's kernels")
+    assert checked == [train_epochs]
+    assert first_compile_notice(True, 1, "random_algorithm:RANDOM") is None  # compiles nothing
+    monkeypatch.setenv("EMBER_NP_PRECOMPILE", "0")
+    assert first_compile_notice(True, 1, "dqn") is not None
+    assert checked[-1].__name__ == "fused_steps"

@@ -58,6 +58,13 @@ def _describe(agent: Any) -> str:
             f"{agent.config.n_steps} steps of the rollout filled")  # fmt: skip
 
 
+def _entry_kernel(native: bool, num_envs: int) -> Any:
+    """The update's kernel (``train_epochs``): every PPO run compiles it."""
+    from ember_np.ppo.update import train_epochs
+
+    return train_epochs
+
+
 def _export_onnx(checkpoint: Path, output: Path) -> dict[str, Any]:
     from ember_np.ppo.onnx import export_onnx
 
@@ -77,6 +84,7 @@ PPO = Algorithm(
     describe_agent=_describe,
     tune_space=search_space,
     export_onnx=_export_onnx,
+    entry_kernel=_entry_kernel,
 )
 """PPO: :class:`~ember_np.ppo.config.PPOConfig`, :class:`~ember_np.ppo.agent.PPOAgent`,
 :class:`~ember_np.ppo.policy.PPOPolicy`, the ``zoo`` and ``sb3`` presets, the RL Zoo's

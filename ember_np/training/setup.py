@@ -284,29 +284,22 @@ def single_spaces(env: Any) -> tuple[Any, Any]:
             getattr(env, "single_action_space", env.action_space))  # fmt: skip
 
 
-def first_compile_notice(native: bool, num_envs: int = 1) -> str | None:
+def first_compile_notice(native: bool, num_envs: int = 1, algorithm: str = "dqn") -> str | None:
     """One line for a run about to compile its kernels (an empty or stale numba cache),
     else None.
 
-    ``native``: the run trains a native env in the fused loop (its kernel
-    ``fused_steps``, or ``fused_vec_steps`` for ``num_envs`` > 1), else the Python
-    loop (``agent_step``, or ``agent_vec_step``); the rest of the kernels a run
-    uses compile with these. Nothing is compiled here.
+    ``native``: the run trains a native env in the fused loop, else the Python loop;
+    ``algorithm`` names the algorithm, whose :attr:`Algorithm.entry_kernel
+    <ember_np.algorithms.Algorithm.entry_kernel>` is the kernel checked (the rest of
+    the kernels a run uses compile with it). Nothing is compiled here.
     """
     from ember_np._jit import cached_on_disk
-    from ember_np._precompile import enabled as precompile_enabled
-    from ember_np.dqn import agent_kernels
-    from ember_np.training import _fused
+    from ember_np.algorithms import get_algorithm
 
-    entry: Any  # one of four compiled entry points
-    if native:
-        entry = _fused.fused_vec_steps if num_envs > 1 else _fused.fused_steps
-    else:
-        entry = agent_kernels.agent_vec_step if num_envs > 1 else agent_kernels.agent_step
-    if cached_on_disk(entry) is not False:
+    entry_of = get_algorithm(algorithm).entry_kernel
+    entry = None if entry_of is None else entry_of(native, num_envs)
+    if entry is None or cached_on_disk(entry) is not False:
         return None
-    if num_envs == 1 and precompile_enabled():
-        return None  # the run's kernels compile in worker processes, with a progress line
     return (
         "compiling ember_np's kernels for the first time: about a minute or two, on one "
         "core; later runs load them from numba's cache in a second or two"
