@@ -241,3 +241,77 @@ def test_a_new_autoreset_mode_keeps_the_statistics_and_never_drops_a_rollout():
     assert agent.buffer.arrays.next_step is False
     for key, value in stats.items():
         np.testing.assert_array_equal(agent.normalizer.state_arrays()[key], value)
+
+
+# -- action masks ------------------------------------------------------------------------
+
+MASKED = SMALL.replace(action_masks=True, normalize_obs=False, normalize_reward=False)
+
+
+class LegalOnly(gym.Wrapper):
+    """Taxi whose step fails on an action its last ``info["action_mask"]`` forbade."""
+
+    def reset(self, **kwargs):  # noqa: ANN003, ANN201
+        obs, info = self.env.reset(**kwargs)
+        self.mask = info["action_mask"]
+        return obs, info
+
+    def step(self, action):  # noqa: ANN001, ANN201
+        assert self.mask[action], f"illegal action {action} (mask {self.mask})"
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.mask = info["action_mask"]
+        return obs, reward, terminated, truncated, info
+
+
+def taxi(n: int | None = None) -> gym.Env:
+    make = lambda: LegalOnly(gym.make("Taxi-v4", max_episode_steps=40))  # noqa: E731
+    return make() if n is None else gym.vector.SyncVectorEnv([make] * n)
+
+
+@pytest.mark.parametrize("n", [None, 3])
+def test_with_masks_every_action_is_legal_and_the_update_sees_the_masks(n):
+    env = taxi(n)
+    agent = PPOAgent.for_env(env, MASKED, seed=1)
+    assert agent.action_masks
+    trainer = DqnTrainer(env, agent, seed=0, eval_env=taxi())
+    trainer.train(300)  # the wrapper fails on any illegal action, greedy or sampled
+    trainer.eval(2)
+    assert agent.n_updates > 0
+    buf = agent.buffer.arrays
+    assert buf.masks.shape[2] == 6 and not buf.masks[: agent.buffer.pos].all()  # real masks
+    # what the update would do without them differs: the masks reached it
+    unmasked = PPOAgent.for_env(env, MASKED.replace(action_masks=False), seed=1)
+    assert not unmasked.action_masks
+    with pytest.raises(ValueError, match="action_masks=true"):
+        unmasked.new_vec_step(2, masks=True)
+
+
+def test_a_checkpoint_with_masks_continues_identically(tmp_path):
+    env = taxi(2)
+    agent = PPOAgent.for_env(env, MASKED, seed=2)
+    DqnTrainer(env, agent, seed=3).train(37)
+    assert 0 < agent.buffer.pos < MASKED.n_steps
+    restored = PPOAgent.from_checkpoint(agent.save(tmp_path / "ppo.npz"))
+    for a in (agent, restored):
+        DqnTrainer(taxi(2), a, seed=9).train(3 * MASKED.n_steps * 2)
+    np.testing.assert_array_equal(agent.net.params, restored.net.params)
+    np.testing.assert_array_equal(agent.buffer.arrays.masks, restored.buffer.arrays.masks)
+
+
+def test_the_policy_takes_the_argmax_over_the_legal_actions(tmp_path):
+    from ember_np.ppo.policy import PPOPolicy
+
+    env = taxi(2)
+    agent = PPOAgent.for_env(env, MASKED, seed=4)
+    DqnTrainer(env, agent, seed=0).train(200)
+    policy = PPOPolicy.load(agent.save(tmp_path / "ppo.npz"))
+    assert policy.action_masks
+    obs = np.arange(0, 500, 7)
+    masks = np.random.default_rng(0).random((obs.size, 6)) < 0.5
+    masks[np.arange(obs.size), np.arange(obs.size) % 6] = True  # one legal action at least
+    logits = policy.logits_batch(np.eye(500, dtype=np.float32)[obs])
+    expected = np.argmax(np.where(masks, logits, -np.inf), axis=1)
+    np.testing.assert_array_equal(policy.act_batch(obs, masks), expected)
+    assert policy.act(int(obs[3]), masks[3]) == expected[3]
+    with pytest.raises(ValueError, match="allows no action"):
+        policy.act(0, np.zeros(6, np.int8))

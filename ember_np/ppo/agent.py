@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ember_np._arrays import as_f32
+from ember_np._masks import check_action_mask
 from ember_np.checkpoint import (
     COUNTERS_KEY,
     FORMAT_KEY,
@@ -121,8 +122,6 @@ class PPOAgent:
     the config's ``schedule_steps``.
     """
 
-    action_masks = False
-
     def __init__(self, encoder: Any, action_mapper: Any, config: PPOConfig, seed: int = 0) -> None:
         if not isinstance(config, PPOConfig):
             raise TypeError(f"config must be a PPOConfig, got {type(config).__name__}")
@@ -132,6 +131,7 @@ class PPOAgent:
         self.seed = int(seed)
         self.obs_size = int(encoder.obs_size)
         self.n_actions = int(action_mapper.num_actions)
+        self._width = self.n_actions if config.action_masks else 0  # stored masks' width
         init_rng, self.act_rng, self.update_rng = Rng.streams(self.seed, 3)
         self.net = ActorCritic(self.obs_size, self.n_actions, config, init_rng)
         self.last_loss = math.nan
@@ -144,7 +144,7 @@ class PPOAgent:
         self.buffer: RolloutBuffer
         self.normalizer: VecNormalizer | None
         self.set_num_envs(1)
-        self._one = self.new_vec_step(1)  # the one-env methods' step arrays
+        self._one = self.new_vec_step(1, masks=config.action_masks)  # the one-env step
 
     @classmethod
     def for_env(cls, env: Any, config: PPOConfig | None = None, seed: int = 0) -> PPOAgent:
@@ -183,6 +183,13 @@ class PPOAgent:
         self._x = np.zeros((n, self.obs_size), np.float32)  # the normalised obs acted on
         self._values = np.zeros(n, np.float32)
         self._logp = np.zeros(n, np.float32)
+        self._masks = np.ones((n, self._width), np.bool_)  # the legal actions of _x's rows
+
+    @property
+    def action_masks(self) -> bool:
+        """Whether this agent takes gymnasium's ``info["action_mask"]``
+        (``config.action_masks``); the trainer passes masks only then."""
+        return self.config.action_masks
 
     def set_autoreset_mode(self, mode: str) -> None:
         """``"next"`` or ``"same"``: how the vector env resets (the trainer's driver
@@ -198,8 +205,8 @@ class PPOAgent:
     def _new_buffer(self) -> None:
         """An empty rollout buffer for ``num_envs`` envs and the autoreset mode."""
         c = self.config
-        self.buffer = RolloutBuffer(c.n_steps, self.num_envs, self.obs_size, 0, c.gamma,
-                                    c.gae_lambda, self._mode)  # fmt: skip
+        self.buffer = RolloutBuffer(c.n_steps, self.num_envs, self.obs_size, self._width,
+                                    c.gamma, c.gae_lambda, self._mode)  # fmt: skip
 
     def _refuse_partial_rollout(self, change: str) -> None:
         """ValueError when the buffer holds steps (they would be lost by ``change``)."""
@@ -208,14 +215,16 @@ class PPOAgent:
                              f"envs: it cannot be {change}; finish the rollout first")  # fmt: skip
 
     def new_vec_step(self, num_envs: int, masks: bool = False) -> PPOStep:
-        """Zeroed arrays of one vector step for :meth:`observe_vector`."""
-        if masks:
-            raise ValueError("PPOAgent takes no action masks yet: train without them")
-        n, k = int(num_envs), self.obs_size
+        """Zeroed arrays of one vector step for :meth:`observe_vector` (``masks``: with
+        (N, n_actions) masks, all legal, which needs ``config.action_masks``)."""
+        if masks and not self.action_masks:
+            raise ValueError("this agent takes no action masks (config.action_masks=False): "
+                             "train with --set action_masks=true")  # fmt: skip
+        n, k, w = int(num_envs), self.obs_size, self.n_actions if masks else 0
         return PPOStep(
             np.zeros((n, k), np.float32), np.zeros(n, np.int64), np.zeros(n, np.float64),
-            np.zeros((n, k), np.float32), np.zeros(n, np.int64), np.ones((n, 0), np.bool_),
-            np.zeros((n, k), np.float32), np.ones((n, 0), np.bool_), np.ones(n, np.bool_),
+            np.zeros((n, k), np.float32), np.zeros(n, np.int64), np.ones((n, w), np.bool_),
+            np.zeros((n, k), np.float32), np.ones((n, w), np.bool_), np.ones(n, np.bool_),
             np.zeros(n, np.int64),
         )  # fmt: skip
 
@@ -244,32 +253,45 @@ class PPOAgent:
             return x
         return self.normalizer.apply_obs(x)
 
-    def act(self, obs: Any) -> Any:
-        """The greedy env action (argmax of the logits) for one raw observation."""
+    def _one_mask(self, action_mask: Any) -> np.ndarray | None:
+        """One state's mask as bool (1, n_actions), or None (every action legal)."""
+        if action_mask is None:
+            return None
+        return check_action_mask(action_mask, self.n_actions)[None, :]
+
+    def act(self, obs: Any, action_mask: Any = None) -> Any:
+        """The greedy env action (argmax of the logits, over the legal actions when
+        ``action_mask`` is given) for one raw observation."""
         x = self._applied(self.encode(obs)[None, :])
-        actions, _, _ = self.net.act(x, self.act_rng, deterministic=True)
+        actions, _, _ = self.net.act(x, self.act_rng, deterministic=True,
+                                     action_masks=self._one_mask(action_mask))  # fmt: skip
         return self.index_to_action(int(actions[0]))
 
-    def act_epsilon_greedy(self, obs: Any, rng: Any = None) -> Any:
+    def act_epsilon_greedy(self, obs: Any, rng: Any = None, action_mask: Any = None) -> Any:
         """An action sampled from the policy (the trainer's name for exploring)."""
         x = self._applied(self.encode(obs)[None, :])
-        actions, _, _ = self.net.act(x, self.act_rng)
+        actions, _, _ = self.net.act(x, self.act_rng, action_masks=self._one_mask(action_mask))
         return self.index_to_action(int(actions[0]))
 
-    def _pick(self, rows: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """Sample actions for normalised ``x`` (N, obs_size); keep each row's obs, value
-        and log-probability where ``rows`` (bool (N,)) for the transitions to come."""
-        actions, logp, values = self.net.act(x, self.act_rng)
+    def _pick(self, rows: np.ndarray, x: np.ndarray, masks: np.ndarray | None = None) -> np.ndarray:
+        """Sample actions for normalised ``x`` (N, obs_size), among each row's legal
+        actions in ``masks`` (bool (N, n_actions), None: all); keep each row's obs,
+        value, log-probability and mask where ``rows`` (bool (N,)) for the transitions
+        to come."""
+        actions, logp, values = self.net.act(x, self.act_rng, action_masks=masks)
         self._x[rows] = x[rows]
         self._logp[rows] = logp[rows]
         self._values[rows] = values[rows]
+        if self._width:
+            self._masks[rows] = True if masks is None else masks[rows]
         return actions
 
-    def act_encoded(self, x: np.ndarray) -> int:
-        """The first action of an episode (one env): sampled, its obs kept."""
+    def act_encoded(self, x: np.ndarray, action_mask: Any = None) -> int:
+        """The first action of an episode (one env): sampled (among the legal actions
+        of ``action_mask``), its obs kept."""
         self._require_envs(1)
         xn = self._normalized(np.asarray(x, np.float32)[None, :])
-        return int(self._pick(np.ones(1, np.bool_), xn)[0])
+        return int(self._pick(np.ones(1, np.bool_), xn, self._one_mask(action_mask))[0])
 
     def _require_envs(self, n: int) -> None:
         if self.num_envs != n:
@@ -292,11 +314,16 @@ class PPOAgent:
         return self._trained
 
     def observe_encoded(self, x: np.ndarray, index: int, reward: Any, nx: np.ndarray,
-                        status: int, act_next: bool = False) -> int:  # fmt: skip
+                        status: int, act_next: bool = False,
+                        next_action_mask: Any = None) -> int:  # fmt: skip
         """Learn from one transition of one env (its action picked by the last
-        :meth:`act_encoded` or ``act_next``); with ``act_next`` return the next action."""
+        :meth:`act_encoded` or ``act_next``); with ``act_next`` return the next action,
+        among the legal ones of ``next_action_mask``."""
         self._require_envs(1)
         s = self._one
+        if s.act_masks.shape[1]:
+            mask = self._one_mask(next_action_mask)
+            s.act_masks[0] = True if mask is None else mask[0]
         s.actions[0] = index
         s.rewards[0] = float(reward)
         s.next_obs[0] = nx
@@ -321,7 +348,8 @@ class PPOAgent:
         if self.buffer.full:
             self._learn(x)
         acting = np.asarray(step.acting, np.bool_).reshape(n)
-        step.next_actions[:] = np.where(acting, self._pick(acting, x), 0)
+        masks = step.act_masks if step.act_masks.shape[1] else None
+        step.next_actions[:] = np.where(acting, self._pick(acting, x, masks), 0)
         return step.next_actions
 
     def _store(self, step: PPOStep, codes: np.ndarray, moved: np.ndarray) -> None:
@@ -335,7 +363,8 @@ class PPOAgent:
             _, _, v = self.net.act(self._applied(step.next_obs), self.act_rng, deterministic=True)
             final[truncated] = v[truncated]
         self.buffer.store(self._x, step.actions, self._values, self._logp, rewards,
-                          terminated, truncated, final)  # fmt: skip
+                          terminated, truncated, final,
+                          self._masks if self._width else None)  # fmt: skip
         self._total_steps += int(np.count_nonzero(moved))
 
     def _learn(self, x_next: np.ndarray) -> None:
@@ -347,7 +376,7 @@ class PPOAgent:
         settings = update_settings(c, c.learning_rate_at(progress), c.clip_range_at(progress))
         f = self.buffer.flat()
         rollout = Rollout(f.obs, f.actions, f.log_probs, f.advantages, f.returns, f.values,
-                          f.valid, None)  # fmt: skip
+                          f.valid, f.masks if self._width else None)  # fmt: skip
         self.last_stats = update(self.net, rollout, settings, self.update_rng)
         self.last_stats.update(
             explained_variance=explained_variance(f.values[f.valid], f.returns[f.valid]),
@@ -411,6 +440,8 @@ class PPOAgent:
             "rng_update": self.update_rng.state.copy(),
             "pending_obs": self._x, "pending_values": self._values, "pending_logp": self._logp,
         }  # fmt: skip
+        if self._width:
+            arrays["pending_masks"] = self._masks
         for key in NET_KEYS:
             arrays[f"net/{key}"] = getattr(self.net, key)
         rollout = self.buffer.arrays._asdict()
@@ -444,8 +475,11 @@ class PPOAgent:
             rollout[key][...] = reader.array(
                 f"buffer/{key}", rollout[key].dtype, rollout[key].shape
             )
-        for name, target in (("pending_obs", self._x), ("pending_values", self._values),
-                             ("pending_logp", self._logp)):  # fmt: skip
+        pending = [("pending_obs", self._x), ("pending_values", self._values),
+                   ("pending_logp", self._logp)]  # fmt: skip
+        if self._width:
+            pending.append(("pending_masks", self._masks))
+        for name, target in pending:
             target[...] = reader.array(name, target.dtype, target.shape)
         self.act_rng.state[:] = reader.array("rng_act", "uint64", (4,))
         self.update_rng.state[:] = reader.array("rng_update", "uint64", (4,))

@@ -118,6 +118,13 @@ class PPOConfig:
     """Running normalisation of the rewards by the return's std (SB3's VecNormalize).
     Default False."""
 
+    action_masks: bool = False
+    """Whether the env restricts actions through ``info["action_mask"]`` (gymnasium's
+    convention, e.g. Taxi-v3): actions are sampled among the legal ones, each
+    transition keeps its state's mask, and the update's log-probabilities and
+    entropy are over the legal actions (MaskablePPO's). ``ember-np train`` turns it
+    on for an env that gives masks. Default False."""
+
     def __post_init__(self) -> None:
         normalize_fields(self)
         self._validate()
@@ -142,7 +149,8 @@ class PPOConfig:
         for name in ("lr_schedule", "clip_schedule"):
             if getattr(self, name) not in SCHEDULES:
                 fail(name, "'constant' or 'linear' (times the fraction of the run left)")
-        for name in ("shared_trunk", "normalize_advantage", "normalize_obs", "normalize_reward"):
+        for name in ("shared_trunk", "normalize_advantage", "normalize_obs", "normalize_reward",
+                     "action_masks"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 fail(name, "True or False")
         for name in ("n_steps", "batch_size", "n_epochs"):

@@ -122,6 +122,8 @@ def policy_to_onnx(policy: PPOPolicy, source: str = "") -> Any:
         "outputs": "logits",
         "action_offset": str(mapper.start),
         "normalize_obs": json.dumps(policy.obs_stats is not None),
+        # trained with action masks: a caller takes the argmax over the legal actions
+        "action_masks": json.dumps(policy.action_masks),
         "encoder": json.dumps(encoder, sort_keys=True),
         "action_mapper": json.dumps(describe(mapper), sort_keys=True),
         "greedy_action": "action_offset + argmax(logits, axis=1), first maximum on ties",

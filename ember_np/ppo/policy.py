@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ember_np._masks import check_action_masks
 from ember_np.checkpoint import Reader
 from ember_np.encoding import (
     encode_batch_for_network,
@@ -59,6 +60,8 @@ class PPOPolicy:
         self.action_mapper = action_mapper
         self.obs_stats = obs_stats
         self.clip_obs = float(clip_obs)
+        self.action_masks = False
+        """Whether the agent trained with action masks (then pass each state's mask)."""
         roles = self.layers[:, _COL["role"]]
         self._logits = int(np.flatnonzero(roles == _LOGITS)[0])
         # the layers the logits need, in table order (a critic-only layer is skipped)
@@ -79,6 +82,7 @@ class PPOPolicy:
             encoder = encoder_from_description(meta["encoder"])
             mapper = mapper_from_description(meta["mapper"])
             normalize_obs = bool(meta["config"]["normalize_obs"])
+            masks = bool(meta["config"].get("action_masks", False))
         except (KeyError, TypeError, ValueError) as exc:
             raise reader.error(f"its meta does not describe a PPO agent ({exc})") from None
         params = reader.array("net/params", "float32", ndim=1)
@@ -96,7 +100,9 @@ class PPOPolicy:
         if normalize_obs:
             stats = (reader.array("normalizer/obs_mean", "float64", ndim=1),
                      reader.array("normalizer/obs_var", "float64", ndim=1))  # fmt: skip
-        return cls(params, layers, encoder, mapper, stats)
+        policy = cls(params, layers, encoder, mapper, stats)
+        policy.action_masks = masks
+        return policy
 
     @property
     def logits_layer(self) -> int:
@@ -138,11 +144,19 @@ class PPOPolicy:
             raise nonfinite_row(x, int(bad[0]), "obs_batch")
         return x
 
-    def act_batch(self, obs_batch: Any) -> np.ndarray:
-        """The env actions (argmax of the logits) for a batch of raw observations."""
-        indices = np.argmax(self.logits_batch(self._encode_batch(obs_batch)), axis=1)
-        return indices_to_actions(self.action_mapper, indices)
+    def act_batch(self, obs_batch: Any, action_masks: Any = None) -> np.ndarray:
+        """The env actions (argmax of the logits) for a batch of raw observations;
+        ``action_masks`` (bool or 0/1, (batch, n_actions)): each row's legal actions,
+        the argmax taken over them alone."""
+        logits = self.logits_batch(self._encode_batch(obs_batch))
+        if action_masks is not None:
+            legal = check_action_masks(action_masks, logits.shape[0], logits.shape[1])
+            logits = np.where(legal, logits, -np.inf)
+        return indices_to_actions(self.action_mapper, np.argmax(logits, axis=1))
 
-    def act(self, obs: Any) -> Any:
-        """The env action (argmax of the logits) for one raw observation."""
-        return self.act_batch([obs])[0]
+    def act(self, obs: Any, action_mask: Any = None) -> Any:
+        """The env action (argmax of the logits, over the legal actions of
+        ``action_mask`` when given, as gymnasium's ``info["action_mask"]``) for one raw
+        observation."""
+        masks = None if action_mask is None else [action_mask]
+        return self.act_batch([obs], masks)[0]
