@@ -475,8 +475,9 @@ class PPOAgent:
             rollout[key][...] = reader.array(
                 f"buffer/{key}", rollout[key].dtype, rollout[key].shape
             )
-        pending = [("pending_obs", self._x), ("pending_values", self._values),
-                   ("pending_logp", self._logp)]  # fmt: skip
+        pending: list[tuple[str, np.ndarray]] = [
+            ("pending_obs", self._x), ("pending_values", self._values), ("pending_logp", self._logp)
+        ]  # fmt: skip
         if self._width:
             pending.append(("pending_masks", self._masks))
         for name, target in pending:
