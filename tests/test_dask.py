@@ -369,3 +369,18 @@ def test_a_seed_that_raises_on_a_worker_is_named_and_the_others_go_on(cluster, t
         assert f"seed {seed} did not finish: it raised " in err and "NoSuchEnv" in err
         assert not (result.parent / f"seed_{seed}").exists()  # nothing of it was written
     assert client.status == "running"
+
+
+def test_ppo_seeds_on_the_cluster_are_the_runs_made_alone(cluster, tmp_path):
+    """The algorithm travels with the spec: a PPO seed trained by a Dask worker is the
+    run ``ember-np train --algo ppo --seed s`` makes here."""
+    address, _ = cluster
+    args = ["train", "CartPole-v1", "--algo", "ppo", "--steps", "1000", "--eval-every", "500",
+            "--eval-episodes", "2", "--checkpoint-freq", "500", "--quiet"]  # fmt: skip
+    assert main([*args, "--seed", "1", "--root", str(tmp_path / "alone")]) == 0
+    alone = only_dir(tmp_path / "alone" / "CartPole-v1" / "zoo")
+    assert main([*args, "--seeds", "0,1", "--scheduler", address,
+                 "--root", str(tmp_path / "cluster")]) == 0  # fmt: skip
+    (seeds_json,) = (tmp_path / "cluster").rglob("seeds.json")
+    assert json.loads(seeds_json.read_text())["spec"]["algorithm"] == "ppo"
+    assert_same_run(seeds_json.parent / "seed_1", alone)

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ember_np.cli import inspection, training
     from ember_np.cli.tune import add_tune_parser  # Optuna loads lazily, in the command
 
-    parser = Parser(prog="ember-np", description="DQN on a plain CPU (ember_np).")
+    parser = Parser(prog="ember-np", description="DQN and PPO on a plain CPU (ember_np).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     training.add_train_parser(sub)
     inspection.add_eval_parser(sub)

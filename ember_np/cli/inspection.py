@@ -228,7 +228,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """``ember-np export``: a checkpoint's Q-network as an ONNX model."""
+    """``ember-np export``: a checkpoint's network (DQN's Q-network, PPO's actor) as ONNX."""
     from ember_np.export import export_onnx, resolve_checkpoint
 
     try:
@@ -293,7 +293,9 @@ def add_dashboard_parser(sub: Any) -> None:
 
 def add_export_parser(sub: Any) -> None:
     """Register ``export``."""
-    p = sub.add_parser("export", help="write a checkpoint's Q-network as an ONNX model")
+    p = sub.add_parser(
+        "export", help="write a checkpoint's network (DQN's Q-network, PPO's actor) as ONNX"
+    )
     p.add_argument("source", metavar="RUN_PATH_OR_CHECKPOINT")
     p.add_argument("--checkpoint", help="best, latest or step_N of a run (default: best)")
     p.add_argument("-o", "--output", required=True, help="output model, e.g. policy.onnx")

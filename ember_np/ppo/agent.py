@@ -118,6 +118,8 @@ class PPOAgent:
     seed : int
         Derives the initialisation, action and shuffle streams.
 
+    Notes
+    -----
     The number of envs is the trainer's (:meth:`set_num_envs`); linear schedules span
     the config's ``schedule_steps``.
     """
