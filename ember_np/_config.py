@@ -146,3 +146,18 @@ def check_file_env(path: Path, file_env: Any, env_id: str | None) -> str:
             f'{file_env}, or remove or change "env_id" in the file to use it on {env_id}'
         )
     return file_env
+
+
+def plain_env_id(env_id: str) -> str:
+    """The gymnasium id a native (``ember_np/``) or ``module:`` id stands for."""
+    return env_id.rpartition(":")[2].removeprefix("ember_np/")
+
+
+def preset_name_for(name: str, own_env: str, env_id: str) -> str:
+    """A preset's name in a run on ``env_id`` (config.json's ``"preset"``): ``name`` on
+    the env it was made for (``own_env``; ``""``: any env), ``ENV/NAME`` (e.g.
+    ``CartPole-v1/zoo``) on another, so a borrowed preset is never filed as the env's own."""
+    own = plain_env_id(own_env)
+    if not own or own == plain_env_id(env_id):
+        return name
+    return f"{own}/{name}"

@@ -142,6 +142,23 @@ class Algorithm:
         return presets[name]
 
 
+def lazy(target: str) -> Callable[..., Any]:
+    """A function that calls ``target`` (``"package.module:name.attr"``), importing the
+    module at its first call: an :class:`Algorithm`'s entries point at its agent,
+    policy and presets without importing them when the registry is read."""
+    module_name, _, path = target.partition(":")
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        found: Any = importlib.import_module(module_name)
+        for part in path.split("."):
+            found = getattr(found, part)
+        return found(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = path.rpartition(".")[2]
+    call.__doc__ = f"``{target}``, imported when first called."
+    return call
+
+
 _LOADED: dict[str, Algorithm] = {}
 
 

@@ -7,48 +7,11 @@ command first asks for them, not when the registry is imported.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from ember_np.algorithms import Algorithm
+from ember_np.algorithms import Algorithm, lazy
 from ember_np.dqn import search_space
 from ember_np.dqn.config import DqnConfig
-
-
-def _make_agent(env: Any, config: Any, seed: int) -> Any:
-    from ember_np.dqn.agent import DqnAgent
-
-    return DqnAgent.for_env(env, config, seed=seed)
-
-
-def _load_agent(path: Path) -> Any:
-    from ember_np.dqn.agent import DqnAgent
-
-    return DqnAgent.from_checkpoint(path)
-
-
-def _load_policy(path: Path) -> Any:
-    from ember_np.dqn.policy import DqnPolicy
-
-    return DqnPolicy.load(path)
-
-
-def _presets(env_id: str) -> dict[str, Any]:
-    from ember_np.dqn.presets import presets_for_env
-
-    return presets_for_env(env_id)
-
-
-def _default_preset(env_id: str) -> Any:
-    from ember_np.dqn.presets import default_preset
-
-    return default_preset(env_id)
-
-
-def _get_preset(name: str, env_id: str) -> Any:
-    from ember_np.dqn.presets import get_preset
-
-    return get_preset(name, env_id)
 
 
 def check_replay_memory(env: Any, config: DqnConfig, copies: int = 1) -> None:
@@ -110,26 +73,20 @@ def _entry_kernel(native: bool, num_envs: int) -> Any:
     return agent_kernels.agent_vec_step if num_envs > 1 else agent_kernels.agent_step
 
 
-def _export_onnx(checkpoint: Path, output: Path) -> dict[str, Any]:
-    from ember_np.dqn.onnx import export_onnx
-
-    return export_onnx(checkpoint, output)
-
-
 DQN = Algorithm(
     name="dqn",
     config_class=DqnConfig,
     checkpoint_format="ember_np.dqn_agent",
-    make_agent=_make_agent,
-    load_agent=_load_agent,
-    load_policy=_load_policy,
-    presets=_presets,
-    default_preset=_default_preset,
-    get_preset=_get_preset,
+    make_agent=lazy("ember_np.dqn.agent:DqnAgent.for_env"),
+    load_agent=lazy("ember_np.dqn.agent:DqnAgent.from_checkpoint"),
+    load_policy=lazy("ember_np.dqn.policy:DqnPolicy.load"),
+    presets=lazy("ember_np.dqn.presets:presets_for_env"),
+    default_preset=lazy("ember_np.dqn.presets:default_preset"),
+    get_preset=lazy("ember_np.dqn.presets:get_preset"),
     describe_agent=_describe,
     check_setup=check_replay_memory,
     tune_space=search_space,
-    export_onnx=_export_onnx,
+    export_onnx=lazy("ember_np.dqn.onnx:export_onnx"),
     entry_kernel=_entry_kernel,
 )
 """DQN: :class:`~ember_np.DqnConfig`, :class:`~ember_np.DqnAgent`,

@@ -56,7 +56,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ember_np._config import check_file_env, read_preset_json
+from ember_np._config import check_file_env, preset_name_for, read_preset_json
+from ember_np._config import plain_env_id as _plain
 from ember_np._validate import INT64_MAX, too_big_rule
 from ember_np.dqn.config import SCHEDULE_FIELDS, DqnConfig
 
@@ -107,15 +108,7 @@ class Preset:
         for the env's own preset (or a file made for no env), ``ENV/NAME`` (e.g.
         ``CartPole-v1/zoo``) for a preset borrowed from another env, so a borrowed
         preset is never filed or reported as the env's own."""
-        own = _plain(self.env_id)
-        if not own or own == _plain(env_id):
-            return self.name
-        return f"{own}/{self.name}"
-
-
-def _plain(env_id: str) -> str:
-    """The gymnasium id a native (``ember_np/``) or ``module:`` id stands for."""
-    return env_id.rpartition(":")[2].removeprefix("ember_np/")
+        return preset_name_for(self.name, self.env_id, env_id)
 
 
 def check_schedule(schedule: Any) -> dict[str, float]:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ember_np._config import check_file_env, read_preset_json
+from ember_np._config import check_file_env, preset_name_for, read_preset_json
+from ember_np._config import plain_env_id as _plain
 from ember_np.ppo.config import PPOConfig
 from ember_np.training.defaults import DEFAULT_STEPS
 
@@ -55,15 +56,7 @@ class PPOPreset:
 
     def name_for(self, env_id: str) -> str:
         """``name`` on its own env (or any env's preset), ``ENV/NAME`` on another env."""
-        own = _plain(self.env_id)
-        if not own or own == _plain(env_id):
-            return self.name
-        return f"{own}/{self.name}"
-
-
-def _plain(env_id: str) -> str:
-    """The gymnasium id a native (``ember_np/``) or ``module:`` id stands for."""
-    return env_id.rpartition(":")[2].removeprefix("ember_np/")
+        return preset_name_for(self.name, self.env_id, env_id)
 
 
 def _zoo(env_id: str, steps: int, n_envs: int, normalize: bool = False,
