@@ -1,9 +1,9 @@
-"""ember_np: DQN on a plain CPU, compiled with numba, no deep-learning framework.
+"""ember_np: DQN and PPO on a plain CPU, compiled with numba, no deep-learning framework.
 
 A Python port of the Rust crate ember-rl: ``DqnAgent``, ``CircularBuffer``,
-``DqnTrainer`` (step iterator, ``train``, ``eval``), ``TrainingRun``
-directories with checkpoint rotation, stats and the inference-only
-``DqnPolicy``.
+``DqnTrainer`` (step iterator, ``train``, ``eval``; it drives a ``PPOAgent``
+the same way), ``TrainingRun`` directories with checkpoint rotation, stats and
+the inference-only ``DqnPolicy`` and ``PPOPolicy``.
 
 The public names are imported on first use (PEP 562 module ``__getattr__``),
 so ``import ember_np`` costs NumPy alone and a deployed ``DqnPolicy`` never
@@ -37,6 +37,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         VecEncoder,
     )
     from ember_np.nn._blas import kernel_threads, set_kernel_threads
+    from ember_np.ppo.agent import PPOAgent
+    from ember_np.ppo.config import PPOConfig
+    from ember_np.ppo.policy import PPOPolicy
     from ember_np.rng import Rng
     from ember_np.stats import (
         Aggregator,
@@ -77,6 +80,9 @@ _HOMES = {
     "ObservationEncoder": "ember_np.encoding",
     "VecEncoder": "ember_np.encoding",
     "OneHotEncoder": "ember_np.encoding",
+    "PPOAgent": "ember_np.ppo.agent",
+    "PPOConfig": "ember_np.ppo.config",
+    "PPOPolicy": "ember_np.ppo.policy",
     "Rng": "ember_np.rng",
     "Aggregator": "ember_np.stats",
     "EpisodeRecord": "ember_np.stats",
@@ -149,6 +155,9 @@ __all__ = [
     "Mean",
     "Min",
     "ObservationEncoder",
+    "PPOAgent",
+    "PPOConfig",
+    "PPOPolicy",
     "Policy",
     "PrioritizedBuffer",
     "QNetwork",
