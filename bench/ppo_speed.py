@@ -367,8 +367,13 @@ def ratios(summary: dict[str, dict[str, Any]]) -> None:
         if not (s["available"] and base.get("available")):
             continue
         m, b = s["median"], base["median"]
+        # and repetition by repetition: SB3's run k and this contestant's run k were
+        # minutes apart, so on a busy machine they saw much the same load
+        pairs = list(zip(s["runs"], base["runs"]))
         s["vs_sb3"] = {"steady": m["steps_per_s"] / b["steps_per_s"],
-                       "whole": b["wall_s"] / m["wall_s"]}  # fmt: skip
+                       "whole": b["wall_s"] / m["wall_s"],
+                       "steady_per_rep": [r["steps_per_s"] / q["steps_per_s"] for r, q in pairs],
+                       "whole_per_rep": [q["wall_s"] / r["wall_s"] for r, q in pairs]}  # fmt: skip
 
 
 def table(summary: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -395,7 +400,8 @@ def table(summary: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
             continue
         med, vs = s["median"], s.get("vs_sb3")
         compile_s = "" if med["compile_s"] is None else f"{med['compile_s']:.1f}"
-        steady = f"{vs['steady']:.2f}x" if vs else ""
+        per_rep = ", ".join(f"{x:.1f}" for x in vs["steady_per_rep"]) if vs else ""
+        steady = f"{vs['steady']:.2f}x ({per_rep})" if vs else ""
         whole = f"{vs['whole']:.2f}x" if vs else ""
         lines.append(
             f"| {LABELS[name]} | {med['wall_s']:.1f} | {med['steps_per_s']:,.0f} | {steady} | "
@@ -406,9 +412,11 @@ def table(summary: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
                      + ", ".join(f"{k} {v}" for k, v in s["versions"].items()) + ".")  # fmt: skip
     lines += ["", "Medians. Whole command: process start to exit (imports, compilation, "
               "training, a 10-episode greedy evaluation). Steady: env steps/s from the end "
-              "of the 2nd rollout's update to the end of training. vs SB3, whole: SB3's "
-              "wall time over the row's. Compile: PureJaxRL's jit of the whole run, apart "
-              "from its steady rate.", "", *notes]  # fmt: skip
+              "of the 2nd rollout's update to the end of training. vs SB3, steady: the "
+              "ratio of the medians (in brackets, repetition k's over SB3's k-th). vs SB3, "
+              "whole: SB3's wall time over the row's. Compile: PureJaxRL's jit of the whole "
+              "run, apart from its steady rate. CPU / wall: the process's CPU seconds over "
+              "its wall seconds (below 1: it waited for the core).", "", *notes]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -293,6 +293,9 @@ def test_ppo_speed_bench_writes_one_row_per_contestant(tmp_path):
             sb3 = data["contestants"]["sb3"]["median"]
             assert c["vs_sb3"]["steady"] == pytest.approx(med["steps_per_s"] / sb3["steps_per_s"])
             assert c["vs_sb3"]["whole"] == pytest.approx(sb3["wall_s"] / med["wall_s"])
+            pairs = zip(runs, data["contestants"]["sb3"]["runs"])
+            assert c["vs_sb3"]["steady_per_rep"] == [r["steps_per_s"] / q["steps_per_s"]
+                                                     for r, q in pairs]  # fmt: skip
     ember = data["contestants"]["ember_np"]["median"]
     assert ember["compile_s"] is None and "OpenBLAS" in data["contestants"]["ember_np"]["blas"]
 
