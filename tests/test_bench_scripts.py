@@ -250,3 +250,57 @@ def test_ppo_floor_counts_the_products_torch_runs_for_a_minibatch(batch):
 def test_ppo_update_bench_runs():
     out = run("bench/ppo_update.py", "--quick")
     assert "MFLOP per transition" in out and "floors" in out
+
+
+def test_ppo_speed_bench_writes_one_row_per_contestant(tmp_path):
+    """bench/ppo_speed.py on a tiny budget: every contestant whose packages are here runs
+    twice in fresh processes, and the JSON and the table hold its medians and ratios;
+    one whose packages (or fused loop) are missing is a "not available" row."""
+    import statistics
+    from importlib.util import find_spec
+
+    from ppo_speed import LABELS
+
+    names = ["ember_np", "ember_np-fused"]
+    names += ["sb3"] * HAS_SB3 + ["cleanrl"] * (find_spec("torch") is not None)
+    names += ["purejaxrl"] * all(find_spec(m) for m in ("jax", "gymnax", "flax", "optax"))
+    out, results = tmp_path / "speed.md", tmp_path / "speed.json"
+    run("bench/ppo_speed.py", "--steps", "1024", "--reps", "2", "--only", ",".join(names),
+        "--out", str(out), "--json", str(results), timeout=900)  # fmt: skip
+    data = json.loads(results.read_text())
+    assert list(data["contestants"]) == names and data["meta"]["steps"] == 1024
+    assert data["meta"]["threads"]["OPENBLAS_NUM_THREADS"] == "1"
+    table = out.read_text()
+    for name, c in data["contestants"].items():
+        (row,) = [line for line in table.splitlines() if line.startswith(f"| {LABELS[name]} |")]
+        if not c["available"]:
+            assert name == "ember_np-fused" and "not available" in row and c["reason"]
+            continue
+        runs = c["runs"]
+        assert len(runs) == 2
+        for r in runs:
+            # the window starts after the 2nd rollout's update: 2 x 8 envs x 32 steps, less
+            # any reset rows, before it; the run ends once the budget is spent
+            assert 0 < r["steps"] - r["window_steps"] <= 512 < 1024 <= r["steps"] + 256
+            assert r["steps_per_s"] == pytest.approx(r["window_steps"] / r["window_s"])
+            assert r["wall_s"] > r["window_s"] > 0 and r["cpu_s"] > 0
+            assert 8 <= r["eval_mean"] <= 500  # a mean of whole CartPole episodes
+        med = c["median"]
+        assert med["steps_per_s"] == statistics.median(r["steps_per_s"] for r in runs)
+        assert med["wall_s"] == statistics.median(r["wall_s"] for r in runs)
+        assert f"| {med['steps_per_s']:,.0f} |" in row and f"| {med['wall_s']:.1f} |" in row
+        if "sb3" in names:
+            sb3 = data["contestants"]["sb3"]["median"]
+            assert c["vs_sb3"]["steady"] == pytest.approx(med["steps_per_s"] / sb3["steps_per_s"])
+            assert c["vs_sb3"]["whole"] == pytest.approx(sb3["wall_s"] / med["wall_s"])
+            pairs = zip(runs, data["contestants"]["sb3"]["runs"])
+            assert c["vs_sb3"]["steady_per_rep"] == [r["steps_per_s"] / q["steps_per_s"]
+                                                     for r, q in pairs]  # fmt: skip
+    ember = data["contestants"]["ember_np"]["median"]
+    assert ember["compile_s"] is None and "OpenBLAS" in data["contestants"]["ember_np"]["blas"]
+
+
+def test_ppo_speed_bench_refuses_an_unknown_contestant():
+    out = subprocess.run([sys.executable, "bench/ppo_speed.py", "--only", "ember_np,rllib"],
+                         capture_output=True, text=True, timeout=60, cwd=BENCH.parent)  # fmt: skip
+    assert out.returncode == 2 and "unknown contestants ['rllib']" in out.stderr
