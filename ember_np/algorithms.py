@@ -107,10 +107,11 @@ class Algorithm:
         ``(checkpoint, output) -> dict``: the checkpoint's policy as an ONNX file;
         None: no ONNX export.
     entry_kernel : callable or None
-        ``(native, num_envs) -> kernel or None``: the compiled kernel whose numba
-        cache says whether a run (on a native env in the fused loop, or not; with
-        ``num_envs`` envs) compiles first (``train`` then says so), None when the
-        run says it another way; None: the algorithm compiles nothing worth a notice.
+        ``(native, num_envs) -> "module:kernel" or None``: the compiled kernel whose
+        numba cache says whether a run (on a native env in the fused loop, or not;
+        with ``num_envs`` envs) compiles first (``train`` then says so), by name so
+        that the algorithm need not import the layer above it that may hold it;
+        None when the run says it another way. None: nothing worth a notice.
     """
 
     name: str
@@ -126,7 +127,7 @@ class Algorithm:
     check_setup: Callable[[Any, Any, int], None] | None = None
     tune_space: SearchSpace | None = None
     export_onnx: Callable[[Path, Path], dict[str, Any]] | None = None
-    entry_kernel: Callable[[bool, int], Any] | None = None
+    entry_kernel: Callable[[bool, int], str | None] | None = None
 
     def preset(self, name: str, env_id: str) -> Any:
         """The preset ``name`` for ``env_id``; ValueError listing the names it takes."""

@@ -21,11 +21,9 @@ def _describe(agent: Any) -> str:
             f"{agent.config.n_steps} steps of the rollout filled")  # fmt: skip
 
 
-def _entry_kernel(native: bool, num_envs: int) -> Any:
+def _entry_kernel(native: bool, num_envs: int) -> str:
     """The update's kernel (``train_epochs``): every PPO run compiles it."""
-    from ember_np.ppo.update import train_epochs
-
-    return train_epochs
+    return "ember_np.ppo.update:train_epochs"
 
 
 PPO = Algorithm(

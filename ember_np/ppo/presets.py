@@ -25,7 +25,6 @@ from typing import Any
 from ember_np._config import check_file_env, preset_name_for, read_preset_json
 from ember_np._config import plain_env_id as _plain
 from ember_np.ppo.config import PPOConfig
-from ember_np.training.defaults import DEFAULT_STEPS
 
 __all__ = ["PPOPreset", "PRESETS", "default_preset", "get_preset", "load_preset_file",
            "presets_for_env"]  # fmt: skip
@@ -42,8 +41,9 @@ class PPOPreset:
     """The env it was made for ("" for any env)."""
     config: PPOConfig
     """The settings; :meth:`config_for` sets ``schedule_steps`` to the run's budget."""
-    steps: int
-    """Env steps (all envs' transitions) of a run at the preset's own budget."""
+    steps: int | None
+    """Env steps (all envs' transitions) of a run at the preset's own budget; None: the
+    run's default (``--steps``' default)."""
     num_envs: int
     """Envs stepped together (the Zoo's ``n_envs``); ``--num-envs`` overrides it."""
     source: str
@@ -92,7 +92,7 @@ PRESETS: dict[str, dict[str, PPOPreset]] = {
 }  # fmt: skip
 
 #: SB3's PPO defaults, for any env.
-SB3_DEFAULTS = PPOPreset("sb3", "", PPOConfig(), DEFAULT_STEPS, 1,
+SB3_DEFAULTS = PPOPreset("sb3", "", PPOConfig(), None, 1,
                          "Stable-Baselines3 PPO's defaults")  # fmt: skip
 
 
@@ -147,9 +147,12 @@ def load_preset_file(path: str | Path, env_id: str | None = None) -> PPOPreset:
     if data.get("algorithm", "ppo") != "ppo":
         raise ValueError(f"preset file {path} is a {data['algorithm']!r} preset: train it "
                          f"with --algo {data['algorithm']}")  # fmt: skip
-    counts = {}
-    for key, default in (("steps", DEFAULT_STEPS), ("num_envs", 1)):
+    counts: dict[str, Any] = {}
+    for key, default in (("steps", None), ("num_envs", 1)):
         n = data.get(key, default)
+        if n is None:
+            counts[key] = n
+            continue
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"preset file {path}: {key} must be a positive integer, got {n!r}")
         counts[key] = n

@@ -8,6 +8,7 @@ one-line message; the command line prints it and exits with status 2.
 
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing as mp
 import re
@@ -297,8 +298,11 @@ def first_compile_notice(native: bool, num_envs: int = 1, algorithm: str = "dqn"
     from ember_np.algorithms import get_algorithm
 
     entry_of = get_algorithm(algorithm).entry_kernel
-    entry = None if entry_of is None else entry_of(native, num_envs)
-    if entry is None or cached_on_disk(entry) is not False:
+    name = None if entry_of is None else entry_of(native, num_envs)
+    if name is None:
+        return None
+    module, _, kernel = name.partition(":")
+    if cached_on_disk(getattr(importlib.import_module(module), kernel)) is not False:
         return None
     return (
         "compiling ember_np's kernels for the first time: about a minute or two, on one "

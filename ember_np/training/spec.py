@@ -256,8 +256,8 @@ def resolve_preset(
     if asked is None:  # the preset's envs (PPO's n_envs), else one
         asked = getattr(chosen, "num_envs", 1)
     num_envs, vectorization = vector_settings(train_id, asked, vectorization)
-    if steps is None:
-        steps = chosen.steps if chosen is not None else DEFAULT_STEPS
+    if steps is None:  # the preset's budget, if it names one
+        steps = getattr(chosen, "steps", None) or DEFAULT_STEPS
     try:
         config = chosen.config_for(steps) if chosen is not None else known.config_class()
     except ValueError as exc:  # a schedule length beyond int64 (a huge budget)
