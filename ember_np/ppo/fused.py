@@ -50,6 +50,7 @@ __all__ = [
     "fusable",
     "fused_ppo_steps",
     "fused_state",
+    "last_stats",
     "vec_error",
 ]
 
@@ -167,15 +168,6 @@ def vec_error(code: int) -> ValueError:
 
 
 @kernel
-def all_finite(x: np.ndarray) -> bool:
-    """Whether every entry of the 1-d array ``x`` is finite."""
-    for i in range(x.shape[0]):
-        if not math.isfinite(x[i]):
-            return False
-    return True
-
-
-@kernel
 def fused_ppo_steps(until: int, env: VecEnvState, loop: Any, ppo: FusedPPO) -> int:
     """Vector steps of N native envs until ``ppo.counters[TOTAL]`` reaches ``until``.
 
@@ -209,26 +201,32 @@ def fused_ppo_steps(until: int, env: VecEnvState, loop: Any, ppo: FusedPPO) -> i
     out = ppo.out
     t_max = buf.obs.shape[0]
     m = t_max * n
-    # act_batch's `sample` read from an array: a run-time bool, one compiled signature
-    sample = np.zeros(2, np.bool_)
+    # workspaces, by np.empty alone: each allocator (zeros, ones, ...) of each dtype and
+    # rank is compiled into the kernel. ``sample`` is act_batch's flag read at run time
+    # (one compiled signature for the greedy and the sampled calls).
+    sample = np.empty(2, np.bool_)
+    sample[0] = False
     sample[1] = True
-    no_masks = np.zeros((n, 0), np.bool_)
-    every_row = np.ones(n, np.bool_)
-    no_row = np.zeros(n, np.bool_)
-    x_act = np.empty((n, d), np.float32)  # the normalised observations acted on next
-    x_final = np.empty((n, d), np.float32)  # the normalised real last observations
+    no_masks = np.empty((n, 0), np.bool_)
+    every_row = np.empty(n, np.bool_)
+    no_row = np.empty(n, np.bool_)
+    terminated = np.empty(n, np.bool_)
+    truncated = np.empty(n, np.bool_)
+    dones = np.empty(n, np.bool_)
+    for e in range(n):
+        every_row[e] = True
+        no_row[e] = False
+    x_act = np.empty((n, d), np.float32)
+    x_final = np.empty((n, d), np.float32)
     rewards = np.empty(n, np.float64)
-    terminated = np.zeros(n, np.bool_)
-    truncated = np.zeros(n, np.bool_)
-    dones = np.zeros(n, np.bool_)
-    final_values = np.zeros(n, np.float32)
-    scratch_actions = np.empty(n, np.int64)
-    scratch_logp = np.empty(n, np.float32)
     values = np.empty(n, np.float32)
+    final_values = np.empty(n, np.float32)
+    logp = np.empty(n, np.float32)
+    actions = np.empty(n, np.int64)
     rollout = Rollout(
         buf.obs.reshape((m, d)), buf.actions.reshape((m,)), buf.log_probs.reshape((m,)),
         buf.advantages.reshape((m,)), buf.returns.reshape((m,)), buf.values.reshape((m,)),
-        buf.valid.reshape((m,)), np.zeros((m, 0), np.bool_),
+        buf.valid.reshape((m,)), np.empty((m, 0), np.bool_),
     )  # fmt: skip
     out[ROLLOUTS] = 0.0
     while counters[TOTAL] < until:
@@ -250,8 +248,9 @@ def fused_ppo_steps(until: int, env: VecEnvState, loop: Any, ppo: FusedPPO) -> i
             else:
                 reset_copy(env, e, step.act_obs[e])
         # -- store the transitions (PPOAgent._store) --
-        if not all_finite(step.rewards):
-            return BAD_REWARD
+        for e in range(n):
+            if not math.isfinite(step.rewards[e]):
+                return BAD_REWARD
         if norm.norm_reward:
             normalize_rewards(norm, step.rewards, dones, no_row, rewards)
         else:
@@ -262,16 +261,17 @@ def fused_ppo_steps(until: int, env: VecEnvState, loop: Any, ppo: FusedPPO) -> i
         if any_truncated:  # the critic's values of all N real last observations, as Python
             normalize_obs_rows(norm, step.next_obs, no_row, x_final)
             act_batch(net.params, net.layers, x_final, no_masks, sample[0], ppo.act_rng,
-                      scratch_actions, scratch_logp, values)  # fmt: skip
+                      actions, logp, values)  # fmt: skip
             for e in range(n):
                 if truncated[e]:
                     final_values[e] = values[e]
-        if not (
-            all_finite(ppo.pending_obs.reshape((n * d,))) and all_finite(ppo.pending_values)
-            and all_finite(ppo.pending_logp) and all_finite(rewards)
-            and all_finite(final_values)
-        ):  # fmt: skip
-            return BAD_STEP
+        for e in range(n):  # what RolloutBuffer.store refuses
+            finite = (math.isfinite(ppo.pending_values[e]) and math.isfinite(ppo.pending_logp[e])
+                      and math.isfinite(rewards[e]) and math.isfinite(final_values[e]))  # fmt: skip
+            for j in range(d):
+                finite = finite and math.isfinite(ppo.pending_obs[e, j])
+            if not finite:
+                return BAD_STEP
         store_step(buf, ppo.pending_obs, step.actions, ppo.pending_values, ppo.pending_logp,
                    no_masks, rewards, terminated, truncated, final_values)  # fmt: skip
         counters[TOTAL] += n
@@ -279,9 +279,10 @@ def fused_ppo_steps(until: int, env: VecEnvState, loop: Any, ppo: FusedPPO) -> i
         normalize_obs_rows(norm, step.act_obs, every_row, x_act)
         if buf.cursor[0] == t_max:
             act_batch(net.params, net.layers, x_act, no_masks, sample[0], ppo.act_rng,
-                      scratch_actions, scratch_logp, values)  # fmt: skip
-            if not all_finite(values):
-                return BAD_LAST_VALUE
+                      actions, logp, values)  # fmt: skip
+            for e in range(n):
+                if not math.isfinite(values[e]):
+                    return BAD_LAST_VALUE
             compute_gae(buf, values)
             progress = 1.0
             if counters[SPAN] > 0:
