@@ -172,7 +172,12 @@ class StepDriver(Protocol):
 @runtime_checkable
 class FusableAgent(Protocol):
     """What the compiled loops need of an agent besides :class:`~ember_np.types.LearningAgent`
-    (:class:`~ember_np.DqnAgent` implements it)."""
+    (:class:`~ember_np.DqnAgent` implements it).
+
+    An agent with a compiled vector loop of its own (``PPOAgent``) also has
+    ``fused_vec_run(until, env_state, loop) -> int``, which :class:`FusedVectorDriver`
+    calls instead of ``fused_vec_steps(until, env_state, loop, agent.kernel_state)``.
+    """
 
     def can_fuse(self, env: Any) -> bool:
         """Whether the compiled loops can drive ``env`` (a native env or ``NativeVecEnv``)."""
@@ -186,10 +191,6 @@ class FusableAgent(Protocol):
     def raise_vec_error(self, code: int, step: Any) -> None:
         """Raise the ValueError of the vector loop's negative return ``code``."""
         ...
-
-    # An agent with a compiled vector loop of its own (PPOAgent) also has
-    # ``fused_vec_run(until, env_state, loop) -> int``, which FusedVectorDriver calls
-    # instead of ``fused_vec_steps(until, env_state, loop, agent.kernel_state)``.
 
 
 # -- one env through Python ----------------------------------------------------------
