@@ -198,3 +198,41 @@ def test_the_fused_rollout_matches_a_fresh_buffer_layout():
     buffer = trainer.agent.buffer
     assert isinstance(buffer, RolloutBuffer) and buffer.pos == 10
     assert buffer.arrays.valid[:10].all() and buffer.n_samples == 30
+
+
+_FUSED_PPO_ONLY = """
+import sys
+from numba.core.registry import CPUDispatcher
+from ember_np import DqnTrainer
+from ember_np.encoding import IndexActionMapper, encoder_for_space
+from ember_np.envs import NativeVecEnv
+from ember_np.ppo.agent import PPOAgent
+from ember_np.ppo.config import PPOConfig
+
+env = NativeVecEnv("CartPole-v1", 2)
+agent = PPOAgent(encoder_for_space(env.observation_space),
+                 IndexActionMapper.for_space(env.action_space),
+                 PPOConfig(n_steps=16, batch_size=16, n_epochs=2), seed=0)
+trainer = DqnTrainer(env, agent, seed=0)
+trainer.train(100)
+used = sorted({f"{d.py_func.__module__}.{d.py_func.__qualname__}"
+               for name, module in list(sys.modules.items()) if name.startswith("ember_np.")
+               for d in vars(module).values() if isinstance(d, CPUDispatcher) and d.overloads})
+print(trainer.fused, agent.n_updates, " ".join(used))
+"""
+
+
+def test_a_compiled_ppo_run_compiles_no_dqn_kernel():
+    """The compiled loop (and what starts it) compiles PPO's, the envs' and the shared
+    network kernels, not one of DQN's or of DQN's compiled loops (a process of its own)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _FUSED_PPO_ONLY], capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    fused, updates, *used = out.stdout.strip().splitlines()[-1].split(" ")
+    assert fused == "True" and int(updates) > 0
+    assert "ember_np.ppo.fused.fused_ppo_steps" in used, used
+    dqn = [n for n in used if n.startswith(("ember_np.dqn.", "ember_np.training._fused."))]
+    assert not dqn, dqn

@@ -109,15 +109,17 @@ class FusedPPO(NamedTuple):
 def fusable(agent: Any, env: Any) -> bool:
     """Whether :func:`fused_ppo_steps` can drive ``env`` for the PPOAgent ``agent``: a
     ``NativeVecEnv`` of the agent's observation and action sizes, the agent with a
-    ``VecEncoder`` of a flat shape (encoding is a cast) and ``IndexActionMapper(start=0)``
-    (an action is its index)."""
+    ``VecEncoder`` of a flat shape (encoding is a cast), ``IndexActionMapper(start=0)``
+    (an action is its index) and no action masks (native envs give none)."""
     from ember_np.envs.native import NativeVecEnv
 
     if not isinstance(env, NativeVecEnv):
         return False
     encoder, mapper = agent.encoder, agent.action_mapper
     return (
-        type(encoder) is VecEncoder
+        not getattr(agent, "action_masks", False)
+        and agent.buffer.n_actions_masked == 0
+        and type(encoder) is VecEncoder
         and tuple(encoder.shape) == (agent.obs_size,)
         and type(mapper) is IndexActionMapper
         and mapper.start == 0
