@@ -181,6 +181,14 @@ def test_a_run_resumed_from_a_checkpoint_continues_as_the_run_straight_through(t
         assert resumed_files[name] == straight_files[name], name
 
 
+def test_the_loop_record_layout_is_the_drivers():
+    """The compiled loop fills the driver's FusedVecLoop at the driver's indices."""
+    from ember_np.ppo import fused
+    from ember_np.training import _fused
+
+    assert (fused.VEC_EPISODE, fused.VEC_N_RECORDS) == (_fused.VEC_EPISODE, _fused.VEC_N_RECORDS)
+
+
 def test_a_diverged_network_is_a_value_error_in_both_loops():
     """Non-finite values are refused before they are stored, by either loop."""
     for fused in (False, None):

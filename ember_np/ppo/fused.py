@@ -43,7 +43,6 @@ from ember_np.ppo.normalize_stats import NormStats, norm_stats
 from ember_np.ppo.rollout import RolloutArrays, compute_gae, store_step
 from ember_np.ppo.update import N_STATS, STAT_NAMES, Rollout, UpdateSettings, train_epochs
 from ember_np.ppo.update import update_settings as make_settings
-from ember_np.training._fused import VEC_EPISODE, VEC_N_RECORDS
 
 __all__ = [
     "FusedPPO",
@@ -54,6 +53,10 @@ __all__ = [
     "vec_error",
 ]
 
+# loop.ints[] of the trainer's FusedVecLoop: the next episode's index, records written
+# (the layout of training/_fused.py's VEC_EPISODE, VEC_N_RECORDS, which the driver reads;
+# training is a layer above the algorithms, so they are restated, and a test holds them equal).
+VEC_EPISODE, VEC_N_RECORDS = range(2)
 # FusedPPO.counters[]: the agent's transitions, its epochs begun, the schedules' span.
 TOTAL, UPDATES, SPAN = range(3)
 # FusedPPO.out[]: the latest loss, whether the last step updated, updates in this call.
