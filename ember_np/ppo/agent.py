@@ -441,15 +441,16 @@ class PPOAgent:
         compiled loop until :attr:`total_steps` reaches ``until``; ``loop`` is the
         trainer's record (``FusedVecLoop`` of this agent's :class:`PPOStep`). Returns 0,
         or a negative code for :meth:`raise_vec_error`."""
-        from ember_np.ppo.fused import fused_ppo_steps, last_stats
+        from ember_np.ppo import fused
 
         state = self.kernel_state
-        code = int(fused_ppo_steps(until, env_state, loop, state))
-        self._total_steps, self._n_updates = int(state.counters[0]), int(state.counters[1])
-        self.last_loss = float(state.out[0])
-        self._trained = bool(state.out[1])
-        if state.out[2]:  # an update ran: its statistics, as the Python path keeps them
-            self.last_stats = last_stats(state)
+        code = int(fused.fused_ppo_steps(until, env_state, loop, state))
+        self._total_steps = int(state.counters[fused.TOTAL])
+        self._n_updates = int(state.counters[fused.UPDATES])
+        self.last_loss = float(state.out[fused.LAST_LOSS])
+        self._trained = bool(state.out[fused.TRAINED])
+        if state.out[fused.ROLLOUTS]:  # an update ran: its statistics, as Python keeps them
+            self.last_stats = fused.last_stats(state)
         return code
 
     def raise_vec_error(self, code: int, step: Any) -> None:
