@@ -449,8 +449,8 @@ class PPOAgent:
         self._n_updates = int(state.counters[fused.UPDATES])
         self.last_loss = float(state.out[fused.LAST_LOSS])
         self._trained = bool(state.out[fused.TRAINED])
-        if state.out[fused.ROLLOUTS]:  # an update ran: its statistics, as Python keeps them
-            self.last_stats = fused.last_stats(state)
+        if state.out[fused.ROLLOUTS]:  # an update ran: its statistics, as _learn keeps them
+            self.last_stats = fused.last_stats(state, explained_variance)
         return code
 
     def raise_vec_error(self, code: int, step: Any) -> None:

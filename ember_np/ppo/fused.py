@@ -30,6 +30,7 @@ takes over between calls for the logs, checkpoints, evaluation and the progress 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -57,10 +58,12 @@ __all__ = [
 # (the layout of training/_fused.py's VEC_EPISODE, VEC_N_RECORDS, which the driver reads;
 # training is a layer above the algorithms, so they are restated, and a test holds them equal).
 VEC_EPISODE, VEC_N_RECORDS = range(2)
-# FusedPPO.counters[]: the agent's transitions, its epochs begun, the schedules' span.
-TOTAL, UPDATES, SPAN = range(3)
-# FusedPPO.out[]: the latest loss, whether the last step updated, updates in this call.
-LAST_LOSS, TRAINED, ROLLOUTS = range(3)
+# FusedPPO.counters[]: the agent's transitions, its epochs begun, the schedules' span,
+# the valid rows of the last rollout updated on (their values and returns in last_rollout).
+TOTAL, UPDATES, SPAN, LAST_ROWS = range(4)
+# FusedPPO.out[]: the latest loss, whether the last step updated, updates in this call,
+# the last update's learning rate and clip range.
+LAST_LOSS, TRAINED, ROLLOUTS, LAST_LR, LAST_CLIP = range(5)
 # fused_ppo_steps' negative returns: what the Python path would raise ValueError for.
 BAD_REWARD, BAD_STEP, BAD_LAST_VALUE = -1, -2, -3
 
@@ -79,19 +82,25 @@ class FusedPPO(NamedTuple):
         The config's update settings, learning rate and clip range at the run's start.
     linear : ndarray of bool, shape (2,)
         Whether the learning rate, the clip range follow a linear schedule.
-    counters : ndarray of int64, shape (3,)
-        TOTAL (transitions), UPDATES (epochs begun), SPAN (``schedule_steps``, 0: None).
+    counters : ndarray of int64, shape (4,)
+        TOTAL (transitions), UPDATES (epochs begun), SPAN (``schedule_steps``, 0: None),
+        LAST_ROWS (the valid rows of the last rollout updated on).
     act_rng, update_rng : ndarray of uint64, shape (4,)
         The action and the minibatch-shuffle streams (advanced in place).
     pending_obs : ndarray of float32, shape (N, obs_dim)
         The normalised observations the envs act on; ``pending_values`` and
         ``pending_logp`` (float32 (N,)) the critic's values and the actions'
         log-probabilities there.
-    out : ndarray of float64, shape (3,)
+    out : ndarray of float64, shape (5,)
         LAST_LOSS (NaN before the first update), TRAINED (1.0 if the last vector step
-        ended a rollout), ROLLOUTS (updates run by this call).
+        ended a rollout), ROLLOUTS (updates run by this call), LAST_LR and LAST_CLIP
+        (the last update's learning rate and clip range).
     stats : ndarray of float64, shape (N_STATS,)
         The last update's :data:`~ember_np.ppo.update.STAT_NAMES`.
+    last_rollout : ndarray of float32, shape (2, n_steps * N)
+        The values and the returns of the last rollout updated on, its valid rows
+        first (``counters[LAST_ROWS]``), in sample order: the rollout buffer is refilled
+        after it, so they are kept for its explained variance.
     """
 
     net: PPONet
@@ -107,6 +116,7 @@ class FusedPPO(NamedTuple):
     pending_logp: np.ndarray
     out: np.ndarray
     stats: np.ndarray
+    last_rollout: np.ndarray
 
 
 def fusable(agent: Any, env: Any) -> bool:
@@ -147,16 +157,26 @@ def fused_state(agent: Any, pending: tuple[np.ndarray, np.ndarray, np.ndarray]) 
         agent.net.state, agent.buffer.arrays, norm,
         make_settings(c, float(c.learning_rate), float(c.clip_range)),
         np.array([c.lr_schedule == "linear", c.clip_schedule == "linear"], np.bool_),
-        np.array([agent.total_steps, agent.n_updates, span], np.int64),
+        np.array([agent.total_steps, agent.n_updates, span, 0], np.int64),
         agent.act_rng.state, agent.update_rng.state, pending[0], pending[1], pending[2],
-        np.array([agent.last_loss, 0.0, 0.0]), np.zeros(N_STATS),
+        np.array([agent.last_loss, 0.0, 0.0, 0.0, 0.0]), np.zeros(N_STATS),
+        np.zeros((2, agent.buffer.n_steps * agent.num_envs), np.float32),
     )  # fmt: skip
 
 
-def last_stats(state: FusedPPO) -> dict[str, float]:
-    """The last update's statistics of ``state`` as :func:`~ember_np.ppo.update.update`
-    returns them."""
-    return dict(zip(STAT_NAMES, (float(v) for v in state.stats)))
+def last_stats(
+    state: FusedPPO, explained_variance: Callable[[np.ndarray, np.ndarray], float]
+) -> dict[str, float]:
+    """The last update's statistics, as the Python loop keeps them (``PPOAgent.last_stats``):
+    :func:`~ember_np.ppo.update.update`'s, then ``explained_variance(values, returns)`` of
+    the rollout's valid rows, the learning rate and the clip range."""
+    stats = dict(zip(STAT_NAMES, (float(v) for v in state.stats)))
+    k = int(state.counters[LAST_ROWS])
+    stats.update(
+        explained_variance=explained_variance(state.last_rollout[0, :k], state.last_rollout[1, :k]),
+        learning_rate=float(state.out[LAST_LR]), clip_range=float(state.out[LAST_CLIP]),
+    )  # fmt: skip
+    return stats
 
 
 def vec_error(code: int) -> ValueError:
@@ -299,6 +319,15 @@ def fused_ppo_steps(until: int, env: VecEnvState, loop: Any, ppo: FusedPPO) -> i
                 hp.target_kl, hp.adam_eps, hp.normalize_advantage, hp.batch_size, hp.n_epochs,
             )  # fmt: skip
             train_epochs(net, rollout, settings, ppo.update_rng, ppo.stats)
+            k = 0
+            for i in range(m):  # kept for the explained variance (the buffer is refilled)
+                if rollout.valid[i]:
+                    ppo.last_rollout[0, k] = rollout.old_values[i]
+                    ppo.last_rollout[1, k] = rollout.returns[i]
+                    k += 1
+            counters[LAST_ROWS] = k
+            out[LAST_LR] = lr
+            out[LAST_CLIP] = clip
             out[LAST_LOSS] = ppo.stats[5]
             counters[UPDATES] += np.int64(ppo.stats[6])
             out[TRAINED] = 1.0
