@@ -418,9 +418,46 @@ class PPOAgent:
         logs and progress bar show the column)."""
         return 0.0
 
+    # -- the compiled loop (the trainer's FusedVectorDriver runs it) ---------------
     def can_fuse(self, env: Any) -> bool:
-        """No compiled loop yet: the trainer steps it in Python."""
-        return False
+        """Whether the compiled loop (:mod:`ember_np.ppo.fused`) can drive ``env``: a
+        ``NativeVecEnv`` of this agent's sizes, with a flat ``VecEncoder`` and
+        ``IndexActionMapper(start=0)``. A single native env is stepped through Python
+        (``NativeVecEnv(env_id, 1)`` is one env in the compiled loop)."""
+        from ember_np.ppo.fused import fusable
+
+        return fusable(self, env)
+
+    @property
+    def kernel_state(self) -> Any:
+        """The agent's state as the compiled loop takes it (a ``FusedPPO``: views of its
+        arrays, its counters copied in)."""
+        from ember_np.ppo.fused import fused_state
+
+        return fused_state(self, (self._x, self._values, self._logp))
+
+    def fused_vec_run(self, until: int, env_state: Any, loop: Any) -> int:
+        """Vector steps of a ``NativeVecEnv`` (``env_state``, its ``kernel_state``) in the
+        compiled loop until :attr:`total_steps` reaches ``until``; ``loop`` is the
+        trainer's record (``FusedVecLoop`` of this agent's :class:`PPOStep`). Returns 0,
+        or a negative code for :meth:`raise_vec_error`."""
+        from ember_np.ppo import fused
+
+        state = self.kernel_state
+        code = int(fused.fused_ppo_steps(until, env_state, loop, state))
+        self._total_steps = int(state.counters[fused.TOTAL])
+        self._n_updates = int(state.counters[fused.UPDATES])
+        self.last_loss = float(state.out[fused.LAST_LOSS])
+        self._trained = bool(state.out[fused.TRAINED])
+        if state.out[fused.ROLLOUTS]:  # an update ran: its statistics, as _learn keeps them
+            self.last_stats = fused.last_stats(state, explained_variance)
+        return code
+
+    def raise_vec_error(self, code: int, step: Any) -> None:
+        """Raise the ValueError of the compiled loop's negative return ``code``."""
+        from ember_np.ppo.fused import vec_error
+
+        raise vec_error(code)
 
     # -- checkpoints -------------------------------------------------------------
     def save(self, path: str | os.PathLike[str], include_buffer: bool = True) -> Path:

@@ -22,7 +22,10 @@ def _describe(agent: Any) -> str:
 
 
 def _entry_kernel(native: bool, num_envs: int) -> str:
-    """The update's kernel (``train_epochs``): every PPO run compiles it."""
+    """The compiled loop's kernel on N > 1 native envs (``fused_ppo_steps``), else the
+    update's (``train_epochs``): what a PPO run compiles first."""
+    if native and num_envs > 1:
+        return "ember_np.ppo.fused:fused_ppo_steps"
     return "ember_np.ppo.update:train_epochs"
 
 

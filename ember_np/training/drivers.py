@@ -18,7 +18,8 @@ The four drivers:
 * :class:`FusedSingleDriver`: one native env (``ember_np.envs``) in the compiled
   loop ``training/_fused.py: fused_steps``;
 * :class:`FusedVectorDriver`: a ``NativeVecEnv`` in the compiled loop
-  ``training/_fused.py: fused_vec_steps``.
+  ``training/_fused.py: fused_vec_steps``, or the agent's own (PPO's
+  ``ppo/fused.py: fused_ppo_steps``, through its ``fused_vec_run``).
 
 A fused driver shares its episodes in progress with the Python driver of the
 same env (its ``python``), which also takes the single steps of
@@ -171,7 +172,12 @@ class StepDriver(Protocol):
 @runtime_checkable
 class FusableAgent(Protocol):
     """What the compiled loops need of an agent besides :class:`~ember_np.types.LearningAgent`
-    (:class:`~ember_np.DqnAgent` implements it)."""
+    (:class:`~ember_np.DqnAgent` implements it).
+
+    An agent with a compiled vector loop of its own (``PPOAgent``) also has
+    ``fused_vec_run(until, env_state, loop) -> int``, which :class:`FusedVectorDriver`
+    calls instead of ``fused_vec_steps(until, env_state, loop, agent.kernel_state)``.
+    """
 
     def can_fuse(self, env: Any) -> bool:
         """Whether the compiled loops can drive ``env`` (a native env or ``NativeVecEnv``)."""
@@ -360,7 +366,8 @@ class FusedSingleDriver:
 
 
 class FusedVectorDriver:
-    """A ``NativeVecEnv`` and the agent in the compiled loop :func:`fused_vec_steps`.
+    """A ``NativeVecEnv`` and the agent in the compiled loop :func:`fused_vec_steps`, or
+    in the agent's own (its ``fused_vec_run``: PPO's, ``ember_np/ppo/fused.py``).
 
     Parameters
     ----------
@@ -392,6 +399,7 @@ class FusedVectorDriver:
         if vec.step_arrays is None:
             vec.start()
         agent, env, n = self.agent, vec.env, vec.num_envs
+        own_loop = getattr(agent, "fused_vec_run", None)  # an agent's compiled loop of its own
         ended = EndedColumns.empty()
         while (total := agent.total_steps) < until:
             stop = min(until, total + FUSED_CHUNK)
@@ -400,7 +408,10 @@ class FusedVectorDriver:
                 vec.step_arrays, np.array([0, 0], dtype=np.int64), vec.episode_steps,
                 vec.episode_rewards, np.empty((rows, 2)), np.empty((rows, 5), dtype=np.int64),
             )  # fmt: skip
-            code = int(fused_vec_steps(stop, env.kernel_state, loop, agent.kernel_state))
+            if own_loop is None:
+                code = int(fused_vec_steps(stop, env.kernel_state, loop, agent.kernel_state))
+            else:
+                code = int(own_loop(stop, env.kernel_state, loop))
             env.obs[:] = vec.step_arrays.obs  # the env object shows where its copies are
             k = int(loop.ints[VEC_N_RECORDS])
             floats, rec = loop.rec_floats[:k].T, loop.rec_ints[:k].T
