@@ -315,3 +315,15 @@ def test_the_policy_takes_the_argmax_over_the_legal_actions(tmp_path):
     assert policy.act(int(obs[3]), masks[3]) == expected[3]
     with pytest.raises(ValueError, match="allows no action"):
         policy.act(0, np.zeros(6, np.int8))
+
+
+def test_one_env_normalises_on_the_observations_it_acts_on_as_sb3():
+    """SB3's VecNormalize updates its statistics with each observation the policy acts
+    on: the first, each next one, each reset; never an episode's terminal one."""
+    env = gym.make("CartPole-v1", max_episode_steps=30)
+    agent = make_agent(env, SMALL.replace(normalize_reward=False))
+    trainer = DqnTrainer(env, agent, seed=0)
+    trainer.train(200)
+    assert trainer.episode > 5  # episodes ended, each with a terminal observation
+    obs_count = agent.normalizer.state_arrays()["counts"][0]
+    assert obs_count == pytest.approx(1e-4 + agent.total_steps + 1, abs=1e-9)

@@ -344,12 +344,14 @@ class PPOAgent:
         self._trained = False
         if moved.any():
             self._store(step, codes, moved)
-        done = (codes == 1) | (codes == 2)
-        update_rows = None if self._mode == SAME_STEP else ~done
-        x = self._normalized(step.act_obs, update_rows)
+        acting = np.asarray(step.acting, np.bool_).reshape(n)
+        # the observations acted on join the statistics, a finished episode's last one
+        # does not (NEXT_STEP's ended rows; one env's terminal step), as SB3's VecNormalize
+        x = self._normalized(step.act_obs, None if acting.all() else acting)
         if self.buffer.full:
             self._learn(x)
-        acting = np.asarray(step.acting, np.bool_).reshape(n)
+        if self._mode == SAME_STEP and not acting.any():  # one env's episode ended
+            return step.next_actions
         masks = step.act_masks if step.act_masks.shape[1] else None
         step.next_actions[:] = np.where(acting, self._pick(acting, x, masks), 0)
         return step.next_actions
