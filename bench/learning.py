@@ -5,6 +5,8 @@ Usage::
     python bench/learning.py --library ember_np --envs CartPole-v1,Acrobot-v1,MountainCar-v0
     python bench/learning.py --library ember_np --preset rainbow   # ember_np's own presets
     nice -n 10 python bench/learning.py --library sb3 --envs CartPole-v1
+    python bench/learning.py --algo ppo --preset ember --envs CartPole-v1   # PPO
+    nice -n 10 python bench/learning.py --algo ppo --library sb3 --envs CartPole-v1
     python bench/learning.py --report        # table + curves from the saved results
     python bench/learning.py --library ember_np --scheduler tcp://HOST:8786   # on a Dask cluster
 
@@ -32,7 +34,8 @@ each point, and the wall time for all seeds: a few KB). ``--report`` turns
 the saved files into ``bench/results_learning.md`` (a row per library and
 preset: IQM [95% CI] of the final and best policy, P(row > SB3 zoo) with its
 CI, wall time for all seeds, time to solve CartPole) and
-``bench/learning_curves.png``.
+``bench/learning_curves.png``; PPO's rows (``--algo ppo``, ``bench/learning_ppo.py``)
+go to ``bench/results_learning_ppo.md`` and ``bench/learning_curves_ppo.png``.
 """
 
 from __future__ import annotations
@@ -470,11 +473,15 @@ def report(results: Path, out: Path, plot_path: Path) -> str:
                      f"{d.get('load', '?')}; command: {d.get('command', '?')}")  # fmt: skip
     if plot(found, plot_path):
         lines += ["", f"IQM learning curves with 95% CI bands: {plot_path.name}"]
-    from learning_ppo import ppo_report
-
-    lines += ppo_report(results, plot_path.with_name(plot_path.stem + "_ppo.png"))
     table = "\n".join(lines)
     out.write_text(table + "\n")
+    from learning_ppo import ppo_report
+
+    # PPO's rows: a table of their own, in OUT_ppo.md beside OUT (curves: PLOT_ppo.png)
+    ppo = ppo_report(results, plot_path.with_name(plot_path.stem + "_ppo.png"))
+    if ppo:
+        out.with_name(out.stem + "_ppo.md").write_text("\n".join(ppo) + "\n")
+        table += "\n\n" + "\n".join(ppo)
     return table
 
 

@@ -203,13 +203,15 @@ def ppo_report(results: Path, plot_path: Path) -> list[str]:
     if not found:
         return []
     lines = [
-        "",
         "PPO: ember_np's presets `ember` (this project's, chosen on tuning seeds 1000-1019, "
         "never on these) and `zoo` (the RL Zoo's ppo.yml row), each on its number of envs "
         "(compiled env x N: N copies of ember_np's compiled env, bit for bit gymnasium's "
         "dynamics, stepped in one compiled loop), against SB3's PPO with the Zoo's arguments "
-        "on gymnasium's env (make_vec_env, VecNormalize where the Zoo normalises). Columns as "
-        "above; 'final >= target': seeds whose final policy reaches "
+        "on gymnasium's env (make_vec_env, VecNormalize where the Zoo normalises). IQM [95% "
+        "stratified-bootstrap CI] over seeds of each seed's mean greedy return on 20 fresh "
+        "episodes, of the final policy and of best.npz; P(> SB3 PPO zoo): probability that a "
+        "random seed's final policy beats a random SB3 seed's (ties count half), with its "
+        "95% CI; 'final >= target': seeds whose final policy reaches "
         + ", ".join(f"{v:g} ({e})" for e, v in PPO_TARGETS.items())
         + ". Commands: python bench/learning.py --algo ppo --library ember_np --preset "
         "ember|zoo --envs ENV --seeds 20 --workers 2; nice -n 10 python bench/learning.py "
