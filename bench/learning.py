@@ -5,6 +5,8 @@ Usage::
     python bench/learning.py --library ember_np --envs CartPole-v1,Acrobot-v1,MountainCar-v0
     python bench/learning.py --library ember_np --preset rainbow   # ember_np's own presets
     nice -n 10 python bench/learning.py --library sb3 --envs CartPole-v1
+    python bench/learning.py --algo ppo --preset ember --envs CartPole-v1   # PPO
+    nice -n 10 python bench/learning.py --algo ppo --library sb3 --envs CartPole-v1
     python bench/learning.py --report        # table + curves from the saved results
     python bench/learning.py --library ember_np --scheduler tcp://HOST:8786   # on a Dask cluster
 
@@ -32,7 +34,8 @@ each point, and the wall time for all seeds: a few KB). ``--report`` turns
 the saved files into ``bench/results_learning.md`` (a row per library and
 preset: IQM [95% CI] of the final and best policy, P(row > SB3 zoo) with its
 CI, wall time for all seeds, time to solve CartPole) and
-``bench/learning_curves.png``.
+``bench/learning_curves.png``; PPO's rows (``--algo ppo``, ``bench/learning_ppo.py``)
+go to ``bench/results_learning_ppo.md`` and ``bench/learning_curves_ppo.png``.
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ def run_ember(
     preset_name: str = "zoo",
     client=None,
     num_envs: int | None = None,
+    algo: str = "dqn",
 ) -> dict:
     """Train (or, with a ``runs_root`` holding this env's multi-seed run, finish) the
     seeds of ``preset_name``; then evaluate every finished seed's final and best
@@ -110,18 +114,24 @@ def run_ember(
     ``client``: a Dask client whose cluster trains the seeds (``workers``
     then only spreads the seeds' times in an estimate).
     ``num_envs``: train on ``num_envs`` copies of the compiled env (``ember_np/<env>``,
-    the compiled vector loop; 1: the compiled single env), same transitions."""
-    from ember_np import DqnPolicy
-    from ember_np.presets import get_preset
+    the compiled vector loop; 1: the compiled single env), same transitions.
+    ``algo="ppo"``: PPO's preset, on its ``num_envs`` (default the preset's) copies of
+    the compiled env where one exists (:func:`learning_ppo.ppo_training_env`)."""
+    from ember_np.algorithms import get_algorithm
     from ember_np.training.multiseed import load_multiseed, resume_seeds, train_seeds
     from ember_np.training.spec import RunSpec
 
-    preset = get_preset(preset_name, env_id)
+    algorithm = get_algorithm(algo)
+    preset = algorithm.preset(preset_name, env_id)
     config = preset.config_for(steps)  # as `ember-np train --steps`: schedules scaled
     version = "bench" if preset_name == "zoo" else f"bench-{preset_name}"
     train_env = env_id
-    vector = {}
-    if num_envs is not None:
+    vector: dict = {}
+    if algo == "ppo":
+        from learning_ppo import ppo_training_env
+
+        train_env, vector, version = ppo_training_env(env_id, preset, preset_name, num_envs)
+    elif num_envs is not None:
         train_env = f"ember_np/{env_id}"
         version += f"-n{num_envs}"
         vector = {"num_envs": num_envs}
@@ -144,7 +154,7 @@ def run_ember(
         elif collect:
             raise SystemExit(f"no multi-seed run of {env_id} under {root} to collect")
         else:
-            run = RunSpec(train_env, preset=preset_name, config=config, steps=steps,
+            run = RunSpec(train_env, algo, preset=preset_name, config=config, steps=steps,
                           eval_every=steps // 10, eval_episodes=EVAL_EPISODES,
                           checkpoint_freq=steps, keep=1, **vector)  # fmt: skip
             result = train_seeds(
@@ -155,9 +165,10 @@ def run_ember(
         per_seed = []
         for r in result.runs:
             ckpt = r.run_dir / "checkpoints"
-            final = evaluate(DqnPolicy.load(ckpt / "latest.npz"), env_id, FINAL_EPISODES,
+            load = algorithm.load_policy
+            final = evaluate(load(ckpt / "latest.npz"), env_id, FINAL_EPISODES,
                              final_eval_seed(r.seed))  # fmt: skip
-            best = evaluate(DqnPolicy.load(ckpt / "best.npz"), env_id, FINAL_EPISODES,
+            best = evaluate(load(ckpt / "best.npz"), env_id, FINAL_EPISODES,
                             final_eval_seed(r.seed))  # fmt: skip
             per_seed.append(
                 {
@@ -170,6 +181,8 @@ def run_ember(
             )
     out = {"wall_seconds": round(wall, 1), "runs": per_seed, "missing_seeds": result.failed,
            "config": config.to_dict()}  # fmt: skip
+    if algo != "dqn":  # the env the seeds trained on, and how many copies
+        out.update(algo=algo, train_env=train_env, num_envs=vector.get("num_envs", 1))
     if existing:  # trained in more than one call: the seeds' own times, spread on the workers
         out["wall_seconds"] = round(sum(r["train_seconds"] for r in per_seed) / workers, 1)
         out["wall_estimated"] = True
@@ -244,14 +257,15 @@ def run_sb3(
     steps: int,
     runs_root: Path | None = None,
     collect: bool = False,
+    algo: str = "dqn",
 ) -> dict:
     """Every seed in its own subprocess, ``workers`` at a time. With ``runs_root``, each
     seed's result is kept there as it finishes and a later call skips it; ``collect``
-    gathers the seeds finished so far and trains nothing."""
+    gathers the seeds finished so far and trains nothing. ``algo``: SB3's DQN or PPO."""
     # One BLAS / OpenMP thread per process: the workers share the cores.
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
-        done_dir = (runs_root or Path(tmp)) / "sb3" / env_id
+        done_dir = (runs_root or Path(tmp)) / ("sb3" if algo == "dqn" else f"sb3-{algo}") / env_id
         done_dir.mkdir(parents=True, exist_ok=True)
 
         def one(seed: int) -> dict | None:
@@ -261,7 +275,8 @@ def run_sb3(
             if collect:
                 return None
             out = subprocess.run(
-                [sys.executable, __file__, "--sb3-worker", env_id, str(seed), str(steps)],
+                [sys.executable, __file__, "--sb3-worker", env_id, str(seed), str(steps),
+                 "--algo", algo],
                 capture_output=True, text=True, env=env,
             )  # fmt: skip
             if out.returncode != 0:
@@ -309,9 +324,11 @@ def split_preset_key(key: str) -> tuple[str, int | None]:
 
 
 def result_path(results: Path, library: str, env_id: str, preset: str = "zoo") -> Path:
-    """Where one (library, preset, env) result goes; SB3 has only the zoo preset."""
+    """Where one (library, preset, env) result goes; SB3 has the zoo preset (DQN's,
+    ``learning_sb3_<env>.json``) and ``ppo`` (PPO's zoo, ``learning_sb3-ppo_<env>.json``)."""
     if library == "sb3":
-        return results / f"learning_sb3_{env_id}.json"
+        name = "sb3" if preset == "zoo" else f"sb3-{preset}"
+        return results / f"learning_{name}_{env_id}.json"
     return results / f"learning_{library}-{preset}_{env_id}.json"
 
 
@@ -458,10 +475,19 @@ def report(results: Path, out: Path, plot_path: Path) -> str:
         lines += ["", f"IQM learning curves with 95% CI bands: {plot_path.name}"]
     table = "\n".join(lines)
     out.write_text(table + "\n")
+    from learning_ppo import ppo_report
+
+    # PPO's rows: a table of their own, in OUT_ppo.md beside OUT (curves: PLOT_ppo.png)
+    ppo = ppo_report(results, plot_path.with_name(plot_path.stem + "_ppo.png"))
+    if ppo:
+        out.with_name(out.stem + "_ppo.md").write_text("\n".join(ppo) + "\n")
+        table += "\n\n" + "\n".join(ppo)
     return table
 
 
-def plot(found: dict, path: Path) -> bool:
+def plot(found: dict, path: Path, rows: tuple = ROWS, targets: dict | None = None) -> bool:
+    """IQM curves of ``rows`` per env into ``path``; a dashed line at each env's
+    ``targets`` value (default: REFERENCE's thresholds). False: nothing to draw."""
     try:
         import matplotlib
 
@@ -476,7 +502,7 @@ def plot(found: dict, path: Path) -> bool:
         return False
     fig, axes = plt.subplots(1, len(envs), figsize=(4.5 * len(envs), 3.6), squeeze=False)
     for ax, env_id in zip(axes[0], envs):
-        for (lib, preset), color in zip(ROWS, ("C2", "C0", "C1")):
+        for (lib, preset), color in zip(rows, ("C2", "C0", "C1")):
             if (lib, preset, env_id) not in found:
                 continue
             steps, rewards, _ = curve_arrays(found[(lib, preset, env_id)])
@@ -484,7 +510,10 @@ def plot(found: dict, path: Path) -> bool:
             ax.plot(steps, mid, color=color,
                     label=f"{row_name(lib, preset)} ({rewards.shape[0]} seeds)")  # fmt: skip
             ax.fill_between(steps, low, high, color=color, alpha=0.25, lw=0)
-        ax.axhline(REFERENCE[env_id]["bar"], color="r", ls="--", lw=1, label="bar")
+        if targets is None:
+            ax.axhline(REFERENCE[env_id]["bar"], color="r", ls="--", lw=1, label="bar")
+        else:
+            ax.axhline(targets[env_id], color="r", ls="--", lw=1, label="target")
         ax.set_title(env_id)
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
@@ -528,8 +557,11 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--library", choices=["ember_np", "sb3"], default="ember_np",
                    help="sb3 needs the bench extra")  # fmt: skip
-    p.add_argument("--preset", default="zoo", choices=["zoo", "rainbow"],
-                   help="ember_np's preset (default zoo); SB3 always gets the Zoo's")  # fmt: skip
+    p.add_argument("--algo", choices=["dqn", "ppo"], default="dqn",
+                   help="the algorithm, for both libraries (default dqn)")  # fmt: skip
+    p.add_argument("--preset", default="zoo",
+                   help="ember_np's preset: zoo (default) or rainbow (dqn), zoo or ember "
+                   "(ppo); SB3 always gets the Zoo's")  # fmt: skip
     p.add_argument(
         "--num-envs", type=int,
         help="ember_np: train on N copies of the compiled env (ember_np/<env>, the compiled "
@@ -565,26 +597,36 @@ def main() -> None:
     args = p.parse_args()
     if args.sb3_worker:
         env_id, seed, steps = args.sb3_worker
-        print(json.dumps(sb3_seed(env_id, int(seed), int(steps))))
+        if args.algo == "ppo":
+            from learning_ppo import sb3_ppo_seed as worker
+        else:
+            worker = sb3_seed
+        print(json.dumps(worker(env_id, int(seed), int(steps))))
         return
+    allowed = {"dqn": ("zoo", "rainbow"), "ppo": ("zoo", "ember")}[args.algo]
+    if args.preset not in allowed:
+        p.error(f"--preset {args.preset}: --algo {args.algo} takes {' or '.join(allowed)}")
     if args.report:
         print(report(args.results, args.out, args.plot))
         return
-    from ember_np.presets import get_preset
+    from ember_np.algorithms import get_algorithm
 
     client = cluster_client(args)
     args.results.mkdir(parents=True, exist_ok=True)
     seeds = list(range(args.seeds))
     preset = "zoo" if args.library == "sb3" else args.preset
     key = preset_key(preset, args.num_envs if args.library == "ember_np" else None)
+    if args.algo == "ppo":  # PPO's files and rows: ember_np ppo-<preset>, sb3 ppo
+        key = "ppo" if args.library == "sb3" else f"ppo-{key}"
     for env_id in [e for e in args.envs.split(",") if e]:
-        steps = args.steps or get_preset(preset, env_id).steps
+        steps = args.steps or get_algorithm(args.algo).preset(preset, env_id).steps
         load_before = load_average()
         if args.library == "sb3":
-            data = run_sb3(env_id, seeds, args.workers, steps, args.runs_root, args.collect)
+            data = run_sb3(env_id, seeds, args.workers, steps, args.runs_root, args.collect,
+                           args.algo)  # fmt: skip
         else:
             data = run_ember(env_id, seeds, args.workers, steps, args.runs_root, args.collect,
-                             preset, client, args.num_envs)  # fmt: skip
+                             preset, client, args.num_envs, args.algo)  # fmt: skip
         if not data["runs"]:
             print(f"{args.library} {env_id}: no seed finished; nothing written", file=sys.stderr)
             continue
@@ -593,8 +635,10 @@ def main() -> None:
             load=f"{load_before} before, {load_average()} after (1/5/15-min load averages)"
             + (" of collecting; the training ran earlier" if args.collect else ""),
             command=f"python bench/learning.py --library {args.library} --envs {env_id} "
+            + (f"--algo {args.algo} " if args.algo != "dqn" else "")
             + (f"--preset {preset} " if args.library == "ember_np" else "")
-            + (f"--num-envs {args.num_envs} " if key != preset else "")
+            + (f"--num-envs {args.num_envs} " if args.num_envs is not None and
+               args.library == "ember_np" else "")
             + f"--seeds {args.seeds} --workers {args.workers}"
             + (f" --steps {args.steps}" if args.steps else "")
             + (" --runs-root RUNS" if args.runs_root else "")  # not this machine's path

@@ -77,6 +77,82 @@ def test_learning_bench_writes_its_results_and_table(tmp_path):
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_learning_bench_ppo_rows_beside_dqns(tmp_path):
+    """--algo ppo: ember_np's PPO preset on its n_envs compiled envs, evaluated with
+    PPOPolicy; its own result file and its own table section."""
+    from ember_np.ppo.presets import get_preset as ppo_preset
+
+    results = tmp_path / "results"
+    run("bench/learning.py", "--algo", "ppo", "--envs", "CartPole-v1", "--seeds", "2",
+        "--workers", "2", "--steps", "2048", "--results", str(results))  # fmt: skip
+    assert sorted(f.name for f in results.iterdir()) == [
+        "learning_ember_np-ppo-zoo_CartPole-v1.json"
+    ]
+    path = results / "learning_ember_np-ppo-zoo_CartPole-v1.json"
+    data = json.loads(path.read_text())
+    preset = ppo_preset("zoo", "CartPole-v1")
+    assert (data["algo"], data["train_env"], data["num_envs"]) == (
+        "ppo", "ember_np/CartPole-v1", preset.num_envs)  # fmt: skip
+    assert data["config"] == preset.config_for(2048).to_dict()
+    assert "--algo ppo --preset zoo" in data["command"]
+    for r in data["runs"]:
+        assert r["curve"][0][0] == 208  # 10 evaluations: every 204 steps, 8 envs a step
+        for key in ("final", "best"):  # means of 20 whole CartPole episodes
+            assert 8.0 <= r[key] <= 500.0 and abs(r[key] * 20 - round(r[key] * 20)) < 1e-6, r
+    # the same runs as SB3's PPO: a row compared with itself is even (P = 0.5)
+    (results / "learning_sb3-ppo_CartPole-v1.json").write_text(path.read_text())
+    out = tmp_path / "learning.md"
+    run("bench/learning.py", "--report", "--results", str(results), "--out", str(out),
+        "--plot", str(tmp_path / "curves.png"))  # fmt: skip
+    assert "Not run: ember_np rainbow CartPole-v1" in out.read_text()  # DQN's: none saved
+    table = (tmp_path / "learning_ppo.md").read_text()
+    assert "| CartPole-v1 | ember_np PPO zoo, compiled env x 8 (2,048) | 2 |" in table
+    row = next(line for line in table.splitlines() if "ember_np PPO zoo" in line)
+    assert "| 0.50 [" in row
+    assert "| CartPole-v1 | sb3 PPO zoo, gymnasium env x 8 (2,048) | 2 |" in table
+    assert (tmp_path / "curves_ppo.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "curves.png").exists()
+
+
+def test_learning_bench_refuses_a_preset_of_the_other_algorithm(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "bench/learning.py", "--algo", "ppo", "--preset", "rainbow",
+         "--results", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, cwd=BENCH.parent,
+    )  # fmt: skip
+    assert out.returncode == 2 and "--algo ppo takes zoo or ember" in out.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_learning_ppo_zoo_arguments_for_sb3():
+    """The Zoo's ``lin_X`` is SB3's callable ``progress_remaining * X``; n_envs and
+    normalize are not PPO's arguments."""
+    from learning_ppo import sb3_arguments
+
+    from ember_np.ppo.presets import get_preset as ppo_preset
+
+    kwargs, n_envs, normalize = sb3_arguments(ppo_preset("zoo", "CartPole-v1").sb3_kwargs)
+    assert (n_envs, normalize) == (8, False)
+    assert kwargs["learning_rate"](1.0) == 1e-3 and kwargs["learning_rate"](0.25) == 0.25e-3
+    assert kwargs["clip_range"](0.5) == 0.1
+    assert {"n_envs", "n_timesteps", "normalize"}.isdisjoint(kwargs)
+    assert (kwargs["n_steps"], kwargs["batch_size"], kwargs["n_epochs"]) == (32, 256, 20)
+    kwargs, n_envs, normalize = sb3_arguments(ppo_preset("zoo", "Acrobot-v1").sb3_kwargs)
+    assert (n_envs, normalize, kwargs["gamma"]) == (16, True, 0.99)
+
+
+@pytest.mark.skipif(not HAS_SB3, reason="needs stable-baselines3 (the bench extra)")
+def test_learning_bench_sb3_ppo_writes_its_own_file(tmp_path):
+    results = tmp_path / "results"
+    run("bench/learning.py", "--algo", "ppo", "--library", "sb3", "--envs", "CartPole-v1",
+        "--seeds", "1", "--workers", "1", "--steps", "512", "--results", str(results))  # fmt: skip
+    assert [f.name for f in results.iterdir()] == ["learning_sb3-ppo_CartPole-v1.json"]
+    (r,) = json.loads((results / "learning_sb3-ppo_CartPole-v1.json").read_text())["runs"]
+    assert len(r["curve"]) == 10 and r["curve"][-1][0] <= 512
+    for key in ("final", "best"):
+        assert 8.0 <= r[key] <= 500.0 and abs(r[key] * 20 - round(r[key] * 20)) < 1e-6, r
+
+
 def test_preset_search_refuses_the_reported_seeds(tmp_path):
     out = subprocess.run(
         [sys.executable, "bench/preset_search.py", "--env", "CartPole-v1", "--grid", "cartpole",

@@ -60,6 +60,22 @@ def test_ppo_is_built_in_with_the_zoo_rows():
     assert ppo.default_preset("Taxi-v3").config == PPOConfig()
 
 
+def test_ppo_ember_preset_is_cartpoles_own_beside_the_zoo_row():
+    """CartPole-v1's ``ember`` preset: the Zoo's row with fewer epochs over longer
+    rollouts, listed for the env (the default stays ``zoo``), borrowable elsewhere."""
+    ppo = get_algorithm("ppo")
+    assert list(ppo.presets("CartPole-v1")) == ["zoo", "ember", "sb3"]
+    assert ppo.default_preset("CartPole-v1").name == "zoo"
+    ember, zoo = ppo.preset("ember", "CartPole-v1"), ppo.preset("zoo", "CartPole-v1")
+    assert (ember.num_envs, ember.steps) == (zoo.num_envs, zoo.steps)
+    mine, theirs = ember.config.to_dict(), zoo.config.to_dict()
+    assert {k: mine[k] for k in mine if mine[k] != theirs[k]} == {"n_epochs": 10, "n_steps": 64}
+    assert ember.config_for(5_000).schedule_steps == 5_000
+    assert "1000-1019" in ember.source
+    assert "ember" not in ppo.presets("Acrobot-v1")
+    assert ppo.preset("CartPole-v1/ember", "Acrobot-v1") is ember
+
+
 def test_a_preset_spans_its_schedules_over_the_run_and_names_a_borrowed_one():
     zoo = get_preset("zoo", "CartPole-v1")
     assert zoo.config_for(50_000).schedule_steps == 50_000
@@ -67,7 +83,9 @@ def test_a_preset_spans_its_schedules_over_the_run_and_names_a_borrowed_one():
     borrowed = get_preset("CartPole-v1/zoo", "Acrobot-v1")
     assert borrowed is zoo and borrowed.name_for("Acrobot-v1") == "CartPole-v1/zoo"
     assert zoo.name_for("ember_np/CartPole-v1") == "zoo"
-    with pytest.raises(ValueError, match="unknown ppo preset 'rainbow' for CartPole-v1.*zoo, sb3"):
+    with pytest.raises(
+        ValueError, match="unknown ppo preset 'rainbow' for CartPole-v1.*zoo, ember, sb3"
+    ):
         get_preset("rainbow", "CartPole-v1")
 
 
