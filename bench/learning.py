@@ -400,9 +400,27 @@ def time_to_solve(data: dict, threshold: float) -> str:
     )
 
 
-def report(results: Path, out: Path, plot_path: Path) -> str:
+def table_row(env_id: str, name: str, d: dict, target: float, theirs: dict | None) -> str:
+    """One row of a learning table: the result ``d``'s final and best IQM [CI], the seeds
+    whose final policy reaches ``target``, P(> ``theirs``) (the SB3 row's result; None:
+    "-") and the wall time."""
     from ember_np.stats import probability_of_improvement
 
+    finals = [r["final"] for r in d["runs"]]
+    row = [env_id, f"{name} ({d['steps']:,})", str(len(d["runs"])), ci_text(finals),
+           ci_text([r["best"] for r in d["runs"]]),
+           f"{sum(f >= target for f in finals)} / {len(finals)}"]  # fmt: skip
+    if theirs is not None:
+        p, (low, high) = probability_of_improvement(finals, [r["final"] for r in theirs["runs"]])
+        row.append(f"{p:.2f} [{low:.2f}, {high:.2f}]")
+    else:
+        row.append("-")
+    row.append(f"{'~' if d.get('wall_estimated') else ''}{d['wall_seconds']:.0f} s "
+               f"({d['workers']} workers)")  # fmt: skip
+    return "| " + " | ".join(row) + " |"
+
+
+def report(results: Path, out: Path, plot_path: Path) -> str:
     found = {(lib, preset, env): data for lib, preset in ROWS + VECTOR_ROWS for env in REFERENCE
              if (data := read_result(results, lib, env, preset)) is not None}  # fmt: skip
     lines = [
@@ -433,22 +451,9 @@ def report(results: Path, out: Path, plot_path: Path) -> str:
             d = found.get((lib, preset, env_id))
             if d is None:
                 continue
-            finals = [r["final"] for r in d["runs"]]
-            solved = sum(f >= REFERENCE[env_id]["bar"] for f in finals)
             name = row_name(lib, preset) + earlier_preset(lib, preset, env_id, d)
-            row = [env_id, f"{name} ({d['steps']:,})", str(len(d["runs"])),
-                   ci_text(finals), ci_text([r["best"] for r in d["runs"]]),
-                   f"{solved} / {len(finals)}"]  # fmt: skip
-            if theirs is not None and lib != "sb3":
-                p, (low, high) = probability_of_improvement(
-                    finals, [r["final"] for r in theirs["runs"]]
-                )
-                row.append(f"{p:.2f} [{low:.2f}, {high:.2f}]")
-            else:
-                row.append("-")
-            row.append(f"{'~' if d.get('wall_estimated') else ''}{d['wall_seconds']:.0f} s "
-                       f"({d['workers']} workers)")  # fmt: skip
-            lines.append("| " + " | ".join(row) + " |")
+            lines.append(table_row(env_id, name, d, REFERENCE[env_id]["bar"],
+                                   theirs if lib != "sb3" else None))  # fmt: skip
     lines.append("")
     for env_id, threshold in SOLVED.items():
         parts = [f"{row_name(lib, preset)}: "

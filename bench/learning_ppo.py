@@ -194,9 +194,7 @@ def ppo_changed(key: str, data: dict) -> str:
 def ppo_report(results: Path, plot_path: Path) -> list[str]:
     """The report's PPO section (no lines when no PPO result is saved), and its curves
     in ``plot_path``."""
-    from learning import SOLVED, ci_text, plot, read_result, time_to_solve
-
-    from ember_np.stats import probability_of_improvement
+    from learning import SOLVED, plot, read_result, table_row, time_to_solve
 
     found = {(lib, key, env): data for lib, key in PPO_ROWS for env in PPO_TARGETS
              if (data := read_result(results, lib, env, key)) is not None}  # fmt: skip
@@ -227,21 +225,8 @@ def ppo_report(results: Path, plot_path: Path) -> list[str]:
             d = found.get((lib, key, env_id))
             if d is None:
                 continue
-            finals = [r["final"] for r in d["runs"]]
             name = ppo_row_name(lib, key, d) + (ppo_changed(key, d) if lib != "sb3" else "")
-            row = [env_id, f"{name} ({d['steps']:,})", str(len(d["runs"])), ci_text(finals),
-                   ci_text([r["best"] for r in d["runs"]]),
-                   f"{sum(f >= target for f in finals)} / {len(finals)}"]  # fmt: skip
-            if theirs is not None and lib != "sb3":
-                p, (low, high) = probability_of_improvement(
-                    finals, [r["final"] for r in theirs["runs"]]
-                )
-                row.append(f"{p:.2f} [{low:.2f}, {high:.2f}]")
-            else:
-                row.append("-")
-            row.append(f"{'~' if d.get('wall_estimated') else ''}{d['wall_seconds']:.0f} s "
-                       f"({d['workers']} workers)")  # fmt: skip
-            lines.append("| " + " | ".join(row) + " |")
+            lines.append(table_row(env_id, name, d, target, theirs if lib != "sb3" else None))
     lines.append("")
     for env_id, threshold in SOLVED.items():
         parts = [f"{ppo_row_name(lib, key, d)}: {time_to_solve(d, threshold)}"
