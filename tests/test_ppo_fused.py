@@ -243,3 +243,14 @@ def test_a_compiled_ppo_run_compiles_no_dqn_kernel():
     assert "ember_np.ppo.fused.fused_ppo_steps" in used, used
     dqn = [n for n in used if n.startswith(("ember_np.dqn.", "ember_np.training._fused."))]
     assert not dqn, dqn
+
+
+def test_fused_on_one_native_env_says_what_a_ppo_agent_needs():
+    import gymnasium as gym
+
+    from ember_np import DqnTrainer, PPOAgent, PPOConfig
+
+    env = gym.make("ember_np/CartPole-v1")
+    agent = PPOAgent.for_env(env, PPOConfig(n_steps=16, batch_size=16))
+    with pytest.raises(ValueError, match="a PPOAgent without action masks on a NativeVecEnv"):
+        DqnTrainer(env, agent, seed=0, fused=True)

@@ -241,8 +241,10 @@ class DqnTrainer:
         if fused and native is None:
             raise ValueError(
                 "fused=True needs a native env (ember_np.envs, e.g. gym.make('ember_np/"
-                "CartPole-v1'), or a NativeVecEnv) and an agent with the default "
-                "CircularBuffer, VecEncoder and IndexActionMapper(start=0)"
+                "CartPole-v1'), or a NativeVecEnv) and an agent whose can_fuse(env) is True "
+                "(a DqnAgent with the default CircularBuffer, VecEncoder and "
+                "IndexActionMapper(start=0); a PPOAgent without action masks on a "
+                "NativeVecEnv)"
             )
         self.fused = native is not None and fused is not False
         self._driver: StepDriver = self._python
