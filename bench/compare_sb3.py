@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine_info import cpu_model
+
 SETTINGS = {
     "S1": dict(
         net=(64, 64), lr=1e-3, batch=64, buffer=10_000, learning_starts=1_000, gamma=0.99,
@@ -196,14 +198,7 @@ def run_worker(args: list[str]) -> tuple[dict, float]:
 def machine() -> str:
     import platform
 
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model() or "unknown CPU"
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 

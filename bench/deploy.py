@@ -46,6 +46,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from machine_info import cpu_model
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,13 +258,7 @@ LABELS = {
 
 
 def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpu_model() or platform.processor() or platform.machine()
 
 
 def table(results: dict[str, dict[str, float]], command: str) -> str:

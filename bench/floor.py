@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
+from machine_info import cpu_model
 
 import ember_np.envs  # noqa: F401  (registers the native env ids)
 from ember_np import (
@@ -228,12 +229,7 @@ def table(rows: list[Row]) -> str:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_model() or "unknown CPU"
     pinned = os.environ.get("OPENBLAS_CORETYPE")
     return (f"{cpu}, {os.cpu_count()} cores; kernels' BLAS: {KERNEL_BLAS}; "
             f"OPENBLAS_CORETYPE={pinned or 'unset'}")  # fmt: skip

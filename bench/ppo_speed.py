@@ -71,6 +71,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from machine_info import cpu_model
+
 BENCH = Path(__file__).resolve().parent
 
 #: The RL Zoo's CartPole-v1 PPO preset and SB3's PPO defaults it keeps.
@@ -335,14 +337,8 @@ def measure(python: str, name: str, steps: int, seed: int, core: int) -> dict[st
 
 
 def machine() -> dict[str, Any]:
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "nproc": os.cpu_count(), "python": platform.python_version(),
-            "load": os.getloadavg()}  # fmt: skip
+    return {"cpu": cpu_model() or "unknown CPU", "nproc": os.cpu_count(),
+            "python": platform.python_version(), "load": os.getloadavg()}  # fmt: skip
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
