@@ -1,10 +1,12 @@
-"""The search behind the ``rainbow`` presets: a small hand-written grid on tuning seeds.
+"""The search behind the ``rainbow`` presets (DQN) and PPO's ``ember`` presets: a
+small hand-written grid on tuning seeds.
 
 Usage::
 
     python bench/preset_search.py --env CartPole-v1 --grid cartpole --workers 2
     python bench/preset_search.py --env CartPole-v1 --only rainbow      # one candidate
     python bench/preset_search.py --show CartPole-v1                    # the table so far
+    python bench/preset_search.py --algo ppo --env MountainCar-v0 --grid ppo-mountaincar
 
 Every candidate is a base config plus a few overrides (``GRIDS`` below), trained
 on the *tuning* seeds (default 1000-1019; the reported seeds 0-19 are never
@@ -17,6 +19,11 @@ at or above the env's bar and the wall time (``workers`` processes). Results
 accumulate in ``bench/results/preset_search_<env>.json`` (one small entry
 per candidate: its overrides, per-seed finals, the command); the runs
 themselves go to a temporary directory.
+
+With ``--algo ppo`` the base is the env's ``zoo`` preset (the RL Zoo's ppo.yml
+row: its config, budget and number of envs), the overrides are PPOConfig fields
+(and ``steps`` or ``num_envs``), the solved mark is the PPO table's target
+(``PPO_SOLVED``) and the results go to ``preset_search_ppo_<env>.json``.
 """
 
 from __future__ import annotations
@@ -80,6 +87,29 @@ BASE: dict[str, dict[str, Any]] = {
         "learning_rate_end": 1e-5, "learning_rate_decay_steps": 200_000,
     },
 }  # fmt: skip
+
+#: PPO's targets (bench/learning_ppo.py's "final >= target" column).
+PPO_SOLVED = {"CartPole-v1": 500.0, "Acrobot-v1": -75.0, "MountainCar-v0": -110.0,
+              "LunarLander-v3": 240.0}  # fmt: skip
+
+#: PPO's grids: (label, overrides of the env's ``zoo`` preset). The Zoo's rows keep a
+#: constant learning rate on the 1M-step envs; a linear one (as the Zoo's CartPole row
+#: has) lets the final policy settle, and more epochs per rollout learn more per step.
+_PPO_LIN = {"lr_schedule": "linear"}
+PPO_GRIDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "ppo-mountaincar": [
+        ("zoo", {}),
+        ("lin-lr", _PPO_LIN),
+        ("lin-lr-clip", {**_PPO_LIN, "clip_schedule": "linear"}),
+        ("lin-lr-epochs10", {**_PPO_LIN, "n_epochs": 10}),
+    ],
+    "ppo-acrobot": [
+        ("zoo", {}),
+        ("lin-lr", _PPO_LIN),
+        ("lin-lr-clip", {**_PPO_LIN, "clip_schedule": "linear"}),
+        ("lin-lr-epochs10", {**_PPO_LIN, "n_epochs": 10}),
+    ],
+}
 
 _ONE_PER_STEP = {"train_freq": 1, "gradient_steps": 1}
 _BURST = {"train_freq": 256, "gradient_steps": 128, "tau": 1.0, "target_update_freq": 10}
@@ -287,54 +317,75 @@ def candidate(env_id: str, overrides: dict[str, Any]) -> tuple[Any, int]:
     return DqnConfig.from_dict(fields), steps
 
 
-def score(env_id: str, finals: list[float]) -> dict[str, Any]:
+def ppo_candidate(env_id: str, overrides: dict[str, Any]) -> tuple[Any, int, int]:
+    """The PPOConfig, step budget and number of envs of the env's ``zoo`` preset with
+    ``overrides`` (PPOConfig fields, and ``steps`` or ``num_envs``)."""
+    from ember_np.ppo.presets import PRESETS
+
+    zoo = PRESETS[env_id]["zoo"]
+    fields = dict(overrides)
+    steps = int(fields.pop("steps", zoo.steps))
+    num_envs = int(fields.pop("num_envs", zoo.num_envs))
+    return zoo.config_for(steps).replace(**fields), steps, num_envs
+
+
+def score(env_id: str, finals: list[float], solved_at: dict[str, float] = SOLVED
+          ) -> dict[str, Any]:  # fmt: skip
     from ember_np.stats import bootstrap_ci, iqm
 
     low, high = bootstrap_ci(finals, "iqm")
-    solved = sum(f >= SOLVED[env_id] for f in finals)
+    solved = sum(f >= solved_at[env_id] for f in finals)
     return {"iqm": round(iqm(finals), 2), "ci": [round(low, 2), round(high, 2)],
             "solved": solved, "seeds": len(finals)}  # fmt: skip
 
 
 def run_candidate(
-    env_id: str, label: str, overrides: dict[str, Any], seeds: list[int], workers: int
+    env_id: str, label: str, overrides: dict[str, Any], seeds: list[int], workers: int,
+    algo: str = "dqn",
 ) -> dict[str, Any]:
     """Train ``seeds`` of one candidate; its score, per-seed finals and wall time."""
     from ember_np.training.multiseed import train_seeds
     from ember_np.training.setup import NATIVE_IDS
     from ember_np.training.spec import RunSpec
 
-    config, steps = candidate(env_id, overrides)
+    if algo == "ppo":
+        config, steps, num_envs = ppo_candidate(env_id, overrides)
+    else:
+        (config, steps), num_envs = candidate(env_id, overrides), 1
     # the compiled twin where there is one (as ember-np train); else gymnasium's env
     train_env = NATIVE_IDS.get(env_id, env_id)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        run = RunSpec(train_env, config=config, steps=steps, eval_every=steps + 1,
-                      eval_episodes=FINAL_EPISODES, checkpoint_freq=steps + 1, keep=0)  # fmt: skip
+        run = RunSpec(train_env, algorithm=algo, config=config, steps=steps,
+                      eval_every=steps + 1, eval_episodes=FINAL_EPISODES,
+                      checkpoint_freq=steps + 1, keep=0, num_envs=num_envs)  # fmt: skip
         result = train_seeds(
             run, seeds, workers=workers, root=tmp, version="search", progress=False,
         )  # fmt: skip
         wall = time.perf_counter() - t0
     finals = [round(r.final_reward, 2) for r in result.runs]
+    solved_at = PPO_SOLVED if algo == "ppo" else SOLVED
     return {
-        "label": label, "overrides": overrides, "steps": steps, **score(env_id, finals),
+        "label": label, "overrides": overrides, "steps": steps,
+        **score(env_id, finals, solved_at),
         "finals": finals, "failed": result.failed, "wall_seconds": round(wall, 1),
         "workers": workers, "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }  # fmt: skip
 
 
-def results_path(results: Path, env_id: str) -> Path:
-    return results / f"preset_search_{env_id}.json"
+def results_path(results: Path, env_id: str, algo: str = "dqn") -> Path:
+    return results / f"preset_search_{'ppo_' if algo == 'ppo' else ''}{env_id}.json"
 
 
-def show(results: Path, env_id: str) -> str:
-    path = results_path(results, env_id)
+def show(results: Path, env_id: str, algo: str = "dqn") -> str:
+    path = results_path(results, env_id, algo)
     if not path.exists():
         return f"no search results for {env_id} ({path})"
     data = json.loads(path.read_text())
     rows = sorted(data["candidates"], key=lambda c: (c["solved"], c["iqm"]), reverse=True)
+    base = "the zoo preset" if algo == "ppo" else json.dumps(BASE[env_id])
     lines = [
-        f"{env_id}: tuning seeds {data['seeds']}, base {json.dumps(BASE[env_id])}",
+        f"{env_id}: tuning seeds {data['seeds']}, base {base}",
         f"{'label':<28} {'solved':>7} {'IQM [95% CI]':>28} {'wall':>7}  overrides",
     ]
     for c in rows:
@@ -349,7 +400,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--env", default="CartPole-v1", choices=sorted(BASE))
-    p.add_argument("--grid", help=f"a named grid: {', '.join(GRIDS)}")
+    p.add_argument("--algo", default="dqn", choices=("dqn", "ppo"),
+                   help="dqn (base: BASE[env]) or ppo (base: the env's zoo preset)")
+    p.add_argument("--grid", help=f"a named grid: {', '.join([*GRIDS, *PPO_GRIDS])}")
     p.add_argument("--only", nargs="+", help="labels of the grid to run (default: all)")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=JSON",
                    help="one ad-hoc candidate: overrides of the base, e.g. tau=0.005")  # fmt: skip
@@ -360,7 +413,7 @@ def main() -> None:
     p.add_argument("--results", type=Path, default=RESULTS, help="where the JSON file goes")
     args = p.parse_args()
     if args.show:
-        print(show(args.results, args.env))
+        print(show(args.results, args.env, args.algo))
         return
     from ember_np.training.multiseed import parse_seeds
 
@@ -371,13 +424,17 @@ def main() -> None:
         overrides = {k: json.loads(v) for k, _, v in (s.partition("=") for s in args.set)}
         jobs = [(args.label or ",".join(args.set), overrides)]
     else:
-        jobs = [j for j in GRIDS[args.grid] if not args.only or j[0] in args.only]
+        grids = PPO_GRIDS if args.algo == "ppo" else GRIDS
+        if args.grid not in grids:
+            raise SystemExit(f"--grid: expected one of {', '.join(grids)} for --algo "
+                             f"{args.algo}, got {args.grid!r}")  # fmt: skip
+        jobs = [j for j in grids[args.grid] if not args.only or j[0] in args.only]
     command = "python bench/preset_search.py " + " ".join(sys.argv[1:])
     print(command, file=sys.stderr)
     args.results.mkdir(parents=True, exist_ok=True)
-    path = results_path(args.results, args.env)
+    path = results_path(args.results, args.env, args.algo)
     for label, overrides in jobs:
-        entry = run_candidate(args.env, label, overrides, seeds, args.workers)
+        entry = run_candidate(args.env, label, overrides, seeds, args.workers, args.algo)
         entry["command"] = command
         data = (
             json.loads(path.read_text())
