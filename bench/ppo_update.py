@@ -30,15 +30,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from floor import best_seconds, machine, sgemm_rate  # noqa: E402
 
+from ember_np.nn.skinny import product  # noqa: E402
 from ember_np.ppo.config import PPOConfig  # noqa: E402
-from ember_np.ppo.network import N_IN, N_OUT, SRC, ActorCritic  # noqa: E402
-from ember_np.ppo.update import Rollout, update, update_settings  # noqa: E402
+from ember_np.ppo.network import A_OFF, N_IN, N_OUT, SRC, W_OFF, ActorCritic  # noqa: E402
+from ember_np.ppo.update import (  # noqa: E402
+    N_STATS,
+    Rollout,
+    train_epochs,
+    update,
+    update_settings,
+)
 from ember_np.rng import Rng  # noqa: E402
 
 #: The RL Zoo's CartPole-v1 row of ppo.yml (its learning rate and clip range are
@@ -87,8 +95,89 @@ def rollout_flops(config: PPOConfig, obs_size: int, n_actions: int) -> int:
 
 
 def ember_update(config: PPOConfig, obs_size: int, n_actions: int) -> Callable[[], Any]:
-    """One ember_np update of ``config`` on a fixed rollout, as a call without
-    arguments (the parameters move on from call to call, as in training)."""
+    """One ember_np update of ``config`` on a fixed rollout, as the training loops run
+    it (the compiled ``train_epochs``, called from the compiled loop or the agent), as a
+    call without arguments (the parameters move on from call to call, as in training)."""
+    net = ActorCritic(obs_size, n_actions, config, Rng(0))
+    data = rollout_arrays(config, obs_size, n_actions)
+    n = len(data["actions"])
+    rollout = Rollout(**data, valid=np.ones(n, dtype=np.bool_),
+                      masks=np.zeros((n, 0), dtype=np.bool_))  # fmt: skip
+    settings = update_settings(config, config.learning_rate, config.clip_range)
+    state, rng, stats = net.state, Rng(1), np.zeros(N_STATS)
+    return lambda: train_epochs(state, rollout, settings, rng.state, stats)
+
+
+@numba.njit(nogil=True)  # not cached: it must follow the kernels it calls
+def _products(params: np.ndarray, layers: np.ndarray, x: np.ndarray, acts: np.ndarray,
+              dacts: np.ndarray, grads: np.ndarray, minibatches: int) -> None:  # fmt: skip
+    """The matrix products of ``minibatches`` forward and backward passes, exactly as
+    the network's kernels call them, and nothing else."""
+    batch = x.shape[0]
+    for _ in range(minibatches):
+        for l in range(layers.shape[0]):
+            n_in, n_out, off, src = (
+                layers[l, N_IN],
+                layers[l, N_OUT],
+                layers[l, W_OFF],
+                layers[l, SRC],
+            )
+            w = params[off : off + n_in * n_out].reshape((n_in, n_out))
+            out = acts[batch * layers[l, A_OFF] : batch * (layers[l, A_OFF] + n_out)].reshape(
+                (batch, n_out)
+            )
+            h = (
+                x
+                if src < 0
+                else acts[batch * layers[src, A_OFF] : batch * (layers[src, A_OFF] + n_in)].reshape(
+                    (batch, n_in)
+                )
+            )
+            product(h, w, out, False, False, 0.0)
+        for l in range(layers.shape[0] - 1, -1, -1):
+            n_in, n_out, off, src = (
+                layers[l, N_IN],
+                layers[l, N_OUT],
+                layers[l, W_OFF],
+                layers[l, SRC],
+            )
+            w = params[off : off + n_in * n_out].reshape((n_in, n_out))
+            d = dacts[batch * layers[l, A_OFF] : batch * (layers[l, A_OFF] + n_out)].reshape(
+                (batch, n_out)
+            )
+            gw = grads[off : off + n_in * n_out].reshape((n_in, n_out))
+            if src < 0:
+                product(x, d, gw, True, False, 0.0)
+            else:
+                s0 = batch * layers[src, A_OFF]
+                h = acts[s0 : s0 + batch * n_in].reshape((batch, n_in))
+                product(h, d, gw, True, False, 0.0)
+                product(
+                    d, w, dacts[s0 : s0 + batch * n_in].reshape((batch, n_in)), False, True, 0.0
+                )
+
+
+def ember_products(config: PPOConfig, obs_size: int, n_actions: int) -> Callable[[], Any]:
+    """The update's matrix products alone (:func:`_products`), for as many minibatches
+    as an update has: what the update would cost if everything else were free."""
+    net = ActorCritic(obs_size, n_actions, config, Rng(0))
+    n = config.n_steps * N_ENVS
+    assert n % config.batch_size == 0, "a whole number of minibatches"
+    batch = config.batch_size
+    rng = np.random.default_rng(0)
+    width = int(sum(row[N_OUT] for row in net.layers))
+    x = rng.standard_normal((batch, obs_size)).astype(np.float32)
+    acts = rng.standard_normal(batch * width).astype(np.float32) * 0.1
+    dacts = rng.standard_normal(batch * width).astype(np.float32) * 0.1
+    grads = np.zeros_like(net.params)
+    minibatches = config.n_epochs * n // batch
+    params, layers = net.params, net.layers
+    return lambda: _products(params, layers, x, acts, dacts, grads, minibatches)
+
+
+def ember_update_checked(config: PPOConfig, obs_size: int, n_actions: int) -> Callable[[], Any]:
+    """The same through :func:`ember_np.ppo.update.update`, the Python entry point, which
+    checks and converts its arguments on every call."""
     net = ActorCritic(obs_size, n_actions, config, Rng(0))
     rollout = Rollout(**rollout_arrays(config, obs_size, n_actions))
     settings = update_settings(config, config.learning_rate, config.clip_range)
@@ -163,11 +252,21 @@ def main(argv: list[str] | None = None) -> int:
     config = ZOO_CARTPOLE
     flops = rollout_flops(config, OBS_SIZE, N_ACTIONS)
     ours = ember_update(config, OBS_SIZE, N_ACTIONS)
+    checked = ember_update_checked(config, OBS_SIZE, N_ACTIONS)
     theirs = torch_update(config, OBS_SIZE, N_ACTIONS)
-    rate_before = sgemm_rate()
-    t_ours = best_seconds(ours, calls, rounds)
-    t_torch = None if theirs is None else best_seconds(theirs, calls, rounds)
-    rate = (rate_before + sgemm_rate()) / 2
+    # the rounds alternate (sgemm, ember_np, update(), torch, then again), each the
+    # best of its rounds, so a slow minute of the machine falls on all of them
+    timed = [ours, checked, ember_products(config, OBS_SIZE, N_ACTIONS)]
+    timed += [] if theirs is None else [theirs]
+    best = [float("inf")] * len(timed)
+    rate = 0.0
+    for _ in range(rounds):
+        rate = max(rate, sgemm_rate())
+        for i, fn in enumerate(timed):
+            best[i] = min(best[i], best_seconds(fn, calls, 1))
+    t_ours, t_checked = best[0], best[1]
+    t_products = best[2]
+    t_torch = None if theirs is None else best[3]
     floor = flops / rate
     transitions = config.n_steps * N_ENVS
     print(machine())
@@ -177,7 +276,16 @@ def main(argv: list[str] | None = None) -> int:
           f"{flops / 1e6:.1f} MFLOP, {per:.2f} MFLOP per transition")  # fmt: skip
     print(f"sgemm, one thread: {rate / 1e9:.1f} GFLOP/s; floor {floor * 1e3:.2f} ms per update")
     print(f"ember_np: {t_ours * 1e3:.2f} ms per update, {t_ours / floor:.2f} floors, "
-          f"{transitions / t_ours:,.0f} transitions/s of updates")  # fmt: skip
+          f"{transitions / t_ours:,.0f} transitions/s of updates (train_epochs, as the "
+          "training loops call it)")  # fmt: skip
+    print(
+        f"ember_np: {t_checked * 1e3:.2f} ms per update, {t_checked / floor:.2f} floors "
+        "(update(), from Python: its arguments checked and converted every call)"
+    )
+    print(
+        f"ember_np's matrix products alone (the same calls, nothing else): "
+        f"{t_products * 1e3:.2f} ms per update, {t_products / floor:.2f} floors"
+    )
     if t_torch is not None:
         print(f"torch:    {t_torch * 1e3:.2f} ms per update, {t_torch / floor:.2f} floors; "
               f"ember_np {t_torch / t_ours:.1f}x torch")  # fmt: skip

@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ember_np._jit import kernel
-from ember_np.nn._blas import gemm
+from ember_np.nn.skinny import product
 from ember_np.ppo.config import PPOConfig
 from ember_np.rng import Rng, next_double
 
@@ -249,11 +249,11 @@ def forward_into(params: np.ndarray, layers: np.ndarray, x: np.ndarray, acts: np
         out = acts[a0 : a0 + batch * n_out].reshape((batch, n_out))
         src = layers[l, SRC]
         if src < 0:
-            gemm(x, w, out, False, False, 0.0)
+            product(x, w, out, False, False, 0.0)
         else:
             s0 = batch * layers[src, A_OFF]
             h = acts[s0 : s0 + batch * n_in].reshape((batch, n_in))
-            gemm(h, w, out, False, False, 0.0)
+            product(h, w, out, False, False, 0.0)
         act = layers[l, ACT]
         if act == ACT_TANH:
             bias_tanh(out, b)
@@ -281,9 +281,11 @@ def backward_into(
     params, layers, x, acts
         As :func:`forward_into` used and wrote them (same B = x.shape[0]).
     dacts : ndarray of params' dtype, shape (>= B * acts_width(layers),)
-        On entry, the loss's gradient by each layer's output: the head layers' blocks
-        set, every hidden block 0. Overwritten (each hidden block ends as the gradient
-        by its pre-activation; a shared trunk's last block sums both heads').
+        On entry, the loss's gradient by each layer's output in the head layers'
+        blocks; the hidden blocks are written, not read (their first reader, in the
+        backward order, overwrites its block; a shared trunk's last block then adds
+        the other head's). Each hidden block ends as the gradient by its
+        pre-activation.
     grads : ndarray of params' dtype, shape (num_params,)
         Written (every entry).
     """
@@ -315,26 +317,33 @@ def backward_into(
         gw = grads[off : off + n_in * n_out].reshape((n_in, n_out))
         src = layers[l, SRC]
         if src < 0:
-            gemm(x, d, gw, True, False, 0.0)
+            product(x, d, gw, True, False, 0.0)
         else:
             s0 = batch * layers[src, A_OFF]
             h = acts[s0 : s0 + batch * n_in].reshape((batch, n_in))
-            gemm(h, d, gw, True, False, 0.0)
+            product(h, d, gw, True, False, 0.0)
             w = params[off : off + n_in * n_out].reshape((n_in, n_out))
             ds = dacts[s0 : s0 + batch * n_in].reshape((batch, n_in))
-            gemm(d, w, ds, False, True, 1.0)
+            # the block's first reader overwrites it, a later one adds (no zeroing pass)
+            first = True
+            for later in range(l + 1, layers.shape[0]):
+                if layers[later, SRC] == src:
+                    first = False
+            product(d, w, ds, False, True, 0.0 if first else 1.0)
 
 
 @kernel
-def log_softmax_row(logits: np.ndarray, mask: np.ndarray, logp: np.ndarray) -> float:
-    """logp = log_softmax(logits) of one row over its legal actions; returns the
-    entropy -sum p log p.
+def log_softmax_row(
+    logits: np.ndarray, mask: np.ndarray, logp: np.ndarray, probs: np.ndarray
+) -> float:
+    """logp = log_softmax(logits) and probs = softmax(logits) of one row over its legal
+    actions; returns the entropy -sum p log p.
 
     logits : float (A,); mask : bool (A,), the legal actions (at least one), or (0,)
-    for all of them; logp : float (A,), written, -inf for an illegal action (its
-    probability is 0 and it adds nothing to the entropy: sb3-contrib's
-    ``MaskableCategorical``). The log-sum-exp and the entropy are summed in float64
-    after subtracting the largest legal logit.
+    for all of them; logp, probs : float (A,), written: -inf and 0 for an illegal
+    action (it adds nothing to the entropy: sb3-contrib's ``MaskableCategorical``).
+    The exponentials and their sum are float64, after subtracting the largest
+    legal logit; each is computed once (probs[k] = e_k / sum, not exp(logp[k])).
     """
     n = logits.shape[0]
     masked = mask.shape[0] > 0
@@ -344,17 +353,21 @@ def log_softmax_row(logits: np.ndarray, mask: np.ndarray, logp: np.ndarray) -> f
             m = logits[k]
     s = 0.0
     for k in range(n):
-        if not masked or mask[k]:
-            s += math.exp(logits[k] - m)
+        e = math.exp(logits[k] - m) if not masked or mask[k] else 0.0
+        probs[k] = e
+        s += e
     lse = m + math.log(s)
+    inv_s = 1.0 / s
     ent = 0.0
     for k in range(n):
         if masked and not mask[k]:
             logp[k] = -np.inf
             continue
         lp = logits[k] - lse
+        p = probs[k] * inv_s
         logp[k] = lp
-        ent -= math.exp(lp) * lp
+        probs[k] = p
+        ent -= p * lp
     return ent
 
 
@@ -401,16 +414,16 @@ def act_batch(
     logits, vals = forward_heads(params, layers, x)
     batch, n_act = logits.shape
     row_logp = np.empty(n_act, dtype=params.dtype)
+    row_p = np.empty(n_act)
     for i in range(batch):
-        log_softmax_row(logits[i], masks[i], row_logp)
+        log_softmax_row(logits[i], masks[i], row_logp, row_p)
         a = 0
         if sample:
             u = next_double(state)
             cum = 0.0
             a = -1
             for k in range(n_act):
-                p = math.exp(row_logp[k])
-                cum += p
+                cum += row_p[k]
                 if u < cum:
                     a = k
                     break
@@ -444,8 +457,9 @@ def evaluate_batch(
     logits, vals = forward_heads(params, layers, x)
     batch, n_act = logits.shape
     row_logp = np.empty(n_act, dtype=params.dtype)
+    row_p = np.empty(n_act)
     for i in range(batch):
-        entropy[i] = log_softmax_row(logits[i], masks[i], row_logp)
+        entropy[i] = log_softmax_row(logits[i], masks[i], row_logp, row_p)
         logp[i] = row_logp[actions[i]]
         values[i] = vals[i]
 

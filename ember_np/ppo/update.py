@@ -182,9 +182,6 @@ def minibatch_loss_grads(
     n_act = layers[lg, N_OUT]
     l0 = batch * layers[lg, A_OFF]
     v0 = batch * layers[vl, A_OFF]
-    width = acts_width(layers)
-    for k in range(batch * width):
-        dacts[k] = 0.0
 
     # advantages' mean and std (ddof 1) over the minibatch, in float64
     shift = 0.0
@@ -205,10 +202,11 @@ def minibatch_loss_grads(
     pg_sum = vf_sum = ent_sum = kl_sum = 0.0
     n_clipped = 0
     logp = np.empty(n_act, dtype=params.dtype)
+    probs = np.empty(n_act)
     for r in range(batch):
         j = idx[r]
         logits = acts[l0 + r * n_act : l0 + (r + 1) * n_act]
-        ent = log_softmax_row(logits, rollout.masks[j], logp)
+        ent = log_softmax_row(logits, rollout.masks[j], logp, probs)
         a = rollout.actions[j]
         log_ratio = float(logp[a]) - float(rollout.old_logp[j])
         ratio = math.exp(log_ratio)
@@ -229,7 +227,7 @@ def minibatch_loss_grads(
             if logp[k] == -np.inf:  # an illegal action: probability 0 whatever its logit
                 dl[k] = dt(0.0)
                 continue
-            p = math.exp(logp[k])
+            p = probs[k]
             g = g_ent * p * (logp[k] + ent) - g_logp * p
             if k == a:
                 g += g_logp
