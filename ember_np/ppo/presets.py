@@ -7,6 +7,9 @@
   observations and rewards (its ``gamma`` the algorithm's, as the Zoo sets it).
   A preset's ``n_envs`` is the run's number of envs unless ``--num-envs`` says
   otherwise.
+* ``ember``: ember_np's own, chosen on tuning seeds (``bench/preset_search.py``):
+  CartPole-v1 (the Zoo's row with 10 epochs over 64-step rollouts), Acrobot-v1 and
+  MountainCar-v0 (the Zoo's rows with a linear learning rate and 10 epochs).
 * ``sb3``: Stable-Baselines3's ``PPO`` defaults (one env, 2,048 steps a rollout),
   for any env; the default of an env without a ``zoo`` row.
 
@@ -99,6 +102,18 @@ PRESETS["CartPole-v1"]["ember"] = PPOPreset(
     "ember_np's own: the Zoo's CartPole-v1 row with n_epochs=10, n_steps=64, chosen on "
     "tuning seeds 1000-1019 (never the reported 0-19) among 4 candidates by the IQM of the "
     "final policy on 20 fresh episodes per seed, then wall time to an IQM of 475")  # fmt: skip
+
+#: ember_np's own Acrobot-v1 and MountainCar-v0 presets: the Zoo's rows with a learning
+#: rate falling linearly to 0 over the run and 10 epochs per rollout (not 4).
+_EMBER_1M = ("ember_np's own: the Zoo's {env} row with lr_schedule=linear, n_epochs=10, "
+             "chosen on tuning seeds 1000-1019 (never the reported 0-19) among 4 candidates "
+             "by the IQM of the final policy on 20 fresh episodes per seed "
+             "(bench/preset_search.py --algo ppo)")  # fmt: skip
+for _env in ("Acrobot-v1", "MountainCar-v0"):
+    _zoo_row = PRESETS[_env]["zoo"]
+    PRESETS[_env]["ember"] = PPOPreset(
+        "ember", _env, _zoo_row.config.replace(lr_schedule="linear", n_epochs=10),
+        _zoo_row.steps, _zoo_row.num_envs, _EMBER_1M.format(env=_env))  # fmt: skip
 
 #: SB3's PPO defaults, for any env.
 SB3_DEFAULTS = PPOPreset("sb3", "", PPOConfig(), None, 1,
