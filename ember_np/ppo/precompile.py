@@ -5,13 +5,15 @@ its kernels into numba's disk cache and exits, and the run then loads them. A
 PPO run's kernels form one tree when it trains in the compiled loop
 (``fused_ppo_steps`` over a ``NativeVecEnv``: the envs, the normaliser, the
 rollout buffer, the network's acting kernels, and the update ``train_epochs``
-with the backward pass and Adam, which is about a third of the compile), so the
-split follows numba's cache: the second worker compiles the update tree first,
-while the first types the loop from its top and reaches ``train_epochs`` last
-of its callees, by when it finds it cached and loads it instead of compiling it
-again. The second worker then compiles what the run calls from Python: the first
-actions (``act_batch`` and the normaliser's kernels, loaded from the first
-worker's work when it has cached them) and evaluation (the eval env's kernels).
+with the backward pass and Adam, about two fifths of the compile), so the split
+follows numba's cache: the second worker compiles the update tree first, while
+the first compiles the env kernels (the run's ``reset_batch``, evaluation's
+``reset_env`` and ``step_env``), then types the loop from its top and reaches
+``train_epochs`` last of its callees, by when it finds it cached and loads it
+instead of compiling it again (when the second worker falls behind, the first
+compiles it too: the same code, the time of both). The second worker then calls
+what the run calls from Python (the first actions, evaluation's greedy action),
+by then mostly cached by the first.
 
 On the Python loop (a gymnasium env, or one env) the kernels are separate trees
 the agent calls one by one: one worker takes the steps' (acting, normalising,
