@@ -42,7 +42,7 @@ from typing import Any, NamedTuple, TextIO
 
 from ember_np._jit import PLAN, cached_on_disk
 
-__all__ = ["CompileJob", "PrecompileReport", "enabled", "precompile"]
+__all__ = ["CompileJob", "PrecompileReport", "RunToCompile", "enabled", "precompile"]
 
 #: Set to ``0`` to compile in the run's own thread (no worker processes).
 ENV_SWITCH = "EMBER_NP_PRECOMPILE"
@@ -60,6 +60,22 @@ class CompileJob(NamedTuple):
     kernels: int
     """About how many compiles it makes from an empty cache (for the time left; measured
     2026-12-04: 69 for the fused loop, 64 for the Python loop's step, 45 for acting)."""
+
+
+class RunToCompile(NamedTuple):
+    """A run about to train, as an algorithm's ``compile_jobs`` sees it
+    (:attr:`Algorithm.compile_jobs <ember_np.algorithms.Algorithm.compile_jobs>`): what
+    it needs to compile the run's kernels in a worker, without the layer that trains."""
+
+    agent: Any
+    """The run's agent (a worker's copy: a job may call its kernels)."""
+    env: Any
+    """The training env: a gymnasium env or vector env, or a ``NativeVecEnv``."""
+    eval_env: Callable[[], Any]
+    """Makes (or gives) the env evaluation plays on: called in the worker only."""
+    training_loop: Callable[[], object] | None
+    """Calls the run's compiled training loop for zero steps (compiles its tree, trains
+    nothing), or None when the run steps its env through Python."""
 
 
 class PrecompileReport(NamedTuple):

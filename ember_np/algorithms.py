@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -112,6 +112,12 @@ class Algorithm:
         with ``num_envs`` envs) compiles first (``train`` then says so), by name so
         that the algorithm need not import the layer above it that may hold it;
         None when the run says it another way. None: nothing worth a notice.
+    compile_jobs : callable or None
+        ``(run) -> [CompileJob, ...]``: the jobs that compile, in worker processes
+        (:mod:`ember_np._precompile`), what a first run about to train
+        (a :class:`~ember_np._precompile.RunToCompile`) compiles; [] for a run it has
+        none for. None: the training layer's own (``training/precompile.py``: DQN's
+        one-env loops, which it holds).
     """
 
     name: str
@@ -128,6 +134,7 @@ class Algorithm:
     tune_space: SearchSpace | None = None
     export_onnx: Callable[[Path, Path], dict[str, Any]] | None = None
     entry_kernel: Callable[[bool, int], str | None] | None = None
+    compile_jobs: Callable[[Any], Sequence[Any]] | None = None
 
     def preset(self, name: str, env_id: str) -> Any:
         """The preset ``name`` for ``env_id``; ValueError listing the names it takes."""

@@ -265,6 +265,7 @@ def test_a_dqn_run_is_refused_as_ppo_naming_both(tmp_path, capsys):
 
 def test_the_first_compile_notice_checks_the_runs_own_algorithms_kernel(monkeypatch):
     import ember_np._jit
+    import ember_np._precompile
     from ember_np.ppo.fused import fused_ppo_steps
     from ember_np.ppo.update import train_epochs
     from ember_np.training.setup import first_compile_notice
@@ -276,10 +277,17 @@ def test_the_first_compile_notice_checks_the_runs_own_algorithms_kernel(monkeypa
         return False
 
     monkeypatch.setattr(ember_np._jit, "cached_on_disk", nothing_cached)
+    # with the precompile on, a PPO run's workers say it on their own line, whatever its loop
+    monkeypatch.setattr(ember_np._precompile, "enabled", lambda: True)
+    assert first_compile_notice(True, 8, "ppo") is None
+    assert first_compile_notice(False, 1, "ppo") is None
+    assert checked == []
+    monkeypatch.undo()
+    monkeypatch.setattr(ember_np._jit, "cached_on_disk", nothing_cached)
+    monkeypatch.setenv("EMBER_NP_PRECOMPILE", "0")
     assert first_compile_notice(True, 8, "ppo").startswith("compiling ember_np's kernels")
     assert first_compile_notice(True, 1, "ppo") is not None  # one env: the Python loop
     assert checked == [fused_ppo_steps, train_epochs]  # 8 native envs: the compiled loop
     assert first_compile_notice(True, 1, "random_algorithm:RANDOM") is None  # compiles nothing
-    monkeypatch.setenv("EMBER_NP_PRECOMPILE", "0")
     assert first_compile_notice(True, 1, "dqn") is not None
     assert checked[-1].__name__ == "fused_steps"

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from ember_np._precompile import CompileJob, ProgressLine, precompile
@@ -307,10 +308,10 @@ def test_the_jobs_of_a_run_follow_its_loop():
     assert names["vector"] == []
 
 
-def test_another_algorithms_agent_gets_no_jobs():
-    """The jobs compile a DqnAgent's kernels: for another algorithm's agent (it acts and
+def test_another_algorithms_agent_gets_no_dqn_jobs():
+    """DQN's jobs compile a DqnAgent's kernels: for another algorithm's agent (it acts and
     learns through the same methods) they would fork workers on every run and compile
-    nothing it uses, so there are none."""
+    nothing it uses, so there are none; an algorithm without jobs of its own gets none."""
     import gymnasium as gym
     from random_algorithm import RANDOM, RandomConfig
 
@@ -326,3 +327,147 @@ def test_another_algorithms_agent_gets_no_jobs():
     for agent in (RANDOM.make_agent(env, RandomConfig(), 0), ppo):
         assert hasattr(agent, "observe_encoded")
         assert compile_jobs(DqnTrainer(env, agent, seed=0)) == []
+        assert compile_jobs(DqnTrainer(env, agent, seed=0), "random_algorithm:RANDOM") == []
+
+
+def test_a_dqn_runs_jobs_are_the_same_named_or_not():
+    """``--algo dqn`` (named) gets the very jobs of a run that names no algorithm."""
+    import gymnasium as gym
+
+    import ember_np.envs  # noqa: F401  (registers the ember_np/ ids)
+    from ember_np import DqnAgent, DqnConfig, DqnTrainer
+    from ember_np.training.precompile import compile_jobs
+
+    config = DqnConfig(hidden_sizes=(8,), buffer_capacity=64, batch_size=4, min_replay_size=8)
+    env = gym.make("ember_np/CartPole-v1")
+    trainer = DqnTrainer(env, DqnAgent.for_env(env, config, seed=0), seed=0)
+    named, default = compile_jobs(trainer, "dqn"), compile_jobs(trainer)
+    assert [(j.name, j.entries, j.kernels) for j in named] == [
+        (j.name, j.entries, j.kernels) for j in default
+    ]
+    assert [j.name for j in named] == ["training loop", "acting and evaluation"]
+
+
+def test_a_ppo_run_gets_the_jobs_of_its_loop():
+    """PPO's registry entry gives a PPO run its jobs: in the compiled loop over a native
+    vector env, the loop (``fused_ppo_steps``) and the update (``train_epochs``), which a
+    second worker compiles first; on the Python loop, the steps' kernels and the update.
+    No job changes the run: the loop is called for zero steps, and a worker is a fork."""
+    import gymnasium as gym
+
+    from ember_np import DqnTrainer
+    from ember_np.envs import NativeVecEnv
+    from ember_np.ppo.agent import PPOAgent
+    from ember_np.ppo.config import PPOConfig
+    from ember_np.ppo.fused import fused_ppo_steps
+    from ember_np.ppo.network import act_batch
+    from ember_np.ppo.update import train_epochs
+    from ember_np.training.precompile import compile_jobs
+
+    config = PPOConfig(n_steps=8, batch_size=8, hidden_sizes=(8,))
+    makers = {"fused": lambda: NativeVecEnv("CartPole-v1", num_envs=2, seed=0),
+              "python": lambda: gym.make("CartPole-v1"),
+              "native one env": lambda: gym.make("ember_np/CartPole-v1")}  # fmt: skip
+    found = {}
+    for label, make in makers.items():
+        env = make()
+        agent = PPOAgent.for_env(env, config, seed=0)
+        trainer = DqnTrainer(env, agent, seed=0)
+        found[label] = [(job.name, job.entries) for job in compile_jobs(trainer, "ppo")]
+        assert compile_jobs(trainer) == []  # DQN's (no algorithm named): none for PPO
+        for job in compile_jobs(trainer, "ppo"):  # each runs to its end (here, in-process,
+            fresh = make()  # on a throwaway trainer of its own; a worker runs it on a fork)
+            job_trainer = DqnTrainer(fresh, PPOAgent.for_env(fresh, config, seed=0), seed=0)
+            (same,) = (j for j in compile_jobs(job_trainer, "ppo") if j.name == job.name)
+            same.run()
+            fresh.close()
+        if label == "fused":
+            params = agent.net.params.copy()
+            assert trainer.compile_loop() is True  # zero steps: nothing moves
+            assert agent.total_steps == 0 and agent.buffer.pos == 0
+            assert np.array_equal(agent.net.params, params)
+        else:
+            assert trainer.compile_loop() is False
+        env.close()
+    assert found["fused"] == [("training loop", (fused_ppo_steps,)), ("update", (train_epochs,))]
+    assert found["python"] == [("training steps", (act_batch,)),
+                               ("update and evaluation", (train_epochs,))]  # fmt: skip
+    assert found["native one env"] == found["python"]  # (PPO's compiled loop needs N envs)
+
+
+_PPO_RUN = textwrap.dedent(
+    """
+    import contextlib, io, json, os, sys, time
+    from numba.core import event
+    from ember_np.cli import main
+
+    parent = os.getpid()
+    compiled = []  # (time, kernel) compiled in this process
+
+    class Record(event.Listener):
+        def on_start(self, ev):
+            pass
+
+        def on_end(self, ev):
+            if os.getpid() == parent:
+                fn = ev.data["dispatcher"].py_func
+                compiled.append((time.monotonic(), f"{fn.__module__}.{fn.__qualname__}"))
+
+    class Stamped(io.StringIO):  # stderr, with the time the workers' last line came
+        done = None
+
+        def write(self, text):
+            if text.startswith("compiled ") and self.done is None:
+                self.done = time.monotonic()
+            return super().write(text)
+
+    event.register("numba:compile", Record())
+    err = Stamped()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        status = main(json.loads(sys.argv[1]))
+    after = [name for t, name in compiled if err.done is None or t > err.done]
+    print(json.dumps({"status": status, "stderr": err.getvalue(), "after": after}))
+    """
+)
+
+
+@pytest.mark.timeout(1500)
+def test_a_cold_ppo_run_compiles_in_workers_and_writes_the_bytes_of_one_without(tmp_path):
+    """From an empty cache, ``ember-np train CartPole-v1 --algo ppo`` (8 native envs in
+    the compiled loop) compiles its kernels in two workers, says so on one line (not
+    with the first-compile notice too), then compiles nothing itself; and it writes the
+    very logs and checkpoints of the same run with ``EMBER_NP_PRECOMPILE=0`` (from an
+    empty cache of its own, compiled in the run's thread, with the notice)."""
+    from helpers import files_of
+
+    runs = {}
+    for mode in ("workers", "off"):
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / mode / "cache"))
+        env.pop("EMBER_NP_PRECOMPILE", None)
+        if mode == "off":
+            env["EMBER_NP_PRECOMPILE"] = "0"
+        root = tmp_path / mode / "runs"
+        command = ["train", "CartPole-v1", "--algo", "ppo", "--steps", "1100", "--seed", "3",
+                   "--eval-every", "500", "--eval-episodes", "2", "--checkpoint-freq", "400",
+                   "--keep", "2", "--quiet", "--root", str(root)]  # fmt: skip
+        out = subprocess.run([sys.executable, "-c", _PPO_RUN, json.dumps(command)],
+                             capture_output=True, text=True, env=env, timeout=700)  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        assert result["status"] == 0, result["stderr"]
+        (run_dir,) = (p.parent for p in root.rglob("config.json"))
+        runs[mode] = (result, files_of(run_dir))
+    said = runs["workers"][0]["stderr"]
+    assert "compiling ember_np's kernels for this machine (2 processes" in said, said
+    assert re.search(r"^compiled \d+ kernels in [0-9.]+ s \(2 processes at once", said, re.M)
+    assert "for the first time" not in said, said
+    assert runs["workers"][0]["after"] == [], "the run compiled kernels the workers did not"
+    said_off = runs["off"][0]["stderr"]
+    assert said_off.count("compiling ember_np's kernels for the first time") == 1, said_off
+    assert "for this machine" not in said_off, said_off
+    with_workers, without = runs["workers"][1], runs["off"][1]
+    assert "train_episodes.jsonl" in with_workers
+    assert sum(name.endswith(".npz") for name in with_workers) >= 2, sorted(with_workers)
+    assert sorted(with_workers) == sorted(without)
+    differ = [name for name in with_workers if with_workers[name] != without[name]]
+    assert differ == [], f"these files differ with and without the workers: {differ}"

@@ -219,7 +219,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"{args.env_id}: {algorithm_text(spec)}preset {preset_text(spec)}, "
           f"{spec.steps:,} steps, seed {spec.seed}"
           f"{envs_text(spec.num_envs, spec.vectorization)}")  # fmt: skip
-    precompile_run(trainer)  # a first run: its kernels compiled by 2 processes at once
+    precompile_run(trainer, algorithm=spec.algorithm)  # a first run: 2 processes compile
     train_loop(trainer, spec.steps, spec.eval_every, spec.eval_episodes, args.quiet,
                [board] if board is not None else [])  # fmt: skip
     return 0

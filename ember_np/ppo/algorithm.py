@@ -21,9 +21,15 @@ def _describe(agent: Any) -> str:
             f"{agent.config.n_steps} steps of the rollout filled")  # fmt: skip
 
 
-def _entry_kernel(native: bool, num_envs: int) -> str:
+def _entry_kernel(native: bool, num_envs: int) -> str | None:
     """The compiled loop's kernel on N > 1 native envs (``fused_ppo_steps``), else the
-    update's (``train_epochs``): what a PPO run compiles first."""
+    update's (``train_epochs``): what a PPO run compiles first; None with the precompile
+    on (every PPO run's kernels are compiled by its workers, :mod:`ember_np.ppo.precompile`,
+    which show their own progress line)."""
+    from ember_np._precompile import enabled as precompile_enabled
+
+    if precompile_enabled():
+        return None
     if native and num_envs > 1:
         return "ember_np.ppo.fused:fused_ppo_steps"
     return "ember_np.ppo.update:train_epochs"
@@ -43,6 +49,7 @@ PPO = Algorithm(
     tune_space=search_space,
     export_onnx=lazy("ember_np.ppo.onnx:export_onnx"),
     entry_kernel=_entry_kernel,
+    compile_jobs=lazy("ember_np.ppo.precompile:compile_jobs"),
 )
 """PPO: :class:`~ember_np.ppo.config.PPOConfig`, :class:`~ember_np.ppo.agent.PPOAgent`,
 :class:`~ember_np.ppo.policy.PPOPolicy`, the ``zoo`` and ``sb3`` presets, the RL Zoo's

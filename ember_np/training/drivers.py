@@ -399,7 +399,6 @@ class FusedVectorDriver:
         if vec.step_arrays is None:
             vec.start()
         agent, env, n = self.agent, vec.env, vec.num_envs
-        own_loop = getattr(agent, "fused_vec_run", None)  # an agent's compiled loop of its own
         ended = EndedColumns.empty()
         while (total := agent.total_steps) < until:
             stop = min(until, total + FUSED_CHUNK)
@@ -408,10 +407,7 @@ class FusedVectorDriver:
                 vec.step_arrays, np.array([0, 0], dtype=np.int64), vec.episode_steps,
                 vec.episode_rewards, np.empty((rows, 2)), np.empty((rows, 5), dtype=np.int64),
             )  # fmt: skip
-            if own_loop is None:
-                code = int(fused_vec_steps(stop, env.kernel_state, loop, agent.kernel_state))
-            else:
-                code = int(own_loop(stop, env.kernel_state, loop))
+            code = self._call(stop, loop)
             env.obs[:] = vec.step_arrays.obs  # the env object shows where its copies are
             k = int(loop.ints[VEC_N_RECORDS])
             floats, rec = loop.rec_floats[:k].T, loop.rec_ints[:k].T
@@ -427,3 +423,25 @@ class FusedVectorDriver:
                 except ValueError as exc:
                     raise DriverError(exc, ended) from exc
         return ended
+
+    def _call(self, until: int, loop: FusedVecLoop) -> int:
+        """The compiled loop on the envs, until the agent has counted ``until`` transitions:
+        ``fused_vec_steps``, or the agent's own (its ``fused_vec_run``)."""
+        agent, env = self.agent, self.python.env
+        own_loop = getattr(agent, "fused_vec_run", None)
+        if own_loop is None:
+            return int(fused_vec_steps(until, env.kernel_state, loop, agent.kernel_state))
+        return int(own_loop(until, env.kernel_state, loop))
+
+    def compile_loop(self) -> None:
+        """Call the compiled loop for zero steps, on step arrays of its own: compiles its
+        kernels (or loads them from numba's cache) and steps nothing. For a worker
+        process that compiles a run's kernels (``training/precompile.py``): the agent
+        reads its counters back from the loop, as after any call."""
+        n = self.num_envs
+        step = self.agent.new_vec_step(n, masks=False)  # the arrays start() makes on a native env
+        loop = FusedVecLoop(
+            step, np.zeros(2, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n),
+            np.empty((0, 2)), np.empty((0, 5), dtype=np.int64),
+        )  # fmt: skip
+        self._call(self.agent.total_steps, loop)

@@ -1,9 +1,14 @@
 """The compile jobs of a training run: which kernels its worker processes compile.
 
-:func:`ember_np._precompile.precompile` runs jobs; this module says what they are for a
-run a trainer is about to start (the training loop's tree and the acting and
-evaluation kernels the run calls from Python). A run whose kernels are not listed
-here compiles them in its own thread, as before.
+:func:`ember_np._precompile.precompile` runs jobs; :func:`compile_jobs` says what they
+are for a run a trainer is about to start (the training loop's tree and the acting and
+evaluation kernels the run calls from Python). An algorithm whose compiled loop it
+holds itself says so in its registry entry (:attr:`Algorithm.compile_jobs
+<ember_np.algorithms.Algorithm.compile_jobs>`: PPO's, :mod:`ember_np.ppo.precompile`),
+given the run as a :class:`~ember_np._precompile.RunToCompile` whose ``training_loop``
+calls the trainer's compiled loop for zero steps; DQN's one-env loops are this layer's
+(``training/_fused.py``), so are its jobs (:func:`dqn_jobs`). A run whose kernels are
+not listed compiles them in its own thread, as before.
 """
 
 from __future__ import annotations
@@ -12,12 +17,29 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from ember_np._precompile import CompileJob, PrecompileReport, precompile
+from ember_np._precompile import CompileJob, PrecompileReport, RunToCompile, precompile
 
-__all__ = ["compile_jobs", "precompile_run"]
+__all__ = ["compile_jobs", "dqn_jobs", "precompile_run"]
 
 
-def compile_jobs(trainer: Any) -> list[CompileJob]:
+def compile_jobs(trainer: Any, algorithm: str | None = None) -> list[CompileJob]:
+    """The jobs that compile what ``trainer`` (a DqnTrainer) will compile, else [].
+
+    ``algorithm`` names the run's algorithm (None: DQN, the default); its registry
+    entry's ``compile_jobs`` gives them when it has one, else :func:`dqn_jobs`.
+    """
+    from ember_np.algorithms import get_algorithm
+
+    own = get_algorithm(algorithm).compile_jobs
+    if own is None:
+        return dqn_jobs(trainer)
+    fused = bool(getattr(trainer, "fused", False)) and trainer.num_envs > 1
+    run = RunToCompile(trainer.agent, trainer.env, lambda: trainer.eval_env,
+                       trainer.compile_loop if fused else None)  # fmt: skip
+    return list(own(run))
+
+
+def dqn_jobs(trainer: Any) -> list[CompileJob]:
     """The jobs that compile what ``trainer`` (a DqnTrainer) will compile, else [].
 
     Covers one env: a native env in the fused loop (the Quick start's run:
@@ -68,6 +90,9 @@ def compile_jobs(trainer: Any) -> list[CompileJob]:
     ]
 
 
-def precompile_run(trainer: Any, out: TextIO | None = None) -> PrecompileReport | None:
-    """:func:`precompile` the jobs of ``trainer``'s run (:func:`compile_jobs`)."""
-    return precompile(compile_jobs(trainer), out)
+def precompile_run(
+    trainer: Any, out: TextIO | None = None, algorithm: str | None = None
+) -> PrecompileReport | None:
+    """:func:`precompile` the jobs of ``trainer``'s run (:func:`compile_jobs`; ``algorithm``
+    names its algorithm, None: DQN)."""
+    return precompile(compile_jobs(trainer, algorithm), out)
