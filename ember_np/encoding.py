@@ -28,6 +28,7 @@ __all__ = [
     "encode_batch_for_network",
     "encode_for_network",
     "encoder_for_space",
+    "single_spaces",
     "encoder_from_description",
     "indices_to_actions",
     "mapper_from_description",
@@ -98,7 +99,7 @@ class VecEncoder:
 
         if not isinstance(space, spaces.Box):
             raise ValueError(
-                "DQN needs a Box observation space (a fixed-shape array of numbers), "
+                "DQN and PPO need a Box observation space (a fixed-shape array of numbers), "
                 f"got {_space_name(space)}; wrap the env (e.g. gymnasium.wrappers."
                 "FlattenObservation) or pass a custom ObservationEncoder"
             )
@@ -222,6 +223,16 @@ class OneHotEncoder:
         return f"OneHotEncoder(n={self._n}, start={self.start})"
 
 
+def single_spaces(env: Any) -> tuple[Any, Any]:
+    """(observation space, action space) of one env, or of each copy of a gymnasium
+    ``VectorEnv`` (its ``single_*`` spaces); None for a space the object lacks (the
+    encoder and the action mapper then say what they need)."""
+    return (
+        getattr(env, "single_observation_space", getattr(env, "observation_space", None)),
+        getattr(env, "single_action_space", getattr(env, "action_space", None)),
+    )
+
+
 def encoder_for_space(space: Any) -> VecEncoder | OneHotEncoder:
     """The default encoder of a gymnasium observation space.
 
@@ -234,8 +245,8 @@ def encoder_for_space(space: Any) -> VecEncoder | OneHotEncoder:
         return OneHotEncoder.for_space(space)
     if not isinstance(space, spaces.Box):
         raise ValueError(
-            "DQN needs a Box observation space (a fixed-shape array of numbers) or a Discrete "
-            f"one (one-hot encoded), got {_space_name(space)}; wrap the env (e.g. "
+            "DQN and PPO need a Box observation space (a fixed-shape array of numbers) or a "
+            f"Discrete one (one-hot encoded), got {_space_name(space)}; wrap the env (e.g. "
             "gymnasium.wrappers.FlattenObservation) or pass a custom ObservationEncoder"
         )
     return VecEncoder.for_space(space)
@@ -271,7 +282,7 @@ class IndexActionMapper:
 
         if not isinstance(space, spaces.Discrete):
             raise ValueError(
-                "DQN needs a Discrete action space (a finite set of actions), "
+                "DQN and PPO need a Discrete action space (a finite set of actions), "
                 f"got {_space_name(space)}; for continuous actions use an algorithm such "
                 "as SAC, or pass a custom DiscreteActionMapper"
             )

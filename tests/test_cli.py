@@ -121,7 +121,7 @@ def test_plot_without_matplotlib_is_one_line_exit_2_as_every_missing_extra(
     "argv, message",
     [
         (["train", "NoSuchEnv-v0"], "unknown environment 'NoSuchEnv-v0'"),
-        (["train", "Pendulum-v1", "--quiet"], "DQN needs a Discrete action space"),
+        (["train", "Pendulum-v1", "--quiet"], "DQN and PPO need a Discrete action space"),
         (["train", "CartPole-v1", "--preset", "nope"], "unknown preset 'nope'; known presets"),
         (["train", "CartPole-v1", "--set", "gama=0.5"], "unknown config key 'gama'"),
         (["train", "CartPole-v1", "--set", "gamma"], "--set expects key=value"),

@@ -495,9 +495,9 @@ def test_act_on_bad_observations_never_leaks_a_numba_error():
 
 
 def test_non_discrete_and_non_box_envs_are_refused():
-    with pytest.raises(ValueError, match="DQN needs a Discrete action space"):
+    with pytest.raises(ValueError, match="DQN and PPO need a Discrete action space"):
         DqnAgent.for_env(gym.make("MountainCarContinuous-v0"))
-    with pytest.raises(ValueError, match="DQN needs a Box observation space"):
+    with pytest.raises(ValueError, match="DQN and PPO need a Box observation space"):
         DqnAgent.for_env(gym.make("Blackjack-v1"))  # a Tuple of Discrete spaces
     # a Discrete observation space is one-hot encoded
     assert DqnAgent.for_env(gym.make("FrozenLake-v1")).online.layer_sizes[0] == 16

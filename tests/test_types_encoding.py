@@ -75,8 +75,11 @@ def test_for_space_accepts_box_and_discrete_with_start():
 @pytest.mark.parametrize(
     "space, message",
     [
-        (spaces.Discrete(5), "DQN needs a Box observation space.*got Discrete"),
-        (spaces.Dict({"a": spaces.Box(0, 1, (2,))}), "DQN needs a Box observation space.*got Dict"),
+        (spaces.Discrete(5), "DQN and PPO need a Box observation space.*got Discrete"),
+        (
+            spaces.Dict({"a": spaces.Box(0, 1, (2,))}),
+            "DQN and PPO need a Box observation space.*got Dict",
+        ),
     ],
 )
 def test_other_observation_spaces_rejected(space, message):
@@ -87,8 +90,11 @@ def test_other_observation_spaces_rejected(space, message):
 @pytest.mark.parametrize(
     "space, message",
     [
-        (spaces.Box(-1, 1, (2,)), "DQN needs a Discrete action space.*got Box"),
-        (spaces.MultiDiscrete([2, 3]), "DQN needs a Discrete action space.*got MultiDiscrete"),
+        (spaces.Box(-1, 1, (2,)), "DQN and PPO need a Discrete action space.*got Box"),
+        (
+            spaces.MultiDiscrete([2, 3]),
+            "DQN and PPO need a Discrete action space.*got MultiDiscrete",
+        ),
     ],
 )
 def test_other_action_spaces_rejected(space, message):
@@ -98,7 +104,7 @@ def test_other_action_spaces_rejected(space, message):
 
 def test_for_env_rejects_continuous_env():
     env = gym.make("Pendulum-v1")
-    with pytest.raises(ValueError, match="DQN needs a Discrete action space"):
+    with pytest.raises(ValueError, match="DQN and PPO need a Discrete action space"):
         DqnAgent.for_env(env)
 
 

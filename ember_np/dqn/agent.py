@@ -71,6 +71,7 @@ from ember_np.encoding import (
     encode_for_network,
     encoder_for_space,
     nonfinite_observation,
+    single_spaces,
 )
 from ember_np.rng import Rng
 from ember_np.types import Experience, ReplayBuffer
@@ -207,16 +208,9 @@ class DqnAgent:
         """An agent for a gymnasium env with a Box or Discrete observation space (see
         :func:`~ember_np.encoding.encoder_for_space`) and a Discrete action space;
         for a gymnasium ``VectorEnv``, its copies' (``single_observation_space``)."""
-        return cls(
-            encoder_for_space(
-                getattr(env, "single_observation_space", getattr(env, "observation_space", None))
-            ),
-            IndexActionMapper.for_space(
-                getattr(env, "single_action_space", getattr(env, "action_space", None))
-            ),
-            config,
-            seed,
-        )
+        obs_space, action_space = single_spaces(env)
+        return cls(encoder_for_space(obs_space), IndexActionMapper.for_space(action_space),
+                   config, seed)  # fmt: skip
 
     # -- properties ------------------------------------------------------------
     @property

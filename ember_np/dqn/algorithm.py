@@ -36,10 +36,9 @@ def check_replay_memory(env: Any, config: DqnConfig, copies: int = 1) -> None:
     """
     from ember_np._memory import available_memory, format_bytes
     from ember_np.dqn.replay import transition_dtype
-    from ember_np.encoding import IndexActionMapper, encoder_for_space
+    from ember_np.encoding import IndexActionMapper, encoder_for_space, single_spaces
 
-    obs_space = getattr(env, "single_observation_space", env.observation_space)
-    action_space = getattr(env, "single_action_space", env.action_space)
+    obs_space, action_space = single_spaces(env)
     obs_size = encoder_for_space(obs_space).obs_size
     n_actions = IndexActionMapper.for_space(action_space).num_actions
     per_row = transition_dtype(obs_size, n_actions).itemsize

@@ -52,6 +52,7 @@ from ember_np.encoding import (
     encoder_from_description,
     indices_to_actions,
     mapper_from_description,
+    single_spaces,
 )
 from ember_np.ppo.checkpoint_format import (
     BUFFER_KEYS,
@@ -153,8 +154,7 @@ class PPOAgent:
         """An agent for a gymnasium env or vector env (its copies' spaces): a Box or
         Discrete observation space (:func:`~ember_np.encoding.encoder_for_space`) and
         a Discrete action space. ``config`` None: :class:`PPOConfig`'s defaults."""
-        obs_space = getattr(env, "single_observation_space", env.observation_space)
-        action_space = getattr(env, "single_action_space", env.action_space)
+        obs_space, action_space = single_spaces(env)
         return cls(encoder_for_space(obs_space), IndexActionMapper.for_space(action_space),
                    PPOConfig() if config is None else config, seed)  # fmt: skip
 

@@ -30,7 +30,6 @@ __all__ = [
     "one_line",
     "parse_sets",
     "run_name",
-    "single_spaces",
     "vector_settings",
     "with_env_masks",
 ]
@@ -279,12 +278,6 @@ def with_env_masks(
     return config.replace(action_masks=True)
 
 
-def single_spaces(env: Any) -> tuple[Any, Any]:
-    """(observation space, action space) of one env, or of each copy of a vector env."""
-    return (getattr(env, "single_observation_space", env.observation_space),
-            getattr(env, "single_action_space", env.action_space))  # fmt: skip
-
-
 def first_compile_notice(native: bool, num_envs: int = 1, algorithm: str = "dqn") -> str | None:
     """One line for a run about to compile its kernels (an empty or stale numba cache),
     else None.
@@ -318,7 +311,7 @@ def check_checkpoint_env(env: Any, env_id: str, encoder: Any, mapper: Any, path:
     SetupError
         ``env``'s observation or action space is not ``encoder``'s / ``mapper``'s.
     """
-    from ember_np.encoding import IndexActionMapper, describe, encoder_for_space
+    from ember_np.encoding import IndexActionMapper, describe, encoder_for_space, single_spaces
 
     try:
         obs_space, action_space = single_spaces(env)
