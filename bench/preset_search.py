@@ -342,7 +342,7 @@ def score(env_id: str, finals: list[float], solved_at: dict[str, float] = SOLVED
 def run_candidate(
     env_id: str, label: str, overrides: dict[str, Any], seeds: list[int], workers: int,
     algo: str = "dqn",
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # fmt: skip
     """Train ``seeds`` of one candidate; its score, per-seed finals and wall time."""
     from ember_np.training.multiseed import train_seeds
     from ember_np.training.setup import NATIVE_IDS
@@ -401,7 +401,7 @@ def main() -> None:
     )
     p.add_argument("--env", default="CartPole-v1", choices=sorted(BASE))
     p.add_argument("--algo", default="dqn", choices=("dqn", "ppo"),
-                   help="dqn (base: BASE[env]) or ppo (base: the env's zoo preset)")
+                   help="dqn (base: BASE[env]) or ppo (base: the env's zoo preset)")  # fmt: skip
     p.add_argument("--grid", help=f"a named grid: {', '.join([*GRIDS, *PPO_GRIDS])}")
     p.add_argument("--only", nargs="+", help="labels of the grid to run (default: all)")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=JSON",
