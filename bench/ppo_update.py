@@ -108,53 +108,40 @@ def ember_update(config: PPOConfig, obs_size: int, n_actions: int) -> Callable[[
     return lambda: train_epochs(state, rollout, settings, rng.state, stats)
 
 
-@numba.njit(nogil=True)  # not cached: it must follow the kernels it calls
+@numba.njit  # not cached (nor the two below): they must follow the kernels they call
+def _block(flat: np.ndarray, layers: np.ndarray, batch: int, l: int, width: int) -> np.ndarray:
+    """Layer ``l``'s (batch, width) block of a flat activation workspace."""
+    start = batch * layers[l, A_OFF]
+    return flat[start : start + batch * width].reshape((batch, width))
+
+
+@numba.njit
+def _weights(flat: np.ndarray, layers: np.ndarray, l: int) -> np.ndarray:
+    """Layer ``l``'s (n_in, n_out) weights in a flat parameter (or gradient) vector."""
+    off, n_in, n_out = layers[l, W_OFF], layers[l, N_IN], layers[l, N_OUT]
+    return flat[off : off + n_in * n_out].reshape((n_in, n_out))
+
+
+@numba.njit(nogil=True)
 def _products(params: np.ndarray, layers: np.ndarray, x: np.ndarray, acts: np.ndarray,
               dacts: np.ndarray, grads: np.ndarray, minibatches: int) -> None:  # fmt: skip
     """The matrix products of ``minibatches`` forward and backward passes, exactly as
     the network's kernels call them, and nothing else."""
-    batch = x.shape[0]
+    b = x.shape[0]
     for _ in range(minibatches):
         for l in range(layers.shape[0]):
-            n_in, n_out, off, src = (
-                layers[l, N_IN],
-                layers[l, N_OUT],
-                layers[l, W_OFF],
-                layers[l, SRC],
-            )
-            w = params[off : off + n_in * n_out].reshape((n_in, n_out))
-            out = acts[batch * layers[l, A_OFF] : batch * (layers[l, A_OFF] + n_out)].reshape(
-                (batch, n_out)
-            )
-            h = (
-                x
-                if src < 0
-                else acts[batch * layers[src, A_OFF] : batch * (layers[src, A_OFF] + n_in)].reshape(
-                    (batch, n_in)
-                )
-            )
-            product(h, w, out, False, False, 0.0)
+            src, n_in = layers[l, SRC], layers[l, N_IN]
+            h = x if src < 0 else _block(acts, layers, b, src, n_in)
+            product(h, _weights(params, layers, l), _block(acts, layers, b, l, layers[l, N_OUT]),
+                    False, False, 0.0)  # fmt: skip
         for l in range(layers.shape[0] - 1, -1, -1):
-            n_in, n_out, off, src = (
-                layers[l, N_IN],
-                layers[l, N_OUT],
-                layers[l, W_OFF],
-                layers[l, SRC],
-            )
-            w = params[off : off + n_in * n_out].reshape((n_in, n_out))
-            d = dacts[batch * layers[l, A_OFF] : batch * (layers[l, A_OFF] + n_out)].reshape(
-                (batch, n_out)
-            )
-            gw = grads[off : off + n_in * n_out].reshape((n_in, n_out))
-            if src < 0:
-                product(x, d, gw, True, False, 0.0)
-            else:
-                s0 = batch * layers[src, A_OFF]
-                h = acts[s0 : s0 + batch * n_in].reshape((batch, n_in))
-                product(h, d, gw, True, False, 0.0)
-                product(
-                    d, w, dacts[s0 : s0 + batch * n_in].reshape((batch, n_in)), False, True, 0.0
-                )
+            src, n_in = layers[l, SRC], layers[l, N_IN]
+            d = _block(dacts, layers, b, l, layers[l, N_OUT])
+            h = x if src < 0 else _block(acts, layers, b, src, n_in)
+            product(h, d, _weights(grads, layers, l), True, False, 0.0)
+            if src >= 0:
+                product(d, _weights(params, layers, l), _block(dacts, layers, b, src, n_in),
+                        False, True, 0.0)  # fmt: skip
 
 
 def ember_products(config: PPOConfig, obs_size: int, n_actions: int) -> Callable[[], Any]:

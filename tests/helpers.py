@@ -102,6 +102,22 @@ SMALL_ARGS_16 = ["--preset", "ember", "--set", "min_replay_size=64", "hidden_siz
                  *FIXED_SCHEDULE, "--quiet"]  # fmt: skip
 
 
+def product_case(m, n, k, trans_a, trans_b, dtype, seed=0):
+    """Random operands of ``c <- op(a) @ op(b) + beta * c`` (c is m x n, the inner length
+    k), as the kernels' ``gemm`` and ``product`` take them."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(dtype)
+    return a, b, rng.standard_normal((m, n)).astype(dtype)
+
+
+def product_expected(a, b, c, trans_a, trans_b, beta):
+    """``op(a) @ op(b) + beta * c`` in float64 (no c term when beta is 0, as BLAS)."""
+    op_a = (a.T if trans_a else a).astype(np.float64)
+    op_b = (b.T if trans_b else b).astype(np.float64)
+    return op_a @ op_b + (beta * c.astype(np.float64) if beta != 0.0 else 0.0)
+
+
 def make_agent(
     config: DqnConfig = SMALL, seed: int = 0, obs_size: int = 3, n_actions: int = 2, **kw: Any
 ) -> DqnAgent:

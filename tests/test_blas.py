@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import product_case, product_expected
 
 from ember_np.nn._blas import BLAS_LIBRARY, gemm
 
@@ -16,12 +17,8 @@ from ember_np.nn._blas import BLAS_LIBRARY, gemm
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize("beta", [0.0, 1.0, -0.5])
 def test_gemm_matches_numpy(dtype, trans_a, trans_b, beta):
-    rng = np.random.default_rng(0)
-    m, n, k = 37, 19, 64
-    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(dtype)
-    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(dtype)
-    c = rng.standard_normal((m, n)).astype(dtype)
-    expected = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b) + beta * c
+    a, b, c = product_case(37, 19, 64, trans_a, trans_b, dtype)
+    expected = product_expected(a, b, c, trans_a, trans_b, beta)
     gemm(a, b, c, trans_a, trans_b, beta)
     tol = 1e-4 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(c, expected, rtol=tol, atol=tol)

@@ -180,9 +180,12 @@ def test_a_kernel_compiled_by_both_workers_counts_once(tmp_path):
     assert re.search(r"^compiled 2 kernels in [0-9.]+ s \(2 processes at once", out.stderr, re.M)
 
 
+#: ``ember_np.cli.main(argv)`` (argv: JSON in ``sys.argv[1]``) in a fresh process: prints
+#: its status, its stderr and the kernels the process itself compiled after the
+#: workers' last line.
 _COLD_RUN = textwrap.dedent(
     """
-    import contextlib, io, json, os, sys, tempfile, time
+    import contextlib, io, json, os, sys, time
     from numba.core import event
     from ember_np.cli import main
 
@@ -209,8 +212,7 @@ _COLD_RUN = textwrap.dedent(
     event.register("numba:compile", Record())
     err = Stamped()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        status = main(["train", "CartPole-v1", "--steps", "1100", "--root", tempfile.mkdtemp(),
-                       "--quiet", "--eval-episodes", "1"])
+        status = main(json.loads(sys.argv[1]))
     after = [name for t, name in compiled if err.done is None or t > err.done]
     print(json.dumps({"status": status, "stderr": err.getvalue(), "after": after}))
     """
@@ -224,8 +226,10 @@ def test_a_cold_default_run_compiles_in_workers_within_bounds_then_nothing(tmp_p
     compile at most KERNEL_BOUND kernels in at most CPU_BOUND_S seconds of CPU."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("EMBER_NP_PRECOMPILE", None)
-    out = subprocess.run([sys.executable, "-c", _COLD_RUN], capture_output=True, text=True,
-                         env=env, timeout=880)  # fmt: skip
+    command = ["train", "CartPole-v1", "--steps", "1100", "--root", str(tmp_path / "runs"),
+               "--quiet", "--eval-episodes", "1"]  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", _COLD_RUN, json.dumps(command)],
+                         capture_output=True, text=True, env=env, timeout=880)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["status"] == 0
@@ -395,42 +399,6 @@ def test_a_ppo_run_gets_the_jobs_of_its_loop():
     assert found["native one env"] == found["python"]  # (PPO's compiled loop needs N envs)
 
 
-_PPO_RUN = textwrap.dedent(
-    """
-    import contextlib, io, json, os, sys, time
-    from numba.core import event
-    from ember_np.cli import main
-
-    parent = os.getpid()
-    compiled = []  # (time, kernel) compiled in this process
-
-    class Record(event.Listener):
-        def on_start(self, ev):
-            pass
-
-        def on_end(self, ev):
-            if os.getpid() == parent:
-                fn = ev.data["dispatcher"].py_func
-                compiled.append((time.monotonic(), f"{fn.__module__}.{fn.__qualname__}"))
-
-    class Stamped(io.StringIO):  # stderr, with the time the workers' last line came
-        done = None
-
-        def write(self, text):
-            if text.startswith("compiled ") and self.done is None:
-                self.done = time.monotonic()
-            return super().write(text)
-
-    event.register("numba:compile", Record())
-    err = Stamped()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        status = main(json.loads(sys.argv[1]))
-    after = [name for t, name in compiled if err.done is None or t > err.done]
-    print(json.dumps({"status": status, "stderr": err.getvalue(), "after": after}))
-    """
-)
-
-
 @pytest.mark.timeout(1500)
 def test_a_cold_ppo_run_compiles_in_workers_and_writes_the_bytes_of_one_without(tmp_path):
     """From an empty cache, ``ember-np train CartPole-v1 --algo ppo`` (8 native envs in
@@ -450,7 +418,7 @@ def test_a_cold_ppo_run_compiles_in_workers_and_writes_the_bytes_of_one_without(
         command = ["train", "CartPole-v1", "--algo", "ppo", "--steps", "1100", "--seed", "3",
                    "--eval-every", "500", "--eval-episodes", "2", "--checkpoint-freq", "400",
                    "--keep", "2", "--quiet", "--root", str(root)]  # fmt: skip
-        out = subprocess.run([sys.executable, "-c", _PPO_RUN, json.dumps(command)],
+        out = subprocess.run([sys.executable, "-c", _COLD_RUN, json.dumps(command)],
                              capture_output=True, text=True, env=env, timeout=700)  # fmt: skip
         assert out.returncode == 0, out.stderr[-3000:]
         result = json.loads(out.stdout.strip().splitlines()[-1])

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import product_case, product_expected
 
 from ember_np.nn.skinny import SKINNY, product
-
-
-def _expected(a, b, c, trans_a, trans_b, beta):
-    op_a = (a.T if trans_a else a).astype(np.float64)
-    op_b = (b.T if trans_b else b).astype(np.float64)
-    return op_a @ op_b + (beta * c.astype(np.float64) if beta != 0.0 else 0.0)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -23,11 +18,8 @@ def _expected(a, b, c, trans_a, trans_b, beta):
 @pytest.mark.parametrize("m,n,k", [(256, 1, 64), (256, 2, 64), (64, 2, 256), (5, 3, 7),
                                    (37, SKINNY, 19), (1, 1, 1)])  # fmt: skip
 def test_product_matches_numpy(dtype, trans_a, trans_b, beta, m, n, k):
-    rng = np.random.default_rng(m * 100 + n * 10 + k)
-    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(dtype)
-    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(dtype)
-    c = rng.standard_normal((m, n)).astype(dtype)
-    expected = _expected(a, b, c, trans_a, trans_b, beta)
+    a, b, c = product_case(m, n, k, trans_a, trans_b, dtype, seed=m * 100 + n * 10 + k)
+    expected = product_expected(a, b, c, trans_a, trans_b, beta)
     if beta == 0.0:
         c[:] = np.nan  # beta 0 never reads c, as BLAS
     product(a, b, c, trans_a, trans_b, beta)
