@@ -28,12 +28,12 @@ __all__ = [
     "encode_batch_for_network",
     "encode_for_network",
     "encoder_for_space",
-    "single_spaces",
     "encoder_from_description",
     "indices_to_actions",
     "mapper_from_description",
     "nonfinite_observation",
     "nonfinite_row",
+    "single_spaces",
 ]
 
 _F32 = np.dtype(np.float32)

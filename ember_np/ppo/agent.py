@@ -371,6 +371,13 @@ class PPOAgent:
                           self._masks if self._width else None)  # fmt: skip
         self._total_steps += int(np.count_nonzero(moved))
 
+    def rollout(self) -> Rollout:
+        """The rollout buffer's transitions as the update takes them (flat views over
+        steps and envs, its masks when the agent takes them), GAE as last computed."""
+        f = self.buffer.flat()
+        return Rollout(f.obs, f.actions, f.log_probs, f.advantages, f.returns, f.values,
+                       f.valid, f.masks if self._width else None)  # fmt: skip
+
     def _learn(self, x_next: np.ndarray) -> None:
         """GAE with the critic's values of ``x_next``, then every epoch of the update."""
         _, _, last_values = self.net.act(x_next, self.act_rng, deterministic=True)
@@ -378,12 +385,10 @@ class PPOAgent:
         c = self.config
         progress = c.progress_remaining(self._total_steps)
         settings = update_settings(c, c.learning_rate_at(progress), c.clip_range_at(progress))
-        f = self.buffer.flat()
-        rollout = Rollout(f.obs, f.actions, f.log_probs, f.advantages, f.returns, f.values,
-                          f.valid, f.masks if self._width else None)  # fmt: skip
-        self.last_stats = update(self.net, rollout, settings, self.update_rng)
+        r = self.rollout()
+        self.last_stats = update(self.net, r, settings, self.update_rng)
         self.last_stats.update(
-            explained_variance=explained_variance(f.values[f.valid], f.returns[f.valid]),
+            explained_variance=explained_variance(r.old_values[r.valid], r.returns[r.valid]),
             learning_rate=settings.learning_rate, clip_range=settings.clip_range,
         )  # fmt: skip
         self.last_loss = self.last_stats["loss"]

@@ -110,14 +110,11 @@ def _evaluation(run: RunToCompile) -> None:
 def _update(agent: Any) -> None:
     """The update (``train_epochs``, from Python as the agent's ``_learn`` calls it) on
     the agent's rollout with no row valid: compiled, and no epoch runs."""
-    from ember_np.ppo.update import Rollout, update, update_settings
+    from ember_np.ppo.update import update, update_settings
 
     c = agent.config
-    f = agent.buffer.flat()
-    valid = np.zeros_like(f.valid)
-    masks = f.masks if c.action_masks else None
-    rollout = Rollout(f.obs, f.actions, f.log_probs, f.advantages, f.returns, f.values,
-                      valid, masks)  # fmt: skip
+    rollout = agent.rollout()
+    rollout = rollout._replace(valid=np.zeros_like(rollout.valid))
     update(agent.net, rollout, update_settings(c, c.learning_rate, c.clip_range), agent.update_rng)
 
 
