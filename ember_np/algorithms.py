@@ -110,8 +110,8 @@ class Algorithm:
         ``(native, num_envs) -> "module:kernel" or None``: the compiled kernel whose
         numba cache says whether a run (on a native env in the fused loop, or not;
         with ``num_envs`` envs) compiles first (``train`` then says so), by name so
-        that the algorithm need not import the layer above it that may hold it;
-        None when the run says it another way. None: nothing worth a notice.
+        that the algorithm need not import the layer above it that may hold it.
+        None: nothing worth a notice.
     compile_jobs : callable or None
         ``(run) -> [CompileJob, ...]``: the jobs that compile, in worker processes
         (:mod:`ember_np._precompile`), what a first run about to train

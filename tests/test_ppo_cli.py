@@ -263,6 +263,8 @@ def test_a_dqn_run_is_refused_as_ppo_naming_both(tmp_path, capsys):
 
 
 def test_the_first_compile_notice_checks_the_runs_own_algorithms_kernel(monkeypatch):
+    """Said when a run compiles in its own thread (no workers: --seeds, N-env DQN, or the
+    precompile off), for the kernel of the run's own algorithm and loop."""
     import ember_np._jit
     import ember_np._precompile
     from ember_np.ppo.fused import fused_ppo_steps
@@ -276,11 +278,19 @@ def test_the_first_compile_notice_checks_the_runs_own_algorithms_kernel(monkeypa
         return False
 
     monkeypatch.setattr(ember_np._jit, "cached_on_disk", nothing_cached)
-    # with the precompile on, a PPO run's workers say it on their own line, whatever its loop
+    # with the precompile on, a PPO run's workers say it on their own line, whatever its
+    # loop, and so do a one-env DQN run's
     monkeypatch.setattr(ember_np._precompile, "enabled", lambda: True)
     assert first_compile_notice(True, 8, "ppo") is None
     assert first_compile_notice(False, 1, "ppo") is None
+    assert first_compile_notice(True, 1, "dqn") is None
     assert checked == []
+    # but no --seeds run forks workers, and DQN has none for N envs: the notice is said
+    assert first_compile_notice(True, 8, "ppo", single_run=False) is not None
+    assert first_compile_notice(False, 1, "dqn", single_run=False) is not None
+    assert first_compile_notice(True, 8, "dqn") is not None
+    assert [k.__name__ for k in checked] == ["fused_ppo_steps", "agent_step", "fused_vec_steps"]
+    checked.clear()
     monkeypatch.undo()
     monkeypatch.setattr(ember_np._jit, "cached_on_disk", nothing_cached)
     monkeypatch.setenv("EMBER_NP_PRECOMPILE", "0")

@@ -195,7 +195,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     # said once the env, preset and overrides are known to be good (a mistyped env id
     # gets its one-line error alone), before the first kernel runs
-    notice = first_compile_notice(spec.env_source == "compiled", spec.num_envs, spec.algorithm)
+    notice = first_compile_notice(spec.env_source == "compiled", spec.num_envs, spec.algorithm,
+                                  single_run=args.seeds is None)  # fmt: skip
     if notice:
         print(notice, file=sys.stderr, flush=True)
     if spec.env_id != args.env_id:

@@ -57,14 +57,9 @@ def _describe(agent: Any) -> str:
     return f"epsilon {agent.epsilon:.3f}, {len(agent.buffer):,} transitions in the replay buffer"
 
 
-def _entry_kernel(native: bool, num_envs: int) -> str | None:
+def _entry_kernel(native: bool, num_envs: int) -> str:
     """The fused loop's kernel on a native env (``fused_steps``, ``fused_vec_steps`` for
-    N envs), else the Python loop's (``agent_step``, ``agent_vec_step``); None for one
-    env with the precompile on (its workers compile, with their own progress line)."""
-    from ember_np._precompile import enabled as precompile_enabled
-
-    if num_envs == 1 and precompile_enabled():
-        return None
+    N envs), else the Python loop's (``agent_step``, ``agent_vec_step``)."""
     if native:
         return f"ember_np.training._fused:{'fused_vec_steps' if num_envs > 1 else 'fused_steps'}"
     return f"ember_np.dqn.agent_kernels:{'agent_vec_step' if num_envs > 1 else 'agent_step'}"

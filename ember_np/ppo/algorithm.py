@@ -21,15 +21,9 @@ def _describe(agent: Any) -> str:
             f"{agent.config.n_steps} steps of the rollout filled")  # fmt: skip
 
 
-def _entry_kernel(native: bool, num_envs: int) -> str | None:
+def _entry_kernel(native: bool, num_envs: int) -> str:
     """The compiled loop's kernel on N > 1 native envs (``fused_ppo_steps``), else the
-    update's (``train_epochs``): what a PPO run compiles first; None with the precompile
-    on (every PPO run's kernels are compiled by its workers, :mod:`ember_np.ppo.precompile`,
-    which show their own progress line)."""
-    from ember_np._precompile import enabled as precompile_enabled
-
-    if precompile_enabled():
-        return None
+    update's (``train_epochs``): what a PPO run compiles first."""
     if native and num_envs > 1:
         return "ember_np.ppo.fused:fused_ppo_steps"
     return "ember_np.ppo.update:train_epochs"

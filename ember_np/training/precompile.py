@@ -19,7 +19,21 @@ import numpy as np
 
 from ember_np._precompile import CompileJob, PrecompileReport, RunToCompile, precompile
 
-__all__ = ["compile_jobs", "dqn_jobs", "precompile_run"]
+__all__ = ["compile_jobs", "dqn_jobs", "precompile_run", "workers_compile"]
+
+
+def workers_compile(algorithm: str | None, num_envs: int) -> bool:
+    """Whether one run of ``algorithm`` (None: DQN) on ``num_envs`` envs compiles its
+    kernels in worker processes (:func:`precompile_run`), which show their own progress
+    line: when they may be forked here, for an algorithm with its own ``compile_jobs``
+    (PPO: every run) or a DQN run on one env (:func:`dqn_jobs`). A multi-seed run's
+    processes never fork them."""
+    from ember_np._precompile import enabled
+    from ember_np.algorithms import get_algorithm
+
+    if not enabled():
+        return False
+    return get_algorithm(algorithm).compile_jobs is not None or num_envs == 1
 
 
 def compile_jobs(trainer: Any, algorithm: str | None = None) -> list[CompileJob]:

@@ -278,18 +278,26 @@ def with_env_masks(
     return config.replace(action_masks=True)
 
 
-def first_compile_notice(native: bool, num_envs: int = 1, algorithm: str = "dqn") -> str | None:
+def first_compile_notice(
+    native: bool, num_envs: int = 1, algorithm: str = "dqn", single_run: bool = True
+) -> str | None:
     """One line for a run about to compile its kernels (an empty or stale numba cache),
     else None.
 
     ``native``: the run trains a native env in the fused loop, else the Python loop;
     ``algorithm`` names the algorithm, whose :attr:`Algorithm.entry_kernel
     <ember_np.algorithms.Algorithm.entry_kernel>` is the kernel checked (the rest of
-    the kernels a run uses compile with it). Nothing is compiled here.
+    the kernels a run uses compile with it). ``single_run``: one run (not ``--seeds``),
+    whose worker processes may compile its kernels and show their own progress line
+    instead (:func:`~ember_np.training.precompile.workers_compile`). Nothing is compiled
+    here.
     """
     from ember_np._jit import cached_on_disk
     from ember_np.algorithms import get_algorithm
+    from ember_np.training.precompile import workers_compile
 
+    if single_run and workers_compile(algorithm, num_envs):
+        return None
     entry_of = get_algorithm(algorithm).entry_kernel
     name = None if entry_of is None else entry_of(native, num_envs)
     if name is None:
