@@ -47,9 +47,8 @@ def compile_jobs(trainer: Any, algorithm: str | None = None) -> list[CompileJob]
     own = get_algorithm(algorithm).compile_jobs
     if own is None:
         return dqn_jobs(trainer)
-    fused = bool(getattr(trainer, "fused", False)) and trainer.num_envs > 1
     run = RunToCompile(trainer.agent, trainer.env, lambda: trainer.eval_env,
-                       trainer.compile_loop if fused else None)  # fmt: skip
+                       trainer.compile_loop)  # fmt: skip
     return list(own(run))
 
 

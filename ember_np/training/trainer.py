@@ -331,16 +331,14 @@ class DqnTrainer:
         """Envs stepped together (1 for a single env)."""
         return 1 if self._vec is None else self._vec.num_envs
 
-    def compile_loop(self) -> bool:
-        """Call the compiled vector loop for zero steps: compiles its kernels (or loads
-        them from numba's cache) and trains nothing; False, calling nothing, when the
-        run has no compiled vector loop. What a worker process that compiles a run's
-        kernels runs (:mod:`ember_np.training.precompile`)."""
+    @property
+    def compile_loop(self) -> Callable[[], None] | None:
+        """Calls the compiled vector loop for zero steps: compiles its kernels (or loads
+        them from numba's cache) and trains nothing; None when the run has no compiled
+        vector loop. What a worker process that compiles a run's kernels runs
+        (:mod:`ember_np.training.precompile`)."""
         driver = self._driver
-        if not isinstance(driver, FusedVectorDriver):
-            return False
-        driver.compile_loop()
-        return True
+        return driver.compile_loop if isinstance(driver, FusedVectorDriver) else None
 
     def steps(self) -> Iterator[StepMetrics]:
         """An endless iterator: one env step, with all bookkeeping, per ``next()``.
