@@ -15,8 +15,11 @@ then loads every kernel from the cache, as a second run does.
 The two trees share the acting kernels (``greedy_unchecked``, ``forward_one``):
 the training loop types its training kernels first, so by the time it needs
 the acting ones the other worker has cached them and it loads them instead of
-compiling them again. Nothing runs in a worker but compiling (the training
-loop is called for zero steps): the run's objects are the parent's, untouched.
+compiling them again. A job can also name a kernel another job compiles as one
+it awaits (:attr:`CompileJob.awaits`): reaching it first, its worker waits for
+the other's to cache it rather than compile it too. Nothing runs in a worker
+but compiling (the training loop is called for zero steps): the run's objects
+are the parent's, untouched.
 
 While the workers compile, the run shows one line counting the kernels
 compiled and the time left; the training progress bar starts after it, so its
@@ -60,6 +63,11 @@ class CompileJob(NamedTuple):
     kernels: int
     """About how many compiles it makes from an empty cache (for the time left; measured
     2026-12-04: 69 for the fused loop, 64 for the Python loop's step, 45 for acting)."""
+    awaits: tuple[Any, ...] = ()
+    """Kernels (dispatchers) among another job's ``entries`` that this job's tree calls:
+    when its worker reaches one before the other worker has cached it, it waits for that
+    worker to cache it (or to exit) and loads it, instead of compiling it a second
+    time."""
 
 
 class RunToCompile(NamedTuple):
@@ -121,8 +129,14 @@ def precompile(jobs: Sequence[CompileJob], out: TextIO | None = None) -> Precomp
     start = time.perf_counter()
     workers: list[tuple[int, int]] = []
     status: list[int | None] = [None] * len(todo)
+    handoffs = _handoffs(todo)
     try:
-        workers.extend(_fork(job) for job in todo)
+        try:
+            workers.extend(_fork(job, i, handoffs) for i, job in enumerate(todo))
+        finally:  # the workers hold their ends now: the run holds none
+            for h in handoffs:
+                os.close(h.read_fd)
+                os.close(h.write_fd)
         counts, cpu, names = _wait(workers, status, line, start)
     finally:  # interrupted (Ctrl-C): the workers go too, the run compiles nothing more
         for (pid, _), done in zip(workers, status, strict=False):
@@ -169,14 +183,98 @@ def _wait(
     return counts, cpu, names
 
 
-def _fork(job: CompileJob) -> tuple[int, int]:
-    """Start ``job`` in a forked worker; its pid and the pipe it writes a line to per compile."""
+class _Handoff(NamedTuple):
+    """A kernel one job awaits (:attr:`CompileJob.awaits`) and another compiles (its
+    ``entries``): a pipe whose write end only the compiling worker keeps, and closes
+    once the kernel is cached (or when it exits, whatever happened), so that a read of
+    it in the awaiting worker returns then (nothing is ever written)."""
+
+    kernel: Any
+    maker: int
+    """The index of the job that compiles it."""
+    read_fd: int
+    write_fd: int
+
+
+def _handoffs(todo: Sequence[CompileJob]) -> list[_Handoff]:
+    """A handoff for each kernel a job of ``todo`` awaits and another has among its
+    entries (none when that job is not run: its kernels are cached)."""
+    found: list[_Handoff] = []
+    for i, job in enumerate(todo):
+        for kernel in job.awaits:
+            makers = [m for m, other in enumerate(todo) if m != i and kernel in other.entries]
+            if makers and all(h.kernel is not kernel for h in found):
+                found.append(_Handoff(kernel, makers[0], *os.pipe()))
+    return found
+
+
+def _take_handoffs(index: int, job: CompileJob, handoffs: list[_Handoff]) -> None:
+    """In the worker of ``job`` (``todo[index]``): keep the ends of ``handoffs`` it uses,
+    close the rest, and make its kernels' ``compile`` close or wait on them.
+
+    numba compiles a kernel through its dispatcher's ``compile(sig)`` (first from the
+    disk cache), called from Python or when typing a caller: replaced in this worker
+    only (a fork), it closes the maker's end once the kernel is cached and waits, in
+    an awaiting worker, before it looks in the cache."""
+    for h in handoffs:
+        if h.maker == index:
+            os.close(h.read_fd)
+            _around_compile(h.kernel, after=_once(os.close, h.write_fd))
+            continue
+        os.close(h.write_fd)
+        if h.kernel in job.awaits:
+            _around_compile(h.kernel, before=_once(_wait_for_close, h.read_fd))
+        else:
+            os.close(h.read_fd)
+
+
+def _around_compile(
+    dispatcher: Any, before: Callable[[], None] | None = None,
+    after: Callable[[], None] | None = None,
+) -> None:  # fmt: skip
+    """Call ``before`` ahead of each of ``dispatcher``'s compiles, ``after`` once it ends."""
+    original = dispatcher.compile
+
+    def compile_around(sig: Any) -> Any:
+        if before is not None:
+            before()
+        try:
+            return original(sig)
+        finally:
+            if after is not None:
+                after()
+
+    dispatcher.compile = compile_around
+
+
+def _once(fn: Callable[[int], object], fd: int) -> Callable[[], None]:
+    """``fn(fd)`` on the first call, nothing on later ones."""
+    pending = [fd]
+
+    def call() -> None:
+        if pending:
+            fn(pending.pop())
+
+    return call
+
+
+def _wait_for_close(fd: int) -> None:
+    """Block until every write end of the pipe ``fd`` reads from is closed, then close it."""
+    while os.read(fd, 1):
+        pass
+    os.close(fd)
+
+
+def _fork(job: CompileJob, index: int, handoffs: list[_Handoff]) -> tuple[int, int]:
+    """Start ``job`` (``todo[index]``, given ``handoffs``) in a forked worker; its pid and the
+    pipe it writes a line to per compile."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the worker: compile, report each compile, never return
         code = 1
         try:
             os.close(read_fd)
+            _take_handoffs(index, job, handoffs)
             _count_compiles(write_fd)
             job.run()
             code = 0

@@ -180,6 +180,49 @@ def test_a_kernel_compiled_by_both_workers_counts_once(tmp_path):
     assert re.search(r"^compiled 2 kernels in [0-9.]+ s \(2 processes at once", out.stderr, re.M)
 
 
+_AWAITS = textwrap.dedent(
+    """
+    import json, sys, time
+    sys.path.insert(0, sys.argv[1])
+    from ember_np._precompile import CompileJob, precompile
+    import tiny
+
+    def slow_inner():  # reaches inner long after the other worker reached it
+        time.sleep(1.5)
+        if sys.argv[2] == "fails":
+            raise RuntimeError("a worker that fails before it compiles")
+        tiny.inner(1.0)
+
+    report = precompile([CompileJob("outer", lambda: tiny.outer(1.0), (tiny.outer,), 2,
+                                    awaits=(tiny.inner,)),
+                         CompileJob("inner", slow_inner, (tiny.inner,), 1)])
+    print(json.dumps({"compiled": report.compiled, "failed": report.failed,
+                      "seconds": report.seconds, "value": tiny.outer(3.0)}))
+    """
+)
+
+
+@pytest.mark.parametrize("inner_worker", ["compiles", "fails"])
+def test_a_worker_waits_for_the_kernel_it_awaits_and_loads_it(tmp_path, inner_worker):
+    """A job that awaits a kernel another job compiles: its worker, reaching it first,
+    waits for the other to cache it and loads it (one compile each, not the shared
+    kernel twice); when the other fails without compiling it, the wait ends with that
+    worker and the awaiting one compiles it itself."""
+    (tmp_path / "tiny.py").write_text(_TINY)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("EMBER_NP_PRECOMPILE", None)
+    out = subprocess.run([sys.executable, "-c", _AWAITS, str(tmp_path), inner_worker],
+                         capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["value"] == 7.0
+    assert result["seconds"] >= 1.5  # (the awaited worker's sleep was waited for)
+    if inner_worker == "compiles":
+        assert result["compiled"] == [1, 1] and result["failed"] == []
+    else:
+        assert result["compiled"] == [2, 0] and result["failed"] == ["inner"]
+
+
 #: ``ember_np.cli.main(argv)`` (argv: JSON in ``sys.argv[1]``) in a fresh process: prints
 #: its status, its stderr and the kernels the process itself compiled after the
 #: workers' last line.

@@ -11,7 +11,8 @@ the first compiles the env kernels (the run's ``reset_batch``, evaluation's
 ``reset_env`` and ``step_env``), then types the loop from its top and reaches
 ``train_epochs`` last of its callees, by when it finds it cached and loads it
 instead of compiling it again (when the second worker falls behind, the first
-compiles it too: the same code, the time of both). The second worker then calls
+waits for it to cache it: :attr:`CompileJob.awaits
+<ember_np._precompile.CompileJob.awaits>`). The second worker then calls
 what the run calls from Python (the first actions, evaluation's greedy action),
 by then mostly cached by the first.
 
@@ -91,7 +92,9 @@ def compile_jobs(run: RunToCompile) -> list[CompileJob]:
 
     if run.training_loop is not None:
         return [
-            CompileJob("training loop", training_loop, (fused_ppo_steps,), 40),
+            CompileJob(
+                "training loop", training_loop, (fused_ppo_steps,), 40, awaits=(train_epochs,)
+            ),
             CompileJob("update", update, (train_epochs,), 30),
         ]
     return [
