@@ -258,15 +258,22 @@ def run_sb3(
     runs_root: Path | None = None,
     collect: bool = False,
     algo: str = "dqn",
+    earlier: list[dict] | None = None,
 ) -> dict:
     """Every seed in its own subprocess, ``workers`` at a time. With ``runs_root``, each
     seed's result is kept there as it finishes and a later call skips it; ``collect``
-    gathers the seeds finished so far and trains nothing. ``algo``: SB3's DQN or PPO."""
+    gathers the seeds finished so far and trains nothing. ``algo``: SB3's DQN or PPO.
+    ``earlier``: seeds' results finished before (:func:`earlier_runs`), taken as
+    finished too (written to ``runs_root`` when it does not hold them)."""
     # One BLAS / OpenMP thread per process: the workers share the cores.
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
         done_dir = (runs_root or Path(tmp)) / ("sb3" if algo == "dqn" else f"sb3-{algo}") / env_id
         done_dir.mkdir(parents=True, exist_ok=True)
+        for r in earlier or []:
+            path = done_dir / f"seed_{r['seed']}.json"
+            if r["seed"] in seeds and not path.exists():
+                path.write_text(json.dumps(r))
 
         def one(seed: int) -> dict | None:
             path = done_dir / f"seed_{seed}.json"
@@ -321,6 +328,17 @@ def split_preset_key(key: str) -> tuple[str, int | None]:
     ``(key, None)`` for a key without a ``-n<digits>`` suffix."""
     match = re.fullmatch(r"(.+)-n(\d+)", key)
     return (key, None) if match is None else (match[1], int(match[2]))
+
+
+def earlier_runs(path: Path, steps: int) -> list[dict]:
+    """The seeds' results in the result file ``path`` when it holds a run of ``steps``
+    steps, else []: a long SB3 row (10 seeds of LunarLander-v3, hours of both cores)
+    can then be finished over several sessions, on other machines, from its committed
+    partial file."""
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    return list(data["runs"]) if data.get("steps") == steps else []
 
 
 def result_path(results: Path, library: str, env_id: str, preset: str = "zoo") -> Path:
@@ -522,8 +540,8 @@ def plot(found: dict, path: Path, rows: tuple = ROWS, targets: dict | None = Non
         ax.set_title(env_id)
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")  # each panel's own seed counts
     axes[0][0].set_ylabel("IQM of greedy eval reward, 95% CI")
-    axes[0][0].legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     return True
@@ -585,7 +603,8 @@ def main() -> None:
         "--runs-root",
         type=Path,
         help="keep the runs (ember_np) or per-seed results (sb3) here (default: a temporary "
-        "directory); a run of the env already there is finished, not restarted",
+        "directory); a run of the env already there is finished, not restarted (sb3: so "
+        "is a seed in the env's result file, of the same steps)",
     )
     p.add_argument(
         "--collect",
@@ -626,9 +645,11 @@ def main() -> None:
     for env_id in [e for e in args.envs.split(",") if e]:
         steps = args.steps or get_algorithm(args.algo).preset(preset, env_id).steps
         load_before = load_average()
-        if args.library == "sb3":
+        if args.library == "sb3":  # with --runs-root, the result file's seeds are finished
+            path = result_path(args.results, "sb3", env_id, key)
+            earlier = earlier_runs(path, steps) if args.runs_root else []
             data = run_sb3(env_id, seeds, args.workers, steps, args.runs_root, args.collect,
-                           args.algo)  # fmt: skip
+                           args.algo, earlier)  # fmt: skip
         else:
             data = run_ember(env_id, seeds, args.workers, steps, args.runs_root, args.collect,
                              preset, client, args.num_envs, args.algo)  # fmt: skip

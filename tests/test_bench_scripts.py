@@ -153,6 +153,27 @@ def test_learning_bench_sb3_ppo_writes_its_own_file(tmp_path):
         assert 8.0 <= r[key] <= 500.0 and abs(r[key] * 20 - round(r[key] * 20)) < 1e-6, r
 
 
+@pytest.mark.skipif(not HAS_SB3, reason="needs stable-baselines3 (the bench extra)")
+def test_learning_bench_sb3_finishes_a_partial_result_file_on_another_runs_root(tmp_path):
+    """With --runs-root, the seeds in the env's result file count as finished (another
+    session's, whose runs root is gone): only the others train, and the file then
+    holds both."""
+    results = tmp_path / "results"
+    common = ("bench/learning.py", "--algo", "ppo", "--library", "sb3", "--envs",
+              "CartPole-v1", "--workers", "1", "--steps", "512", "--results", str(results))  # fmt: skip
+    run(*common, "--seeds", "1", "--runs-root", str(tmp_path / "first"))
+    path = results / "learning_sb3-ppo_CartPole-v1.json"
+    (first,) = json.loads(path.read_text())["runs"]
+    out = subprocess.run([sys.executable, *common, "--seeds", "2", "--runs-root",
+                          str(tmp_path / "second")], capture_output=True, text=True,
+                         timeout=300, cwd=BENCH.parent)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "seed 0:" not in out.stderr and "seed 1:" in out.stderr, out.stderr
+    data = json.loads(path.read_text())
+    assert [r["seed"] for r in data["runs"]] == [0, 1] and data["missing_seeds"] == []
+    assert data["runs"][0] == first and data["wall_estimated"] is True
+
+
 def test_preset_search_refuses_the_reported_seeds(tmp_path):
     out = subprocess.run(
         [sys.executable, "bench/preset_search.py", "--env", "CartPole-v1", "--grid", "cartpole",
