@@ -269,6 +269,18 @@ def test_float32_tanh_is_within_three_ulps_of_tanh():
     np.testing.assert_allclose(z64.ravel(), np.tanh(x.astype(np.float64) + 0.5), rtol=1e-15)
 
 
+def test_tanh_rows_four_at_a_time_give_each_rows_own_bits():
+    rng = np.random.default_rng(21)
+    z = (rng.standard_normal((11, 64)) * 3).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    together = z.copy()
+    bias_tanh(together, b)  # rows 0-7 four at a time, 8-10 one by one
+    for i in range(11):
+        alone = z[i : i + 1].copy()
+        bias_tanh(alone, b)
+        assert alone.tobytes() == together[i : i + 1].tobytes(), f"row {i}"
+
+
 def test_masked_policy_uses_legal_actions_alone():
     net = perturbed(make_net(False, "relu", n_actions=4, dtype=np.float64), seed=11)
     obs = np.random.default_rng(12).normal(size=(400, 4))

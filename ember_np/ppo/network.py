@@ -185,40 +185,58 @@ TB0, TB2, TB4, TB6 = (
 
 
 @kernel
+def tanh32(x0: float) -> float:
+    """tanh of a float32 by Eigen's rational approximation (within 4e-7 of tanh,
+    relative or absolute: 3 float32 ulps)."""
+    f = np.float32
+    c = f(TANH_CLAMP)
+    x = min(max(x0, -c), c)
+    x2 = x * x
+    p = x2 * f(TA13) + f(TA11)
+    p = p * x2 + f(TA9)
+    p = p * x2 + f(TA7)
+    p = p * x2 + f(TA5)
+    p = p * x2 + f(TA3)
+    p = p * x2 + f(TA1)
+    p = p * x
+    q = x2 * f(TB6) + f(TB4)
+    q = q * x2 + f(TB2)
+    q = q * x2 + f(TB0)
+    return x0 if abs(x0) < f(TANH_TINY) else p / q
+
+
+@kernel
 def bias_tanh(z: np.ndarray, b: np.ndarray) -> None:
     """z <- tanh(z + b), b broadcast over the rows.
 
-    z : float (B, n), in place; b : float (n,), z's dtype. float32: Eigen's rational
-    approximation (within 4e-7 of tanh, relative or absolute, 3 float32 ulps; a loop
-    LLVM vectorises, where libm's ``tanhf``, called once per value, took 80% of a
-    minibatch update of a 64 x 64 network). float64 (the gradient tests): ``math.tanh``.
+    z : float (B, n), in place; b : float (n,), z's dtype. float32: :func:`tanh32`,
+    in a loop LLVM vectorises (libm's ``tanhf``, called once per value, took 80% of
+    a minibatch update of a 64 x 64 network). float64 (the gradient tests):
+    ``math.tanh``.
+
+    Four rows at a time: four independent chains of multiply-adds and a division in
+    each step of the loop, where one row's chain kept the units waiting on each
+    other. 256 rows of 64 took 8.4 us instead of 10.0 (same bits: each value goes
+    through the same operations).
     """
+    rows, n = z.shape
     if z.itemsize == 8:
-        for i in range(z.shape[0]):
-            for k in range(z.shape[1]):
+        for i in range(rows):
+            for k in range(n):
                 z[i, k] = math.tanh(z[i, k] + b[k])
         return
-    dt = z.dtype.type
-    c, tiny = dt(TANH_CLAMP), dt(TANH_TINY)
-    a1, a3, a5, a7, a9, a11, a13 = dt(TA1), dt(TA3), dt(TA5), dt(TA7), dt(TA9), dt(TA11), dt(TA13)
-    b0, b2, b4, b6 = dt(TB0), dt(TB2), dt(TB4), dt(TB6)
-    for i in range(z.shape[0]):
-        row = z[i]
-        for k in range(z.shape[1]):
-            x0 = row[k] + b[k]
-            x = min(max(x0, -c), c)
-            x2 = x * x
-            p = x2 * a13 + a11
-            p = p * x2 + a9
-            p = p * x2 + a7
-            p = p * x2 + a5
-            p = p * x2 + a3
-            p = p * x2 + a1
-            p = p * x
-            q = x2 * b6 + b4
-            q = q * x2 + b2
-            q = q * x2 + b0
-            row[k] = x0 if abs(x0) < tiny else p / q
+    i = 0
+    while i + 4 <= rows:
+        for k in range(n):
+            bk = b[k]
+            z[i, k] = tanh32(z[i, k] + bk)
+            z[i + 1, k] = tanh32(z[i + 1, k] + bk)
+            z[i + 2, k] = tanh32(z[i + 2, k] + bk)
+            z[i + 3, k] = tanh32(z[i + 3, k] + bk)
+        i += 4
+    for r in range(i, rows):
+        for k in range(n):
+            z[r, k] = tanh32(z[r, k] + b[k])
 
 
 @kernel
