@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ember_np.ppo.config import PPOConfig
-from ember_np.ppo.network import ActorCritic, bias_tanh, orthogonal
+from ember_np.ppo.network import ActorCritic, bias_tanh, log_softmax_rows, orthogonal
 from ember_np.rng import Rng
 
 ARCHS = [(False, "tanh"), (False, "relu"), (True, "tanh"), (True, "relu")]
@@ -279,6 +279,40 @@ def test_tanh_rows_four_at_a_time_give_each_rows_own_bits():
         alone = z[i : i + 1].copy()
         bias_tanh(alone, b)
         assert alone.tobytes() == together[i : i + 1].tobytes(), f"row {i}"
+
+
+@pytest.mark.parametrize("n", [2, 3, 6])
+@pytest.mark.parametrize("masked", [False, True])
+def test_log_softmax_rows_have_the_bits_of_every_exponential_summed_in_order(n, masked):
+    """The largest legal logit's exponential is 1 without a call, and the rows' libm
+    calls run in passes: the probabilities and log-probabilities keep the bits of
+    exp(l_k - max) summed in the actions' order, row by row (Python's math, libm's)."""
+    rng = np.random.default_rng(n + 10 * masked)
+    rows = 300
+    logits = (rng.standard_normal((rows, n)) * 2).astype(np.float32)
+    ties = rng.random(rows) < 0.2
+    logits[ties, rng.integers(n)] = logits[ties].max(axis=1)  # a tie for the largest
+    if masked:
+        masks = rng.random((rows, n)) < 0.6
+        masks[np.arange(rows), rng.integers(n, size=rows)] = True  # one legal at least
+    else:
+        masks = np.zeros((rows, 0), dtype=bool)
+    logp, probs, ent = np.empty((rows, n), np.float32), np.empty((rows, n)), np.empty(rows)
+    log_softmax_rows(logits, masks, logp, probs, ent)
+    for i in range(rows):
+        legal = masks[i] if masked else np.ones(n, dtype=bool)
+        top = max(float(v) for v, ok in zip(logits[i], legal) if ok)
+        e = [math.exp(float(v) - top) if ok else 0.0 for v, ok in zip(logits[i], legal)]
+        total = 0.0
+        for v in e:
+            total += v
+        lse = top + math.log(total)
+        want_p = np.array([v * (1.0 / total) for v in e])
+        want_logp = np.array([float(v) - lse if ok else -np.inf
+                              for v, ok in zip(logits[i], legal)], dtype=np.float32)  # fmt: skip
+        assert probs[i].tobytes() == want_p.tobytes(), f"row {i}"
+        assert logp[i].tobytes() == want_logp.tobytes(), f"row {i}"
+        assert ent[i] == pytest.approx(-sum(p * float(v) for p, v in zip(want_p, logp[i]) if p))
 
 
 def test_masked_policy_uses_legal_actions_alone():

@@ -52,7 +52,7 @@ __all__ = [
     "forward_heads",
     "forward_into",
     "head_layers",
-    "log_softmax_row",
+    "log_softmax_rows",
     "orthogonal",
 ]
 
@@ -351,42 +351,83 @@ def backward_into(
 
 
 @kernel
-def log_softmax_row(
-    logits: np.ndarray, mask: np.ndarray, logp: np.ndarray, probs: np.ndarray
-) -> float:
-    """logp = log_softmax(logits) and probs = softmax(logits) of one row over its legal
-    actions; returns the entropy -sum p log p.
+def log_softmax_rows(
+    logits: np.ndarray, masks: np.ndarray, logp: np.ndarray, probs: np.ndarray,
+    entropy: np.ndarray,
+) -> None:  # fmt: skip
+    """logp = log_softmax(logits) and probs = softmax(logits) of every row over its
+    legal actions, and each row's entropy -sum p log p.
 
-    logits : float (A,); mask : bool (A,), the legal actions (at least one), or (0,)
-    for all of them; logp, probs : float (A,), written: -inf and 0 for an illegal
-    action (it adds nothing to the entropy: sb3-contrib's ``MaskableCategorical``).
-    The exponentials and their sum are float64, after subtracting the largest
-    legal logit; each is computed once (probs[k] = e_k / sum, not exp(logp[k])).
+    Parameters
+    ----------
+    logits : float (B, A)
+    masks : bool (B, A), each row's legal actions (at least one), or (B, 0): every
+        action legal
+    logp : logits' dtype (B, A); probs : float64 (B, A); entropy : float64 (B,)
+        Written: an illegal action's logp is -inf and its probability 0 (it adds
+        nothing to the entropy: sb3-contrib's ``MaskableCategorical``).
+
+    Notes
+    -----
+    The exponentials and their sum are float64, after subtracting the largest legal
+    logit; each is computed once (probs = e / sum, not exp(logp)), and the largest's
+    is 1 without a call.
+
+    Three passes over the rows: the exponentials, the logarithms of their sums, the
+    rest. A row's libm calls depend on each other (exp, then log of the sum); in one
+    pass, the next row's waited for them. On 256 rows of two logits, the loss's rows
+    took 10.7 us, against 16.2 us in one pass and 20.2 us with the largest logit's
+    exponential called too (the same bits in all three).
     """
-    n = logits.shape[0]
-    masked = mask.shape[0] > 0
-    m = -np.inf
-    for k in range(n):
-        if logits[k] > m and (not masked or mask[k]):
-            m = logits[k]
-    s = 0.0
-    for k in range(n):
-        e = math.exp(logits[k] - m) if not masked or mask[k] else 0.0
-        probs[k] = e
+    batch, n = logits.shape
+    masked = masks.shape[1] > 0
+    lse = np.empty(batch)  # each row's largest legal logit, then its log-sum-exp
+    total = np.empty(batch)
+    for i in range(batch):
+        row = logits[i]
+        mask = masks[i]
+        p = probs[i]
+        m = -np.inf  # float64 (typed float32, the differences below lost their bits)
+        top = 0
+        for k in range(n):
+            if row[k] > m and (not masked or mask[k]):
+                m = row[k]
+                top = k
+        # every exponential but top's, exp(0.0) = 1 exactly; summed in the actions'
+        # order (a loop over the sum alone is vectorised, in another order)
+        s = 0.0
+        for k in range(top):
+            e = math.exp(row[k] - m) if not masked or mask[k] else 0.0
+            p[k] = e
+            s += e
+        e = 1.0 if math.isfinite(m) else math.nan  # non-finite logits give NaN, as exp
+        p[top] = e
         s += e
-    lse = m + math.log(s)
-    inv_s = 1.0 / s
-    ent = 0.0
-    for k in range(n):
-        if masked and not mask[k]:
-            logp[k] = -np.inf
-            continue
-        lp = logits[k] - lse
-        p = probs[k] * inv_s
-        logp[k] = lp
-        probs[k] = p
-        ent -= p * lp
-    return ent
+        for k in range(top + 1, n):
+            e = math.exp(row[k] - m) if not masked or mask[k] else 0.0
+            p[k] = e
+            s += e
+        lse[i] = m
+        total[i] = s
+    for i in range(batch):
+        lse[i] += math.log(total[i])
+    for i in range(batch):
+        row = logits[i]
+        mask = masks[i]
+        p = probs[i]
+        lp_row = logp[i]
+        inv_s = 1.0 / total[i]
+        ent = 0.0
+        for k in range(n):
+            if masked and not mask[k]:
+                lp_row[k] = -np.inf
+                continue
+            lp = row[k] - lse[i]
+            pk = p[k] * inv_s
+            lp_row[k] = lp
+            p[k] = pk
+            ent -= pk * lp
+        entropy[i] = ent
 
 
 @kernel
@@ -431,10 +472,12 @@ def act_batch(
     """
     logits, vals = forward_heads(params, layers, x)
     batch, n_act = logits.shape
-    row_logp = np.empty(n_act, dtype=params.dtype)
-    row_p = np.empty(n_act)
+    all_logp = np.empty((batch, n_act), dtype=params.dtype)
+    all_p = np.empty((batch, n_act))
+    log_softmax_rows(logits, masks, all_logp, all_p, np.empty(batch))
     for i in range(batch):
-        log_softmax_row(logits[i], masks[i], row_logp, row_p)
+        row_logp = all_logp[i]
+        row_p = all_p[i]
         a = 0
         if sample:
             u = next_double(state)
@@ -474,11 +517,12 @@ def evaluate_batch(
     """
     logits, vals = forward_heads(params, layers, x)
     batch, n_act = logits.shape
-    row_logp = np.empty(n_act, dtype=params.dtype)
-    row_p = np.empty(n_act)
+    all_logp = np.empty((batch, n_act), dtype=params.dtype)
+    ent = np.empty(batch)
+    log_softmax_rows(logits, masks, all_logp, np.empty((batch, n_act)), ent)
     for i in range(batch):
-        entropy[i] = log_softmax_row(logits[i], masks[i], row_logp, row_p)
-        logp[i] = row_logp[actions[i]]
+        entropy[i] = ent[i]
+        logp[i] = all_logp[i, actions[i]]
         values[i] = vals[i]
 
 

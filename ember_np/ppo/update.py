@@ -39,7 +39,7 @@ from ember_np.ppo.network import (
     backward_into,
     forward_into,
     head_layers,
-    log_softmax_row,
+    log_softmax_rows,
 )
 from ember_np.ppo.rollout import shuffled_indices
 from ember_np.rng import Rng
@@ -201,14 +201,16 @@ def minibatch_loss_grads(
     inv_b = 1.0 / batch
     pg_sum = vf_sum = ent_sum = kl_sum = 0.0
     n_clipped = 0
-    logp = np.empty(n_act, dtype=params.dtype)
-    probs = np.empty(n_act)
+    logp = np.empty((batch, n_act), dtype=params.dtype)
+    probs = np.empty((batch, n_act))
+    ents = np.empty(batch)
+    logits = acts[l0 : l0 + batch * n_act].reshape((batch, n_act))
+    log_softmax_rows(logits, rollout.masks[idx], logp, probs, ents)
     for r in range(batch):
         j = idx[r]
-        logits = acts[l0 + r * n_act : l0 + (r + 1) * n_act]
-        ent = log_softmax_row(logits, rollout.masks[j], logp, probs)
+        ent = ents[r]
         a = rollout.actions[j]
-        log_ratio = float(logp[a]) - float(rollout.old_logp[j])
+        log_ratio = float(logp[r, a]) - float(rollout.old_logp[j])
         ratio = math.exp(log_ratio)
         adv = (float(rollout.advantages[j]) - shift) * scale
         clipped = min(max(ratio, 1.0 - clip), 1.0 + clip)
@@ -224,11 +226,11 @@ def minibatch_loss_grads(
         g_ent = hp.ent_coef * inv_b  # d(-ent_coef * mean H) / d logit_k = c/B p_k (logp_k + H)
         dl = dacts[l0 + r * n_act : l0 + (r + 1) * n_act]
         for k in range(n_act):
-            if logp[k] == -np.inf:  # an illegal action: probability 0 whatever its logit
+            if logp[r, k] == -np.inf:  # an illegal action: probability 0 whatever its logit
                 dl[k] = dt(0.0)
                 continue
-            p = probs[k]
-            g = g_ent * p * (logp[k] + ent) - g_logp * p
+            p = probs[r, k]
+            g = g_ent * p * (logp[r, k] + ent) - g_logp * p
             if k == a:
                 g += g_logp
             dl[k] = dt(g)
