@@ -6,19 +6,17 @@ import numpy as np
 import pytest
 from helpers import product_case, product_expected
 
-from ember_np.nn._blas import gemm
-from ember_np.nn.skinny import SHORT, SKINNY, product
+from ember_np.nn.skinny import SKINNY, product
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("trans_a", [False, True])
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize("beta", [0.0, 1.0, -0.5])
-# the PPO heads' shapes (a value, two logits; forward and weight gradient; the
-# heads' input gradients, SHORT inner terms), a product BLAS takes (SKINNY columns),
-# and odd sizes
-@pytest.mark.parametrize("m,n,k", [(256, 1, 64), (256, 2, 64), (64, 2, 256), (256, 64, 1),
-                                   (256, 64, 2), (5, 3, 7), (37, SKINNY, 19), (1, 1, 1)])  # fmt: skip
+# the PPO heads' shapes (a value, two logits; forward and weight gradient), a product
+# BLAS takes (SKINNY columns), and odd sizes
+@pytest.mark.parametrize("m,n,k", [(256, 1, 64), (256, 2, 64), (64, 2, 256), (5, 3, 7),
+                                   (37, SKINNY, 19), (1, 1, 1)])  # fmt: skip
 def test_product_matches_numpy(dtype, trans_a, trans_b, beta, m, n, k):
     a, b, c = product_case(m, n, k, trans_a, trans_b, dtype, seed=m * 100 + n * 10 + k)
     expected = product_expected(a, b, c, trans_a, trans_b, beta)
@@ -49,16 +47,3 @@ def test_product_gives_the_same_bits_every_time():
     product(a, b, first, False, False, 0.0)
     product(a, b, second, False, False, 0.0)
     assert first.tobytes() == second.tobytes()
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("trans_b", [False, True])
-@pytest.mark.parametrize("k", range(1, SHORT + 1))
-def test_short_products_have_blas_bits(dtype, trans_b, k):
-    """Products of SHORT inner terms run in loops that sum as BLAS does: bit for bit
-    its result, so a training run's bits do not depend on the path."""
-    a, b, _ = product_case(256, 64, k, False, trans_b, dtype, seed=7 + k)
-    loops, blas = np.empty((256, 64), dtype), np.empty((256, 64), dtype)
-    product(a, b, loops, False, trans_b, 0.0)
-    gemm(a, b, blas, False, trans_b, 0.0)
-    assert loops.tobytes() == blas.tobytes()
