@@ -75,23 +75,27 @@ from ember_np._jit import compiled_only, kernel, private_dir
 
 __all__ = [
     "BLAS_LIBRARY",
+    "CBLAS_SYMBOLS",
     "KERNELS",
     "KERNEL_BLAS",
     "Kernels",
     "ThreadSwitch",
     "gemm",
+    "gemm_call",
+    "gemm_operands",
     "kernel_threads",
     "private_copy",
     "set_kernel_threads",
     "thread_switch",
 ]
 
-_SYMBOLS = {"s": "ember_np_cblas_sgemm", "d": "ember_np_cblas_dgemm"}
+#: The names compiled code calls the kernels' ``cblas_sgemm`` and ``cblas_dgemm`` by.
+CBLAS_SYMBOLS = {"s": "ember_np_cblas_sgemm", "d": "ember_np_cblas_dgemm"}
 # Exported names of cblas_?gemm, most specific first: NumPy >= 2 wheels
 # (scipy-openblas64), older ILP64 OpenBLAS builds, SciPy's LP64 scipy-openblas,
 # plain CBLAS (system OpenBLAS, Accelerate, MKL).
 _CANDIDATES = ("scipy_cblas_{}gemm64_", "cblas_{}gemm64_", "scipy_cblas_{}gemm", "cblas_{}gemm")
-_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 
 def _library_files() -> Iterator[str]:
@@ -257,7 +261,7 @@ def _register() -> tuple[str, Kernels]:
             kernels.threads.set(1)
     for prefix in "sd":
         fn = getattr(lib, pattern.format(prefix))
-        ll.add_symbol(_SYMBOLS[prefix], ctypes.cast(fn, ctypes.c_void_p).value)
+        ll.add_symbol(CBLAS_SYMBOLS[prefix], ctypes.cast(fn, ctypes.c_void_p).value)
     return f"{path}:{pattern.format('s')}", kernels
 
 
@@ -318,67 +322,80 @@ def kernel_threads() -> int:
     return int(switch.get()) if switch is not None else 1
 
 
-@compiled_only
-@intrinsic
-def _cblas_gemm(typingctx, trans, dims, a, b, beta, c, lds):  # noqa: ANN001, ANN202
-    """cblas_?gemm(RowMajor, *trans, *dims, 1, A, lds[0], B, lds[1], beta, C, lds[2]).
+def gemm_call(symbols: dict[str, str]) -> Callable[..., None]:
+    """An intrinsic that calls a function with cblas_?gemm's arguments, registered with
+    LLVM (``ll.add_symbol``) under ``symbols["s"]`` for float32 and ``symbols["d"]`` for
+    float64; a call of another dtype does not type.
 
-    trans : (trans_a, trans_b), CBLAS codes; dims : (m, n, k);
-    lds : (lda, ldb, ldc), leading dimensions in elements.
+    The intrinsic's arguments: ``trans`` (trans_a, trans_b), CBLAS codes; ``dims``
+    (m, n, k); ``a``, ``b``; ``beta``; ``c``; ``lds`` (lda, ldb, ldc), leading
+    dimensions in elements. It calls ``symbol(RowMajor, *trans, *dims, 1, A, lda, B,
+    ldb, beta, C, ldc)``. Compiled code calls the name, never an address, so the
+    kernels stay cacheable.
     """
-    dtype = c.dtype
-    if not (a.dtype == b.dtype == dtype and dtype in (types.float32, types.float64)):
-        return None
-    prefix = "s" if dtype == types.float32 else "d"
-    sig = types.void(trans, dims, a, b, beta, c, lds)
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        trans_, dims_, a_, b_, beta_, c_, lds_ = args
-        fp = ir.FloatType() if prefix == "s" else ir.DoubleType()
-        i32, i64 = ir.IntType(32), ir.IntType(64)
-        fnty = ir.FunctionType(
-            ir.VoidType(),
-            [i32, i32, i32, i64, i64, i64, fp, fp.as_pointer(), i64, fp.as_pointer(), i64, fp,
-             fp.as_pointer(), i64],
-        )  # fmt: skip
-        fn = cgutils.get_or_insert_function(builder.module, fnty, _SYMBOLS[prefix])
-        sig_args = signature.args
+    @intrinsic
+    def call(typingctx, trans, dims, a, b, beta, c, lds):  # noqa: ANN001, ANN202
+        dtype = c.dtype
+        if not (a.dtype == b.dtype == dtype and dtype in (types.float32, types.float64)):
+            return None
+        prefix = "s" if dtype == types.float32 else "d"
+        sig = types.void(trans, dims, a, b, beta, c, lds)
 
-        def data(ty, value):  # noqa: ANN001, ANN202
-            return context.make_array(ty)(context, builder, value).data
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            trans_, dims_, a_, b_, beta_, c_, lds_ = args
+            fp = ir.FloatType() if prefix == "s" else ir.DoubleType()
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            fnty = ir.FunctionType(
+                ir.VoidType(),
+                [i32, i32, i32, i64, i64, i64, fp, fp.as_pointer(), i64, fp.as_pointer(), i64,
+                 fp, fp.as_pointer(), i64],
+            )  # fmt: skip
+            fn = cgutils.get_or_insert_function(builder.module, fnty, symbols[prefix])
+            sig_args = signature.args
 
-        def ints(arg, value, n):  # noqa: ANN001, ANN202
-            """The ``n`` integers of a tuple argument, each as an i64."""
-            items = cgutils.unpack_tuple(builder, value, n)
-            return [
-                context.cast(builder, v, sig_args[arg][i], types.int64) for i, v in enumerate(items)
-            ]
+            def data(ty, value):  # noqa: ANN001, ANN202
+                return context.make_array(ty)(context, builder, value).data
 
-        ta, tb = ints(0, trans_, 2)
-        m_, n_, k_ = ints(1, dims_, 3)
-        lda_, ldb_, ldc_ = ints(6, lds_, 3)
-        builder.call(
-            fn,
-            [
-                ir.Constant(i32, _ROW_MAJOR),
-                builder.trunc(ta, i32),
-                builder.trunc(tb, i32),
-                m_,
-                n_,
-                k_,
-                ir.Constant(fp, 1.0),
-                data(sig_args[2], a_),
-                lda_,
-                data(sig_args[3], b_),
-                ldb_,
-                context.cast(builder, beta_, sig_args[4], dtype),
-                data(sig_args[5], c_),
-                ldc_,
-            ],
-        )
-        return context.get_dummy_value()
+            def ints(arg, value, n):  # noqa: ANN001, ANN202
+                """The ``n`` integers of a tuple argument, each as an i64."""
+                items = cgutils.unpack_tuple(builder, value, n)
+                return [
+                    context.cast(builder, v, sig_args[arg][i], types.int64)
+                    for i, v in enumerate(items)
+                ]
 
-    return sig, codegen
+            ta, tb = ints(0, trans_, 2)
+            m_, n_, k_ = ints(1, dims_, 3)
+            lda_, ldb_, ldc_ = ints(6, lds_, 3)
+            builder.call(
+                fn,
+                [
+                    ir.Constant(i32, ROW_MAJOR),
+                    builder.trunc(ta, i32),
+                    builder.trunc(tb, i32),
+                    m_,
+                    n_,
+                    k_,
+                    ir.Constant(fp, 1.0),
+                    data(sig_args[2], a_),
+                    lda_,
+                    data(sig_args[3], b_),
+                    ldb_,
+                    context.cast(builder, beta_, sig_args[4], dtype),
+                    data(sig_args[5], c_),
+                    ldc_,
+                ],
+            )
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return compiled_only(call)
+
+
+#: cblas_?gemm of the kernels' BLAS (see the module docstring).
+_cblas_gemm = gemm_call(CBLAS_SYMBOLS)
 
 
 @kernel
@@ -390,14 +407,21 @@ def gemm(
     op(x) is x, or x.T when the matching ``trans_*`` flag is set. Works for
     float32 (sgemm) and float64 (dgemm); all three arrays share the dtype.
     """
+    trans, dims, lds = gemm_operands(a, b, c, trans_a, trans_b)
+    _cblas_gemm(trans, dims, a, b, beta, c, lds)
+
+
+@kernel
+def gemm_operands(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, trans_a: bool, trans_b: bool
+) -> tuple[tuple[int, int], tuple[int, int, int], tuple[int, int, int]]:
+    """The integer arguments of a :func:`gemm_call` intrinsic for c <- op(a) @ op(b):
+    the CBLAS transpose codes, (m, n, k) and the leading dimensions (lda, ldb, ldc)."""
     m = c.shape[0]
     n = c.shape[1]
     k = a.shape[0] if trans_a else a.shape[1]
-    _cblas_gemm(
-        (_TRANS if trans_a else _NO_TRANS, _TRANS if trans_b else _NO_TRANS),
-        (m, n, k), a, b, beta, c,
-        (_leading_dim(a), _leading_dim(b), _leading_dim(c)),
-    )  # fmt: skip
+    trans = (TRANS if trans_a else NO_TRANS, TRANS if trans_b else NO_TRANS)
+    return trans, (m, n, k), (_leading_dim(a), _leading_dim(b), _leading_dim(c))
 
 
 @kernel
