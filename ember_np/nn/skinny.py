@@ -26,11 +26,11 @@ loop lost to BLAS on the observation layer's weight gradient, 4x256 @ 256x64:
 The loops are one C function (a numba ``cfunc``, :data:`LOOPS_SYMBOL`) with
 ``cblas_sgemm``'s arguments, registered with LLVM under a name, as the BLAS is:
 a kernel calls the name, and the loops are compiled once, when this module is
-first imported (1.6 s, then loaded from numba's cache). Inlined into
+first imported (about 1.8 s, then loaded from numba's cache). Inlined into
 :func:`product`, they were optimised again in every kernel with a forward or
-backward pass: a first PPO run (``ember-np train CartPole-v1 --algo ppo``,
-cold cache) compiled for 19.2 s with the skinny loops inlined, 17.8 s with
-these (three runs each, in turn).
+backward pass: a first PPO run (``ember-np train CartPole-v1 --algo ppo
+--steps 4096``, cold cache, mostly compiling) took 19.2 s with the skinny
+loops inlined, 17.8 s with these (the means of three runs each, in turn).
 
 Bits: a product with at most SHORT inner terms sums each entry in order, one
 multiply-add at a time from the first term's product, as BLAS's kernels do, so
