@@ -71,7 +71,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ember_np._jit import compiled_only, kernel, private_dir
+from ember_np._jit import compiled_only, inlined_kernel, kernel, private_dir
 
 __all__ = [
     "BLAS_LIBRARY",
@@ -411,12 +411,15 @@ def gemm(
     _cblas_gemm(trans, dims, a, b, beta, c, lds)
 
 
-@kernel
+@inlined_kernel
 def gemm_operands(
     a: np.ndarray, b: np.ndarray, c: np.ndarray, trans_a: bool, trans_b: bool
 ) -> tuple[tuple[int, int], tuple[int, int, int], tuple[int, int, int]]:
     """The integer arguments of a :func:`gemm_call` intrinsic for c <- op(a) @ op(b):
-    the CBLAS transpose codes, (m, n, k) and the leading dimensions (lda, ldb, ldc)."""
+    the CBLAS transpose codes, (m, n, k) and the leading dimensions (lda, ldb, ldc).
+
+    Inlined: a kernel of its own, it was compiled for each caller's literal flags
+    (``gemm(..., False, True, ...)``) and array layouts, three times in a DQN run."""
     m = c.shape[0]
     n = c.shape[1]
     k = a.shape[0] if trans_a else a.shape[1]
